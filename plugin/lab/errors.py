@@ -33,6 +33,10 @@ class HostKeyError(TransportError):
     """A host presented a key that is not in the lab's known_hosts (never auto-added)."""
 
 
+class CommandTimeout(TransportError):
+    """A remote command did not finish within its timeout."""
+
+
 class ParseError(LabError):
     """A command's output did not have the shape its parser knows.
 
@@ -52,8 +56,11 @@ class ProvisionError(LabError):
     """Changing an appliance (config write, load, bring-up, teardown) failed."""
 
 
-class InvariantError(LabError):
-    """A measured invariant did not hold; the message carries the whole ledger."""
+class InvariantError(LabError, AssertionError):
+    """A measured invariant did not hold; the message carries the whole ledger.
+
+    Also an ``AssertionError`` so pytest reports it as a test failure, not an error.
+    """
 
 
 __all__ = [
@@ -62,6 +69,7 @@ __all__ = [
     "ProfileError",
     "TransportError",
     "HostKeyError",
+    "CommandTimeout",
     "ParseError",
     "ProvisionError",
     "InvariantError",
