@@ -1,0 +1,388 @@
+"""swanctl.conf rendering, the tunnel transaction, bring-up and teardown.
+
+Why this module exists: the pages changed tunnels by hand (sed through a csh, the 001 page's
+destroyed address lines) and lost measurements to it. Here a tunnel is *rendered* from the
+topology -- one key per line in strongSwan's grammar -- and installed as a transaction on
+both ends: back up, write atomically into ``conf.d`` (OPNsense rewrites swanctl.conf, conf.d
+persists), verify, load, initiate every child, and undo it all byte-identically afterwards.
+
+Naming (fixed here, used by tests and the report):
+- connection ``hil-<tunnel>-<o><i>-<gcm|cbc>``, e.g. ``hil-lab-v4v6-gcm`` (outer v4, inner v6);
+- one child: ``<conn>-net``; N children by TCP port: ``<conn>-p<port>``;
+- file ``/usr/local/etc/swanctl/conf.d/hil-<tunnel>.conf`` on both ends.
+
+Children by TCP port: the port is the *server's* port on the remote end's LAN (the 002 page:
+"each child one TCP port of the 3300's Port8 address"); the local end's selector is the
+local LAN with ``[tcp]`` (any port), the remote end's the remote LAN with ``[tcp/PORT]``.
+
+Secrets: the PSK travels as :class:`Secret`, whose repr/str are masked; it only appears in
+the text :func:`render_swanctl` returns (written straight to the appliance) and never in a
+log, an exception or a report (:func:`render_masked` is the report's version).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+from plugin.lab.errors import LabError, ProvisionError
+
+log = logging.getLogger(__name__)
+
+CONF_DIR = "/usr/local/etc/swanctl/conf.d"
+SWANCTL_CONF = "/usr/local/etc/swanctl/swanctl.conf"
+INCLUDE_LINE = "include conf.d/*.conf"
+MASK = "<masked>"
+
+Family = Literal["ipv4", "ipv6"]
+EndName = Literal["local", "remote"]
+
+#: cipher name -> (IKE proposal, ESP proposal, short tag for names)
+PROPOSALS: dict[str, tuple[str, str, str]] = {
+    "aes-gcm-16": ("aes256gcm16-prfsha256-x25519", "aes256gcm16", "gcm"),
+    "aes-cbc-hmac-sha256": ("aes256-sha256-x25519", "aes256-sha256", "cbc"),
+}
+_FAM_TAG = {"ipv4": "v4", "ipv6": "v6"}
+
+
+class Secret:
+    """A pre-shared key that never shows itself by accident (repr/str/format are masked)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | bytes) -> None:
+        if isinstance(value, bytes):
+            value = value.decode("utf-8")
+        value = value.strip("\r\n")
+        if not value:
+            raise ProvisionError("pre-shared key is empty")
+        self._value = value
+
+    def reveal(self) -> str:
+        """The key itself -- only for writing it into a file on the appliance."""
+        return self._value
+
+    def fingerprint(self) -> str:
+        """A short non-reversible tag (8 hex of sha256) so two runs can say 'same key'."""
+        return hashlib.sha256(self._value.encode()).hexdigest()[:8]
+
+    def __repr__(self) -> str:
+        return f"Secret({MASK})"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self):  # pickling would copy the key into places we do not control
+        raise TypeError("Secret is not picklable")
+
+
+def as_secret(psk: Secret | str | bytes) -> Secret:
+    return psk if isinstance(psk, Secret) else Secret(psk)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class EndPlan:
+    """One end of a tunnel, with everything rendering needs already resolved to addresses."""
+
+    host: str
+    port: str  # the association's port (outer addresses live here)
+    lan: str  # the LAN port (inner selectors come from its networks)
+    outer: Mapping[str, str]  # family -> address on `port` (no prefix)
+    lan_if: Mapping[str, str]  # family -> interface address with prefix on `lan`
+    port_if: Mapping[str, str] = field(default_factory=dict)  # family -> address/prefix on `port`
+    cipher: str = "offload"  # kernel | offload (the topology's hint; rendering ignores it)
+
+    def lan_net(self, family: str) -> str:
+        try:
+            return str(ipaddress.ip_interface(self.lan_if[family]).network)
+        except KeyError:
+            raise ProvisionError(
+                f"{self.host}.{self.lan}: no {family} address in the topology for the inner selectors"
+            ) from None
+
+    def outer_addr(self, family: str) -> str:
+        try:
+            return self.outer[family]
+        except KeyError:
+            raise ProvisionError(
+                f"{self.host}.{self.port}: no {family} address in the topology for the outer header"
+            ) from None
+
+
+@dataclass(frozen=True)
+class TunnelPlan:
+    """A topology tunnel resolved to addresses: the input of rendering and provisioning.
+
+    ``identities`` is ``None`` (the two outer addresses, as the lab tunnel) or a pair
+    ``(local_id, remote_id)`` as seen from the local end.
+    """
+
+    name: str
+    local: EndPlan
+    remote: EndPlan
+    children_by: str | None = None  # None (one child) or "tcp_port"
+    first_port: int = 5201
+    identities: tuple[str, str] | None = None
+    tolerance: Mapping[str, float] = field(default_factory=dict)
+
+    def end(self, which: str) -> EndPlan:
+        if which == "local":
+            return self.local
+        if which == "remote":
+            return self.remote
+        raise ProvisionError(f"tunnel {self.name}: end must be 'local' or 'remote', not {which!r}")
+
+    def other(self, which: str) -> EndPlan:
+        return self.remote if which == "local" else self.local
+
+    @classmethod
+    def from_topology(cls, topology: Any, name: str) -> "TunnelPlan":
+        """Resolve `topology.tunnels[name]` (the H1 model, read by attribute) to a plan."""
+        tunnels = getattr(topology, "tunnels")
+        if name not in tunnels:
+            raise ProvisionError(f"topology has no tunnel {name!r} (has: {', '.join(sorted(tunnels))})")
+        t = tunnels[name]
+        ends = []
+        for end in (t.local, t.remote):
+            host = topology.hosts[end.host]
+            port = host.ports[end.port]
+            lan = host.ports[end.lan]
+            outer = {}
+            port_if = {}
+            lan_if = {}
+            for fam in ("ipv4", "ipv6"):
+                v = getattr(port, fam, None)
+                if v:
+                    port_if[fam] = str(v)
+                    outer[fam] = str(ipaddress.ip_interface(str(v)).ip)
+                w = getattr(lan, fam, None)
+                if w:
+                    lan_if[fam] = str(w)
+            ends.append(
+                EndPlan(
+                    host=end.host,
+                    port=end.port,
+                    lan=end.lan,
+                    outer=outer,
+                    lan_if=lan_if,
+                    port_if=port_if,
+                    cipher=str(getattr(end, "cipher", "offload") or "offload"),
+                )
+            )
+        ch = getattr(t, "children", 1)
+        by = None
+        first_port = 5201
+        if not isinstance(ch, int):
+            by = getattr(ch, "by", "tcp_port")
+            first_port = int(getattr(ch, "first_port", 5201))
+        ids = getattr(t, "identities", None)
+        identities = None
+        if ids is not None:
+            identities = (str(_attr_or_key(ids, "local")), str(_attr_or_key(ids, "remote")))
+        tol = getattr(t, "tolerance", None) or {}
+        if not isinstance(tol, Mapping):
+            tol = tol.model_dump() if hasattr(tol, "model_dump") else dict(vars(tol))
+        return cls(
+            name=name,
+            local=ends[0],
+            remote=ends[1],
+            children_by=by,
+            first_port=first_port,
+            identities=identities,
+            tolerance=dict(tol),
+        )
+
+
+def _attr_or_key(obj: Any, key: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj[key]
+    return getattr(obj, key)
+
+
+def _config_fields(config: Any) -> tuple[str, str, str, int]:
+    outer, inner, cipher = config.outer, config.inner, config.cipher
+    children = int(config.children)
+    for what, fam in (("outer", outer), ("inner", inner)):
+        if fam not in _FAM_TAG:
+            raise ProvisionError(f"config.{what}: expected ipv4 or ipv6, found {fam!r}")
+    if cipher not in PROPOSALS:
+        raise ProvisionError(f"config.cipher: expected one of {sorted(PROPOSALS)}, found {cipher!r}")
+    if children < 1:
+        raise ProvisionError(f"config.children: expected >= 1, found {children}")
+    return outer, inner, cipher, children
+
+
+def conn_name(tunnel: TunnelPlan | str, config: Any) -> str:
+    """The connection's name for one tunnel and config, e.g. ``hil-lab-v4v6-gcm``."""
+    tname = tunnel if isinstance(tunnel, str) else tunnel.name
+    outer, inner, cipher, _ = _config_fields(config)
+    return f"hil-{tname}-{_FAM_TAG[outer]}{_FAM_TAG[inner]}-{PROPOSALS[cipher][2]}"
+
+
+@dataclass(frozen=True)
+class ChildPlan:
+    name: str
+    port: int | None  # the TCP port this child selects (None: the whole LANs)
+
+
+def child_plans(tunnel: TunnelPlan, config: Any) -> list[ChildPlan]:
+    """The children of a connection, in initiation order."""
+    _, _, _, n = _config_fields(config)
+    conn = conn_name(tunnel, config)
+    if n == 1 and tunnel.children_by is None:
+        return [ChildPlan(f"{conn}-net", None)]
+    if tunnel.children_by not in (None, "tcp_port"):
+        raise ProvisionError(f"tunnel {tunnel.name}: children.by {tunnel.children_by!r} is not supported")
+    return [ChildPlan(f"{conn}-p{tunnel.first_port + i}", tunnel.first_port + i) for i in range(n)]
+
+
+def conf_path(tunnel: TunnelPlan | str) -> str:
+    tname = tunnel if isinstance(tunnel, str) else tunnel.name
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", tname):
+        raise ProvisionError(f"tunnel name {tname!r} is not usable in a file name")
+    return f"{CONF_DIR}/hil-{tname}.conf"
+
+
+# --------------------------------------------------------------------------- rendering
+
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:/@%\[\]-]+$")
+
+
+def _value(v: str) -> str:
+    """A value as strongSwan's settings parser reads it: bare if simple, else quoted."""
+    if _SAFE_VALUE.match(v):
+        return v
+    if any(c in v for c in '"\\\n\r') or not v.isprintable():
+        raise ProvisionError(f"value {v!r} cannot be written into swanctl.conf safely")
+    return f'"{v}"'
+
+
+def _secret_value(psk: Secret) -> str:
+    """The PSK as swanctl.conf takes it: quoted when printable and quote-free, else ``0s`` base64."""
+    v = psk.reveal()
+    if v.isprintable() and v.isascii() and '"' not in v and "\\" not in v:
+        return f'"{v}"'
+    return "0s" + base64.b64encode(v.encode("utf-8")).decode("ascii")
+
+
+def _ts(net: str, proto_port: str | None) -> str:
+    return f"{net}[{proto_port}]" if proto_port else net
+
+
+def render_swanctl(tunnel: TunnelPlan, config: Any, end: str, psk: Secret | str | bytes | None) -> str:
+    """swanctl.conf text for one end (``"local"`` or ``"remote"``) of one tunnel config.
+
+    ``psk=None`` renders the masked text (see :func:`render_masked`). The text has one
+    ``key = value`` per line and balanced braces; :func:`check_grammar` verifies both.
+    """
+    outer, inner, cipher, _ = _config_fields(config)
+    me, peer = tunnel.end(end), tunnel.other(end)
+    ike_prop, esp_prop, _ = PROPOSALS[cipher]
+    conn = conn_name(tunnel, config)
+    if tunnel.identities is None:
+        my_id, peer_id = me.outer_addr(outer), peer.outer_addr(outer)
+    else:
+        lid, rid = tunnel.identities
+        my_id, peer_id = (lid, rid) if end == "local" else (rid, lid)
+    secret_text = MASK if psk is None else _secret_value(as_secret(psk))
+
+    out: list[str] = []
+    w = out.append
+    w(f"# Written by the IPsec HIL suite for tunnel {tunnel.name} ({end} end: {me.host}).")
+    w("# Restored/removed at teardown; OPNsense keeps conf.d across its swanctl.conf rewrites.")
+    w("connections {")
+    w(f"    {conn} {{")
+    w("        version = 2")
+    w(f"        local_addrs = {_value(me.outer_addr(outer))}")
+    w(f"        remote_addrs = {_value(peer.outer_addr(outer))}")
+    w(f"        proposals = {ike_prop}")
+    w("        local {")
+    w("            auth = psk")
+    w(f"            id = {_value(my_id)}")
+    w("        }")
+    w("        remote {")
+    w("            auth = psk")
+    w(f"            id = {_value(peer_id)}")
+    w("        }")
+    w("        children {")
+    for child in child_plans(tunnel, config):
+        if child.port is None:
+            my_sel = peer_sel = None
+        else:  # the port is the server's, on the remote end's LAN
+            my_sel = f"tcp/{child.port}" if end == "remote" else "tcp"
+            peer_sel = f"tcp/{child.port}" if end == "local" else "tcp"
+        w(f"            {child.name} {{")
+        w(f"                local_ts = {_ts(me.lan_net(inner), my_sel)}")
+        w(f"                remote_ts = {_ts(peer.lan_net(inner), peer_sel)}")
+        w(f"                esp_proposals = {esp_prop}")
+        w("                mode = tunnel")
+        w("                start_action = none")
+        w("            }")
+    w("        }")
+    w("    }")
+    w("}")
+    w("secrets {")
+    w(f"    ike-{conn} {{")
+    w(f"        id-1 = {_value(my_id)}")
+    w(f"        id-2 = {_value(peer_id)}")
+    w(f"        secret = {secret_text}")
+    w("    }")
+    w("}")
+    text = "\n".join(out) + "\n"
+    check_grammar(text)
+    return text
+
+
+def render_masked(tunnel: TunnelPlan, config: Any, end: str, psk: Any = None) -> str:
+    """The same text with the secret replaced by ``<masked>`` (for reports and logs)."""
+    return render_swanctl(tunnel, config, end, None)
+
+
+_KEY_LINE = re.compile(r'^[A-Za-z0-9_.-]+ = ("[^"\n]*"|[^\s"{}#=][^\s"{}#]*)$')
+_OPEN_LINE = re.compile(r"^[A-Za-z0-9_.-]+ \{$")
+
+
+def check_grammar(text: str, source: str = "<rendered>") -> None:
+    """strongSwan-grammar sanity: one ``key = value`` per line, sections balanced.
+
+    Raises ProvisionError naming ``source:line`` -- it runs on every rendered text before
+    it can reach an appliance.
+    """
+    depth = 0
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line == "}":
+            depth -= 1
+            if depth < 0:
+                raise ProvisionError(f"{source}:{no}: unbalanced '}}'")
+        elif _OPEN_LINE.match(line):
+            depth += 1
+        elif line.startswith("include "):
+            if depth:
+                raise ProvisionError(f"{source}:{no}: include inside a section")
+        elif _KEY_LINE.match(line):
+            if depth == 0:
+                raise ProvisionError(f"{source}:{no}: key outside any section: {line.split(' ')[0]}")
+        else:
+            key = line.split("=")[0].strip()[:40]
+            raise ProvisionError(f"{source}:{no}: not one 'key = value' per line (near {key!r})")
+    if depth != 0:
+        raise ProvisionError(f"{source}: {depth} section(s) not closed")
