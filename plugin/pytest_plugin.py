@@ -1,0 +1,161 @@
+"""The suite's pytest glue: options, markers, topology loading, skip-by-hardware.
+
+Thin on purpose (library first): everything that talks to a lab lives in ``plugin.lab``;
+this module only registers what pytest needs and decides which tests the topology can
+run. Fixtures live in ``plugin.fixtures`` (imported at the bottom of this module).
+
+Topology: loaded once per process from ``--topology`` (default ``topologies/virtual.yaml``
+relative to the rootdir). The xdist controller loads and validates it first (a bad file
+stops the run with its ``FILE:LINE: ...`` message before any worker starts) and hands the
+path to workers through ``workerinput``. Retrieve it with :func:`get_topology`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+from plugin.lab.errors import TopologyError
+
+TOPOLOGY_KEY = pytest.StashKey["object"]()
+TOPOLOGY_PATH_KEY = pytest.StashKey[Path]()
+
+#: Hardware markers: a test carrying one needs an appliance of that model in the topology.
+HARDWARE_MARKERS = ("xgs136", "xgs3300")
+
+MARKERS = (
+    "xgs136: needs an XGS 136 (driver npuep) in the topology; `pytest -m xgs136` runs what applies to it",
+    "xgs3300: needs an XGS 3300 (driver octep) in the topology",
+    "outer_v6: the tunnel's outer header is IPv6",
+    "inner_v6: IPv6 packets inside the tunnel",
+    "gcm: AES-GCM-16-256 (aes-gcm-16)",
+    "cbc: AES-CBC-256 with HMAC-SHA-256-128 (aes-cbc-hmac-sha256)",
+    "forwarded: traffic forwarded through the appliance (from the bench), not its own",
+    "six_children: a connection with six children, one per TCP port",
+    "throughput: a throughput measurement (slow; floors, not exact values)",
+    "page(name): the measurement page (seed) a test reproduces, e.g. page('000')",
+)
+
+DEFAULT_TOPOLOGY = "topologies/virtual.yaml"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hil", "IPsec offload hardware-in-the-loop")
+    group.addoption(
+        "--topology",
+        metavar="FILE",
+        default=None,
+        help=f"lab topology YAML (default: {DEFAULT_TOPOLOGY} relative to the rootdir, "
+        "the virtual lab)",
+    )
+    group.addoption(
+        "--keep-tunnels",
+        action="store_true",
+        default=False,
+        help="leave tunnels up (and the virtual lab running) after the run, for debugging",
+    )
+    group.addoption(
+        "--traffic-seconds",
+        metavar="FLOAT",
+        type=float,
+        default=1.0,
+        help="scale factor for every traffic duration (1.0 = the pages' durations)",
+    )
+
+
+def _topology_path(config: pytest.Config) -> Path:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput and "hil_topology" in workerinput:
+        return Path(workerinput["hil_topology"])
+    opt = config.getoption("--topology")
+    if opt is None:
+        return Path(config.rootpath) / DEFAULT_TOPOLOGY
+    p = Path(opt)
+    if not p.is_absolute():
+        # Relative to where pytest was started, like any file argument; the default is
+        # relative to the rootdir so it works from any directory.
+        p = Path(config.invocation_params.dir) / p
+    return p
+
+
+def _give_virtual_lab_psks(topology) -> None:
+    """A virtual lab's tunnels use ``psk: {env: NAME}``; set a random key when unset.
+
+    Done in the controller before workers start, so they inherit the same value.
+    The value is never printed.
+    """
+    if not topology.lab.virtual:
+        return
+    for tunnel in topology.tunnels.values():
+        if tunnel.psk.env and not os.environ.get(tunnel.psk.env):
+            os.environ[tunnel.psk.env] = secrets.token_urlsafe(24)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    path = _topology_path(config)
+    config.stash[TOPOLOGY_PATH_KEY] = path
+    try:
+        from plugin.lab.topology import load_topology
+    except ImportError:  # pragma: no cover - only while the library is being built
+        return
+    try:
+        topology = load_topology(path)
+    except TopologyError as exc:
+        raise pytest.UsageError(f"invalid topology:\n{exc}") from None
+    except FileNotFoundError:
+        raise pytest.UsageError(f"topology file not found: {path}") from None
+    config.stash[TOPOLOGY_KEY] = topology
+    _give_virtual_lab_psks(topology)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller -> worker: the topology file the controller validated."""
+    node.workerinput["hil_topology"] = str(node.config.stash[TOPOLOGY_PATH_KEY])
+
+
+def get_topology(config: pytest.Config):
+    """The loaded :class:`plugin.lab.topology.Topology` of this run."""
+    return config.stash[TOPOLOGY_KEY]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    topology = config.stash.get(TOPOLOGY_KEY, None)
+    path = config.stash.get(TOPOLOGY_PATH_KEY, None)
+    if topology is None:
+        return [f"topology: {path} (not loaded)"]
+    models = sorted({h.model for h in topology.appliances()})
+    kind = "virtual" if topology.lab.virtual else "hardware"
+    return [f"topology: {topology.lab.name} ({kind}) from {path}; appliances: {', '.join(models)}"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip, with the reason, a test whose hardware the topology does not have.
+
+    Skipped rather than deselected so the report shows what did not run and why.
+    """
+    topology = config.stash.get(TOPOLOGY_KEY, None)
+    if topology is None:
+        return
+    present = {h.model for h in topology.appliances()}
+    for item in items:
+        for model in HARDWARE_MARKERS:
+            if item.get_closest_marker(model) is not None and model not in present:
+                item.add_marker(
+                    pytest.mark.skip(reason=f"topology {topology.lab.name} has no {model}")
+                )
+                break
+
+
+# Fixtures (lab, appliances, bench, tunnels) are defined in plugin/fixtures.py by the
+# fixtures part; they are made available here so `pytest_plugins` needs one entry only.
+try:
+    from plugin.fixtures import *  # noqa: F401,F403,E402
+except ModuleNotFoundError as _exc:  # plugin/fixtures.py not written yet
+    if _exc.name != "plugin.fixtures":
+        raise
