@@ -1,0 +1,596 @@
+"""Host transports: run POSIX sh scripts and move files on appliances and the bench.
+
+Why this shape (see docs/DESIGN.md "Transport" and the 000/001 pages):
+- OPNsense runs every SSH command string through root's login shell, csh/tcsh, where
+  `2>&1` writes a file named `1`, `>/dev/null 2>&1` is "Ambiguous output redirect.",
+  `!` is history even in single quotes and `echo "a\\1b"` writes byte 0x01. So the ONLY
+  command string ever sent to the login shell is the fixed literal "/bin/sh -s"; the
+  script itself travels on the channel's stdin and is interpreted by sh.
+- stdout and stderr are kept apart and drained concurrently (paramiko #1778/#213:
+  reading one stream after the other deadlocks when both exceed the window).
+- Host keys are pinned per lab (known_hosts) with a rejecting policy; there is no
+  trust-on-first-use switch on purpose.
+- File contents and stdin data are never logged: they carry pre-shared keys.
+
+Library code: no pytest import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import paramiko
+
+from plugin.lab.errors import CommandTimeout, HostKeyError, TransportError
+
+log = logging.getLogger(__name__)
+
+#: The one and only command string given to the remote login shell.
+SH_COMMAND = "/bin/sh -s"
+
+_CHUNK = 65536
+
+
+class CommandFailed(TransportError):
+    """A command ran but exited non-zero where the caller required success."""
+
+    def __init__(self, host: str, what: str, status: int, stderr_tail: str) -> None:
+        self.host = host
+        self.what = what
+        self.status = status
+        self.stderr_tail = stderr_tail
+        msg = f"{host}: {what} failed with status {status}"
+        if stderr_tail:
+            msg += f"; stderr (last lines):\n{stderr_tail}"
+        super().__init__(msg)
+
+
+@dataclass
+class RunResult:
+    """What a script produced. Text is UTF-8 decoded with surrogateescape, so
+    `stdout.encode("utf-8", "surrogateescape")` gives back the exact bytes."""
+
+    stdout: str
+    stderr: str
+    status: int
+    duration: float
+    host: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+    def check(self, what: str, tail_lines: int = 10) -> "RunResult":
+        """Return self if status is 0, else raise CommandFailed naming `what`."""
+        if self.status != 0:
+            tail = "\n".join(self.stderr.rstrip("\n").splitlines()[-tail_lines:])
+            raise CommandFailed(self.host, what, self.status, tail)
+        return self
+
+
+@runtime_checkable
+class Host(Protocol):
+    """What every transport offers (an appliance over SSH, the bench locally)."""
+
+    name: str
+
+    def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult: ...
+    def read_file(self, path: str) -> bytes: ...
+    def write_file_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+    def exists(self, path: str) -> bool: ...
+    def remove(self, path: str, missing_ok: bool = True) -> None: ...
+    def rename(self, src: str, dst: str) -> None: ...
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def argv(*args: str | os.PathLike[str] | int) -> str:
+    """One sh command line, every argument quoted with shlex.quote (safe for any bytes
+    sh accepts: quotes, backslashes, `$`, `!`, backticks, `;`, newlines)."""
+    if not args:
+        raise ValueError("argv() needs at least the command name")
+    return " ".join(shlex.quote(os.fspath(a) if not isinstance(a, int) else str(a)) for a in args)
+
+
+def script(*lines: str) -> str:
+    """Join sh lines into one script (each line is already valid sh)."""
+    return "\n".join(lines) + "\n"
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _wrap(body: str, stdin_path: str | None) -> bytes:
+    """Enclose the script in a `{ ...; }` group with its own stdin.
+
+    Why: sh -s reads the script from stdin as it goes, so a command in the script that
+    reads stdin (cat, read, ssh...) would swallow the rest of the script. A brace group
+    is parsed completely before it runs, and its redirection gives the commands
+    /dev/null (or the caller's data file) instead. A syntax error anywhere means nothing
+    runs at all (sh exits 2), which is what we want on an appliance.
+    """
+    if not body.endswith("\n"):
+        body += "\n"
+    src = shlex.quote(stdin_path) if stdin_path else "/dev/null"
+    prologue = f"rm -f {src}\n" if stdin_path else ""
+    return ("{\n" + prologue + body + "} < " + src + "\n").encode("utf-8", "surrogateescape")
+
+
+def _random_token(n: int = 6) -> str:
+    return os.urandom(n).hex()
+
+
+# --------------------------------------------------------------------------- SSH
+
+
+class _RejectWithHint(paramiko.RejectPolicy):
+    """RejectPolicy whose error says which known_hosts to update and how."""
+
+    def __init__(self, known_hosts: str, address: str, port: int) -> None:
+        self.known_hosts = known_hosts
+        self.address = address
+        self.port = port
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        raise HostKeyError(
+            f"host key of {hostname} ({key.get_name()} {key.fingerprint}) is not in "
+            f"{self.known_hosts}; no command was sent. If this host is really the lab's, "
+            f"verify the fingerprint out of band and add it with: "
+            f"ssh-keyscan -p {self.port} {self.address} >> {self.known_hosts}"
+        )
+
+
+class SshHost:
+    """An appliance (or an SSH-reached bench) over one reused paramiko connection."""
+
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        port: int,
+        user: str,
+        key_file: str | os.PathLike[str],
+        known_hosts: str | os.PathLike[str],
+        jump: "SshHost | None" = None,
+        connect_timeout: float = 10,
+        command_timeout: float = 60,
+        keepalive: int = 15,
+    ) -> None:
+        self.name = name
+        self.address = address
+        self.port = int(port)
+        self.user = user
+        self.key_file = os.fspath(key_file)
+        self.known_hosts = os.fspath(known_hosts)
+        self.jump = jump
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self.keepalive = keepalive
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.RLock()
+        self._sftp_local = threading.local()
+        self._generation = 0  # bumped on every (re)connect; stale SFTP sessions are dropped
+
+    def __repr__(self) -> str:
+        via = f" via {self.jump.name}" if self.jump else ""
+        return f"SshHost({self.name!r}, {self.user}@{self.address}:{self.port}{via})"
+
+    # ---- connection
+
+    def _connect(self) -> paramiko.SSHClient:
+        if not Path(self.known_hosts).is_file():
+            raise HostKeyError(
+                f"{self.name}: known_hosts file {self.known_hosts} does not exist; create it "
+                f"(after checking the fingerprint) with: "
+                f"ssh-keyscan -p {self.port} {self.address} >> {self.known_hosts}"
+            )
+        client = paramiko.SSHClient()
+        # Only the lab's file, never ~/.ssh/known_hosts (load_system_host_keys is not called).
+        client.load_host_keys(self.known_hosts)
+        client.set_missing_host_key_policy(_RejectWithHint(self.known_hosts, self.address, self.port))
+        sock = None
+        if self.jump is not None:
+            try:
+                sock = self.jump.transport().open_channel(
+                    "direct-tcpip", (self.address, self.port), ("127.0.0.1", 0),
+                    timeout=self.connect_timeout,
+                )
+            except (paramiko.SSHException, OSError, EOFError) as e:
+                raise TransportError(
+                    f"{self.name}: jump host {self.jump.name} could not open a channel to "
+                    f"{self.address}:{self.port}: {e}"
+                ) from e
+        t0 = time.monotonic()
+        try:
+            client.connect(
+                self.address, port=self.port, username=self.user,
+                key_filename=self.key_file, allow_agent=False, look_for_keys=False,
+                timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
+                auth_timeout=self.connect_timeout, channel_timeout=self.connect_timeout,
+                sock=sock,
+            )
+        except HostKeyError:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as e:
+            client.close()
+            raise HostKeyError(
+                f"{self.name}: host key of [{self.address}]:{self.port} CHANGED: got "
+                f"{e.key.get_name()} {e.key.fingerprint}, {self.known_hosts} pins "
+                f"{e.expected_key.get_name()} {e.expected_key.fingerprint}; no command was "
+                f"sent. If the appliance was reinstalled, verify the new fingerprint, remove "
+                f"the old line (ssh-keygen -f {self.known_hosts} -R '[{self.address}]:{self.port}') "
+                f"and add the new one (ssh-keyscan -p {self.port} {self.address} >> {self.known_hosts})"
+            ) from e
+        except paramiko.AuthenticationException as e:
+            client.close()
+            raise TransportError(
+                f"{self.name}: key authentication as {self.user}@{self.address}:{self.port} "
+                f"with {self.key_file} failed: {e}"
+            ) from e
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            client.close()
+            raise TransportError(
+                f"{self.name}: cannot connect to {self.user}@{self.address}:{self.port}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        transport = client.get_transport()
+        assert transport is not None
+        if self.keepalive:
+            transport.set_keepalive(self.keepalive)
+        log.debug("%s: connected in %.3fs", self.name, time.monotonic() - t0)
+        return client
+
+    def transport(self) -> paramiko.Transport:
+        """The live transport, connecting (or reconnecting once) as needed."""
+        with self._lock:
+            if self._client is not None:
+                t = self._client.get_transport()
+                if t is not None and t.is_active():
+                    return t
+                log.debug("%s: transport died, reconnecting", self.name)
+                self._drop()
+            self._client = self._connect()
+            self._generation += 1
+            t = self._client.get_transport()
+            assert t is not None
+            return t
+
+    def _drop(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001 -- closing a dead client must not mask the cause
+                pass
+            self._client = None
+
+    def close(self) -> None:
+        with self._lock:
+            sftp = getattr(self._sftp_local, "sftp", None)
+            if sftp is not None:
+                try:
+                    sftp.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._sftp_local.sftp = None
+            self._drop()
+
+    def __enter__(self) -> "SshHost":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- commands
+
+    def _open_session(self) -> paramiko.Channel:
+        """Open a session channel; if the connection is dead, reconnect once and retry.
+        Nothing has been executed at this point, so retrying cannot run a command twice."""
+        for attempt in (1, 2):
+            t = self.transport()
+            try:
+                return t.open_session(timeout=self.connect_timeout)
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                if attempt == 2:
+                    raise TransportError(f"{self.name}: cannot open a session: {e}") from e
+                log.debug("%s: open_session failed (%s), reconnecting once", self.name, e)
+                with self._lock:
+                    self._drop()
+        raise AssertionError("unreachable")
+
+    def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
+        """Run a POSIX sh script: sent on stdin to the literal `/bin/sh -s`.
+
+        `stdin` data (if any) is uploaded by SFTP to a private temp file that the script's
+        brace group reads and removes first; it is never logged.
+        """
+        timeout = self.command_timeout if timeout is None else timeout
+        data_path = None
+        if stdin is not None:
+            data_path = f"/tmp/.ipsec-hil-stdin-{_random_token()}"
+            self._put(data_path, stdin, 0o600)
+        payload = _wrap(script, data_path)
+        t0 = time.monotonic()
+        chan = self._open_session()
+        try:
+            chan.exec_command(SH_COMMAND)
+            chan.sendall(payload)
+            chan.shutdown_write()
+            out, err, status = self._drain(chan, t0 + timeout, timeout)
+        except CommandTimeout:
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise TransportError(f"{self.name}: command channel failed: {type(e).__name__}: {e}") from e
+        finally:
+            chan.close()
+            if data_path is not None:
+                try:
+                    self.remove(data_path)
+                except TransportError:
+                    pass
+        dur = time.monotonic() - t0
+        log.debug("%s: sh script (%d lines) status=%d in %.3fs", self.name,
+                  script.count("\n") + 1, status, dur)
+        return RunResult(_decode(out), _decode(err), status, dur, self.name)
+
+    def _drain(self, chan: paramiko.Channel, deadline: float, timeout: float) -> tuple[bytes, bytes, int]:
+        """Read stdout and stderr together until the exit status arrives."""
+        out: list[bytes] = []
+        err: list[bytes] = []
+        fd = chan.fileno()  # a pipe paramiko sets when either stream has data
+        while True:
+            progressed = False
+            while chan.recv_ready():
+                out.append(chan.recv(_CHUNK))
+                progressed = True
+            while chan.recv_stderr_ready():
+                err.append(chan.recv_stderr(_CHUNK))
+                progressed = True
+            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+            if chan.closed and not progressed:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                chan.close()
+                log.debug("%s: command timed out after %.1fs", self.name, timeout)
+                raise CommandTimeout(f"{self.name}: command did not finish within {timeout:g}s "
+                                     f"(channel closed)")
+            if not progressed:
+                select.select([fd], [], [], min(remaining, 0.2))
+        status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+        return b"".join(out), b"".join(err), status
+
+    # ---- files (SFTP, one session per thread: SFTPClient is not thread-safe)
+
+    def sftp(self) -> paramiko.SFTPClient:
+        local = self._sftp_local
+        t = self.transport()
+        if getattr(local, "sftp", None) is None or local.generation != self._generation:
+            try:
+                local.sftp = paramiko.SFTPClient.from_transport(t)
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                raise TransportError(f"{self.name}: cannot open SFTP: {e}") from e
+            local.generation = self._generation
+        return local.sftp
+
+    def read_file(self, path: str) -> bytes:
+        try:
+            with self.sftp().open(path, "rb") as f:
+                f.prefetch()
+                data = f.read()
+        except FileNotFoundError as e:
+            raise TransportError(f"{self.name}: {path}: no such file") from e
+        except (OSError, paramiko.SSHException) as e:
+            raise TransportError(f"{self.name}: cannot read {path}: {e}") from e
+        log.debug("%s: read %s (%d bytes)", self.name, path, len(data))
+        return data
+
+    def _put(self, path: str, data: bytes, mode: int) -> None:
+        sftp = self.sftp()
+        try:
+            with sftp.open(path, "wb") as f:
+                sftp.chmod(path, mode)  # before the data: a secret is never world-readable
+                f.set_pipelined(True)
+                f.write(data)
+        except (OSError, paramiko.SSHException) as e:
+            raise TransportError(f"{self.name}: cannot write {path}: {e}") from e
+
+    def write_file_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write to `<dir>/.<name>.tmp-<random>` and posix-rename over `path`: readers see
+        the old or the new file, never a half-written one."""
+        d, base = os.path.split(path)
+        tmp = f"{d or '.'}/.{base}.tmp-{_random_token()}"
+        try:
+            self._put(tmp, data, mode)
+            st = self.sftp().stat(tmp)
+            if st.st_size != len(data):
+                raise TransportError(f"{self.name}: {tmp}: wrote {len(data)} bytes, server has {st.st_size}")
+            self.rename(tmp, path)
+        except BaseException:
+            try:
+                self.remove(tmp)
+            except TransportError:
+                pass
+            raise
+        log.debug("%s: wrote %s atomically (%d bytes, mode %o)", self.name, path, len(data), mode)
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.sftp().stat(path)
+            return True
+        except FileNotFoundError:
+            return False
+        except (OSError, paramiko.SSHException) as e:
+            raise TransportError(f"{self.name}: cannot stat {path}: {e}") from e
+
+    def remove(self, path: str, missing_ok: bool = True) -> None:
+        try:
+            self.sftp().remove(path)
+        except FileNotFoundError as e:
+            if not missing_ok:
+                raise TransportError(f"{self.name}: {path}: no such file") from e
+        except (OSError, paramiko.SSHException) as e:
+            raise TransportError(f"{self.name}: cannot remove {path}: {e}") from e
+
+    def rename(self, src: str, dst: str) -> None:
+        """Rename replacing dst (posix-rename@openssh.com). Only if the server lacks that
+        extension: remove dst then rename (not atomic; logged)."""
+        sftp = self.sftp()
+        try:
+            sftp.posix_rename(src, dst)
+            return
+        except OSError as e:
+            if e.errno is not None or "unsupported" not in str(e).lower():
+                raise TransportError(f"{self.name}: cannot rename {src} -> {dst}: {e}") from e
+        log.debug("%s: server lacks posix-rename; falling back to remove+rename for %s (not atomic)",
+                  self.name, dst)
+        try:
+            try:
+                sftp.remove(dst)
+            except FileNotFoundError:
+                pass
+            sftp.rename(src, dst)
+        except (OSError, paramiko.SSHException) as e:
+            raise TransportError(f"{self.name}: cannot rename {src} -> {dst}: {e}") from e
+
+
+# --------------------------------------------------------------------------- local
+
+
+class LocalHost:
+    """The machine pytest runs on (the bench PC), optionally inside a named netns.
+
+    Same contract as SshHost: the script goes on stdin to /bin/sh -s (through
+    `ip netns exec NS` when a namespace is given). Files are this machine's files (a
+    netns shares the mount namespace).
+    """
+
+    def __init__(self, name: str = "local", netns: str | None = None, command_timeout: float = 60) -> None:
+        self.name = name
+        self.netns = netns
+        self.command_timeout = command_timeout
+
+    def __repr__(self) -> str:
+        return f"LocalHost({self.name!r}, netns={self.netns!r})"
+
+    def _cmd(self) -> list[str]:
+        sh = ["/bin/sh", "-s"]
+        return ["ip", "netns", "exec", self.netns, *sh] if self.netns else sh
+
+    def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
+        timeout = self.command_timeout if timeout is None else timeout
+        data_path = None
+        if stdin is not None:
+            data_path = f"/tmp/.ipsec-hil-stdin-{_random_token()}"
+            fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(stdin)
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                self._cmd(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as e:
+            raise TransportError(f"{self.name}: cannot start {self._cmd()}: {e}") from e
+        try:
+            out, err = proc.communicate(_wrap(script, data_path), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            raise CommandTimeout(f"{self.name}: command did not finish within {timeout:g}s "
+                                 f"(process group killed)") from None
+        finally:
+            if data_path is not None and os.path.exists(data_path):
+                os.unlink(data_path)
+        dur = time.monotonic() - t0
+        log.debug("%s: sh script (%d lines) status=%d in %.3fs", self.name,
+                  script.count("\n") + 1, proc.returncode, dur)
+        return RunResult(_decode(out), _decode(err), proc.returncode, dur, self.name)
+
+    def read_file(self, path: str) -> bytes:
+        try:
+            return Path(path).read_bytes()
+        except OSError as e:
+            raise TransportError(f"{self.name}: cannot read {path}: {e}") from e
+
+    def write_file_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        d, base = os.path.split(path)
+        tmp = f"{d or '.'}/.{base}.tmp-{_random_token()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode & 0o7777)
+            os.fchmod(fd, mode & 0o7777)  # umask must not widen or narrow the requested mode
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise TransportError(f"{self.name}: cannot write {path}: {e}") from e
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+    def remove(self, path: str, missing_ok: bool = True) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError as e:
+            if not missing_ok:
+                raise TransportError(f"{self.name}: {path}: no such file") from e
+        except OSError as e:
+            raise TransportError(f"{self.name}: cannot remove {path}: {e}") from e
+
+    def rename(self, src: str, dst: str) -> None:
+        try:
+            os.replace(src, dst)
+        except OSError as e:
+            raise TransportError(f"{self.name}: cannot rename {src} -> {dst}: {e}") from e
+
+    def close(self) -> None:
+        """Nothing to release: every run is its own process."""
+
+
+# --------------------------------------------------------------------------- factory
+
+
+def host_from_mgmt(name: str, mgmt: Any, known_hosts: str | os.PathLike[str] | None,
+                   jump: "SshHost | None" = None) -> SshHost | LocalHost:
+    """Build a Host from a topology `Mgmt`-like object (duck-typed: address, port, user,
+    key_file, connect_timeout, command_timeout; or local/netns). `jump` is the already
+    built SshHost for `mgmt.jump` (the caller resolves names to hosts)."""
+    if getattr(mgmt, "local", False):
+        return LocalHost(name, netns=getattr(mgmt, "netns", None),
+                         command_timeout=getattr(mgmt, "command_timeout", None) or 60)
+    missing = [a for a in ("address", "port", "user", "key_file") if getattr(mgmt, a, None) in (None, "")]
+    if missing:
+        raise TransportError(f"{name}: mgmt lacks {', '.join(missing)} (need local: true or ssh fields)")
+    if known_hosts is None:
+        raise HostKeyError(f"{name}: no known_hosts file configured for the lab (lab.known_hosts)")
+    if getattr(mgmt, "jump", None) and jump is None:
+        raise TransportError(f"{name}: mgmt.jump={mgmt.jump!r} but no jump host was passed")
+    return SshHost(
+        name, mgmt.address, mgmt.port, mgmt.user, mgmt.key_file, known_hosts, jump=jump,
+        connect_timeout=getattr(mgmt, "connect_timeout", None) or 10,
+        command_timeout=getattr(mgmt, "command_timeout", None) or 60,
+    )
