@@ -1,0 +1,161 @@
+"""measure: settle over a scripted sequence of snapshots, ledgers, invariant messages."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from plugin.lab.errors import InvariantError
+from plugin.lab.measure import (
+    Ledger,
+    SettleTimeout,
+    Snapshot,
+    collect_checks,
+    expect_at_least,
+    expect_equal,
+    expect_within,
+    expect_zero,
+    settle,
+)
+
+
+def snap(app: str, t: float, esp_in: int = 0, **counters: int) -> Snapshot:
+    return Snapshot(app, t, dict(counters), {"received-packets": esp_in, "dropped-bad-auth": 0})
+
+
+class ScriptedAppliance:
+    """A scripted sequence of reads: the logic of settle is what is tested, not a transport."""
+
+    def __init__(self, name: str, seq: list[Snapshot]) -> None:
+        self.name = name
+        self.seq = list(seq)
+        self.reads = 0
+
+    def snapshot(self) -> Snapshot:
+        self.reads += 1
+        return self.seq.pop(0) if len(self.seq) > 1 else self.seq[0]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_settle_returns_after_two_equal_reads():
+    seq = [snap("dut", i, tx_encrypt=v) for i, v in enumerate([10, 20, 25, 25, 99])]
+    app = ScriptedAppliance("dut", seq)
+    clock = FakeClock()
+    s = settle(app, interval=0.5, timeout=10, sleep=clock.sleep, clock=clock)
+    assert s.counters["tx_encrypt"] == 25
+    assert app.reads == 4
+    assert clock.now == pytest.approx(1.5)
+
+
+def test_settle_esp_counters_count_too():
+    seq = [snap("dut", 0, esp_in=1, a=1), snap("dut", 1, esp_in=2, a=1), snap("dut", 2, esp_in=2, a=1)]
+    app = ScriptedAppliance("dut", seq)
+    clock = FakeClock()
+    settle(app, sleep=clock.sleep, clock=clock)
+    assert app.reads == 3
+
+
+def test_settle_times_out_naming_the_moving_counter():
+    class Moving:
+        name = "dut"
+        n = 0
+
+        def snapshot(self):
+            self.n += 1
+            return snap("dut", self.n, tx_encrypt=self.n, rx_bad=0)
+
+    clock = FakeClock()
+    with pytest.raises(SettleTimeout, match=r"dut: counters did not settle.*still moving: tx_encrypt$"):
+        settle(Moving(), interval=0.5, timeout=2, sleep=clock.sleep, clock=clock)
+
+
+def ledger() -> Ledger:
+    before = [snap("dut3300", 0, esp_in=0, tx_encrypt=100, out_taken=100, rx_bad=0),
+              snap("peer3300", 0, esp_in=50, tx_encrypt=0)]
+    after = [snap("dut3300", 1, esp_in=0, tx_encrypt=7_397_269, out_taken=7_397_269, rx_bad=0),
+             snap("peer3300", 1, esp_in=7_397_219, tx_encrypt=0)]
+    return Ledger.from_snapshots(before, after, title="000 outbound")
+
+
+def test_ledger_values_table_csv():
+    lg = ledger()
+    assert lg.delta("dut3300:tx_encrypt") == 7_397_169
+    assert lg.delta("peer3300:esp.received-packets") == 7_397_169
+    assert lg.value(["dut3300:tx_encrypt", "peer3300:tx_encrypt"]) == 7_397_169
+    t = lg.table()
+    assert "ledger: 000 outbound" in t
+    assert "+7,397,169" in t and "7,397,269" in t
+    rows = list(csv.DictReader(io.StringIO(lg.csv())))
+    assert {"appliance": "dut3300", "counter": "tx_encrypt", "before": "100", "after": "7397269",
+            "delta": "7397169"} in rows
+    assert len(rows) == (3 + 2) + (1 + 2)  # driver counters + two esp keys per end
+    assert lg.markdown().count("\n") == len(rows) + 1
+
+
+def test_missing_counter_is_a_clear_error():
+    with pytest.raises(Exception, match="dut3300 has no counter 'nope'"):
+        ledger().delta("dut3300:nope")
+    with pytest.raises(Exception, match="must be '<appliance>:<counter>'"):
+        ledger().delta("tx_encrypt")
+
+
+def test_expect_equal_holds_and_records():
+    lg = ledger()
+    with collect_checks() as checks:
+        v = expect_equal(lg, "dut3300:tx_encrypt", "peer3300:esp.received-packets", "the peer's ESP input exactly")
+    assert v == 7_397_169
+    assert checks[0].held and lg.checks[0].held
+    assert "dut3300:tx_encrypt = peer3300:esp.received-packets" in checks[0].text
+
+
+def test_expect_equal_broken_message_has_words_and_whole_ledger():
+    lg = ledger()
+    with collect_checks() as checks, pytest.raises(InvariantError) as ei:
+        expect_equal(lg, "dut3300:tx_encrypt", 7_000_000, "tx_encrypt = out_taken")
+    msg = str(ei.value)
+    assert msg.startswith("invariant broken: tx_encrypt = out_taken: dut3300:tx_encrypt = 7,000,000")
+    assert "differ by +397,169" in msg
+    assert lg.table() in msg
+    assert isinstance(ei.value, AssertionError)
+    assert checks and not checks[0].held
+
+
+def test_expect_zero_bare_name_expands_to_every_appliance():
+    lg = ledger()
+    expect_zero(lg, ["rx_bad", "esp.dropped-bad-auth"], "no drops")
+    assert "peer3300:esp.dropped-bad-auth" in lg.checks[-1].text
+    with pytest.raises(InvariantError, match=r"moved: dut3300:tx_encrypt \+7,397,169"):
+        expect_zero(lg, "dut3300:tx_encrypt")
+
+
+def test_expect_at_least_and_within():
+    expect_at_least(935.3, 850, "four streams at the port's rate", unit="Mbit/s")
+    with pytest.raises(InvariantError, match="measured 396 Mbit/s, below the floor 850 Mbit/s"):
+        expect_at_least(396, 850, "first stream after boot", unit="Mbit/s")
+    lg = ledger()
+    expect_within("dut3300:tx_encrypt", "peer3300:esp.received-packets", 0.001, "handed vs decrypted", ledger=lg)
+    with pytest.raises(InvariantError) as ei:
+        expect_within(2_358_711, 2_000_000, 0.001, "handed vs decrypted", ledger=lg)
+    assert "allowed" in str(ei.value) and "ledger: 000 outbound" in str(ei.value)
+
+
+def test_no_secret_in_invariant_messages():
+    from plugin.lab.provision import Secret
+
+    psk = Secret("hunter2-very-secret")
+    lg = ledger()
+    with pytest.raises(InvariantError) as ei:
+        expect_equal(lg, "dut3300:tx_encrypt", 1, f"keyed with {psk}")
+    assert "hunter2" not in str(ei.value)
