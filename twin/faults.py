@@ -89,9 +89,9 @@ def _convert(fault: str, p: Param, value: Any) -> Any:
 
 
 REGISTRY: dict[str, Fault] = {f.name: f for f in (
-    Fault("drop_every", "engine", (Param("n", int, 100, "drop one ESP frame in n on receive, uncounted"),),
-          "every n-th inbound ESP frame vanishes without any counter moving",
-          "conservation: the peer's FROM_WIRE_TO_IPSEC_DECR / rx_done equals this end's tx_encrypt"),
+    Fault("drop_every", "engine", (Param("n", int, 100, "drop one encrypted frame in n after counting it"),),
+          "every n-th outbound ESP frame is counted (tx_encrypt) but never reaches the wire",
+          "conservation: tx_encrypt equals the peer's ESP input (FROM_WIRE_TO_IPSEC_DECR / rx_done)"),
     Fault("count_extra", "engine", (),
           "tx_encrypt counts one more than the packets actually encrypted",
           "conservation: tx_encrypt equals peer ESP input (exactly, when uncongested)"),
