@@ -1,0 +1,24 @@
+"""One parser per command: `parse(text, ...) -> frozen dataclass`, ParseError otherwise.
+
+Pure functions over captured output (no paramiko, no pytest): the appliance layer runs
+the command, these turn its output into typed values. Golden files in tests/golden/.
+"""
+from ._base import ParseError
+
+MODULES = (
+    "sysctl",
+    "netstat_esp",
+    "swanctl_list_sas",
+    "swanctl_list_sas_raw",
+    "swanctl_initiate",
+    "swanctl_load",
+    "ping",
+    "iperf3",
+    "kldstat",
+    "md5",
+    "ifconfig",
+    "setkey",
+    "route_get",
+)
+
+__all__ = ["ParseError", "MODULES"]
