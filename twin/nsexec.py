@@ -1,0 +1,169 @@
+"""Launcher: run a program the way the emulated appliance would, then exec it.
+
+`python -m twin.nsexec --host-dir DIR [--netns NS] -- PROGRAM ARG...`
+
+Why a separate process: the SSH server is multi-threaded and lives in the root
+namespace; entering another network namespace and a private mount namespace must
+happen in a fresh single-threaded process right before `execve`, so it is done
+here (ctypes on libc) rather than in a `preexec_fn`.
+
+Steps, in order:
+1. `setns(/run/netns/NS, CLONE_NEWNET)` when a namespace is given;
+2. `unshare(CLONE_NEWNS)` and make every mount private (nothing leaks back);
+3. remount /sys for the new network namespace (as `ip netns exec` does), best effort;
+4. bind-mount the appliance paths from DIR/root over the real ones:
+   /usr/local/etc, /boot, /var/db, /var/log (see DESIGN.md "The virtual lab at run time");
+5. chdir to $HOME and execve the program with the caller's environment.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+from pathlib import Path
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+
+APPLIANCE_MOUNTS: tuple[str, ...] = ("/usr/local/etc", "/boot", "/var/db", "/var/log", "/root", "/tmp")
+"""Appliance paths whose contents come from DIR/root/<path> (shared with SFTP).
+
+/root (root's home, where csh's `2>&1` leaves its file `1`) and /tmp are per appliance
+too, so two emulated appliances (or the host) never see each other's scratch files."""
+
+EXIT_SETUP_FAILED = 126
+"""Exit status when the namespace cannot be entered (the command never ran)."""
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+class NsExecError(RuntimeError):
+    """Entering the appliance's namespaces failed (message names the step)."""
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise NsExecError(f"{what}: {os.strerror(err)}")
+
+
+def _mount(src: str | None, dst: str, fstype: str | None, flags: int) -> None:
+    ret = _libc.mount(
+        src.encode() if src else None,
+        dst.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        None,
+    )
+    _check(ret, f"mount {src or '-'} -> {dst}")
+
+
+def enter_netns(netns: str) -> None:
+    """Join the named network namespace (the file `ip netns add` created)."""
+    path = f"/run/netns/{netns}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise NsExecError(f"open {path}: {exc.strerror}") from None
+    try:
+        _check(_libc.setns(fd, CLONE_NEWNET), f"setns {path}")
+    finally:
+        os.close(fd)
+
+
+def private_mounts(host_dir: Path, netns: str | None) -> None:
+    """New mount namespace with DIR/root's appliance paths bound over the real ones."""
+    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if netns:
+        # /sys shows the network namespace of whoever mounted it; ip netns exec does the same.
+        if _libc.umount2(b"/sys", MNT_DETACH) == 0:
+            try:
+                _mount(netns, "/sys", "sysfs", 0)
+            except NsExecError:
+                pass
+    root = host_dir / "root"
+    for target in APPLIANCE_MOUNTS:
+        src = root / target.lstrip("/")
+        if not src.is_dir():
+            src.mkdir(parents=True, exist_ok=True)
+            if target == "/tmp":
+                src.chmod(0o1777)
+        # Debian has no /var/db: create the (empty) mount point once; harmless on the host.
+        os.makedirs(target, exist_ok=True)
+        _mount(str(src), target, None, MS_BIND | MS_REC)
+
+
+def enter(host_dir: Path, netns: str | None) -> None:
+    """Do steps 1-4 in the current (single-threaded) process."""
+    if netns:
+        enter_netns(netns)
+    private_mounts(host_dir, netns)
+
+
+def launcher_argv(
+    host_dir: str | os.PathLike[str],
+    netns: str | None,
+    argv: list[str],
+    *,
+    argv0: str | None = None,
+    python: str | None = None,
+) -> list[str]:
+    """The argv that runs `argv` inside the appliance (used by twin.sshd)."""
+    cmd = [python or sys.executable, "-m", "twin.nsexec", "--host-dir", str(host_dir)]
+    if netns:
+        cmd += ["--netns", netns]
+    if argv0:
+        cmd += ["--argv0", argv0]
+    return cmd + ["--"] + list(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    host_dir: str | None = None
+    netns: str | None = None
+    argv0: str | None = None
+    while args and args[0] != "--":
+        opt = args.pop(0)
+        if opt in ("--host-dir", "--netns", "--argv0") and args:
+            val = args.pop(0)
+            if opt == "--host-dir":
+                host_dir = val
+            elif opt == "--netns":
+                netns = val or None
+            else:
+                argv0 = val
+        else:
+            print(f"twin.nsexec: unknown option {opt!r}", file=sys.stderr)
+            return 2
+    if not args or args[0] != "--" or len(args) < 2 or not host_dir:
+        print("usage: python -m twin.nsexec --host-dir DIR [--netns NS] [--argv0 NAME] -- PROGRAM ARG...",
+              file=sys.stderr)
+        return 2
+    prog = args[1:]
+    try:
+        enter(Path(host_dir), netns)
+    except NsExecError as exc:
+        print(f"twin.nsexec: {exc}", file=sys.stderr)
+        return EXIT_SETUP_FAILED
+    home = os.environ.get("HOME", "/")
+    try:
+        os.chdir(home)
+    except OSError:
+        os.chdir("/")
+    exec_argv = [argv0 or prog[0]] + prog[1:]
+    try:
+        os.execvp(prog[0], exec_argv)
+    except OSError as exc:
+        print(f"twin.nsexec: exec {prog[0]}: {exc.strerror}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())
