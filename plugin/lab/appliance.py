@@ -1,0 +1,498 @@
+"""What an OPNsense appliance can be asked, answered in typed values.
+
+Why: every measurement on the pages was a handful of commands typed into a csh over SSH,
+and four of them were lost to csh's quoting (the 000 page's ``2>&1``). Here each question
+is ONE POSIX sh script sent through :class:`plugin.lab.remote.Host` (stdin of ``/bin/sh -s``,
+never a csh string), with every argument quoted by ``argv``, and its output parsed by the
+parser of that command (``plugin.lab.parsers.<cmd>``), so an unexpected output is a
+ParseError naming the line instead of a silent zero.
+
+Multi-command questions (``snapshot``, ``module_info``) print sections separated by marker
+lines (``@@hil <section>``) so one round trip gives a consistent reading.
+
+Secrets: ``setkey_sas()`` returns the keys (the independent decryption needs them); they
+are never logged here, and nothing here logs command output at all.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import logging
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from plugin.lab.errors import CommandTimeout, LabError, ParseError, ProfileError, TransportError
+from plugin.lab.measure import Snapshot
+from plugin.lab.remote import RunResult, argv
+
+log = logging.getLogger(__name__)
+
+MARK = "@@hil"
+_SECTION = re.compile(rf"^{MARK} (\S+)(?: (.*))?$")
+
+
+def parser(name: str) -> Any:
+    """``plugin.lab.parsers.<name>`` (imported on first use: each parser is its own module)."""
+    return importlib.import_module(f"plugin.lab.parsers.{name}")
+
+
+def sections(stdout: str) -> dict[str, str]:
+    """Split output printed as ``@@hil NAME`` marker lines followed by that section's text."""
+    out: dict[str, str] = {}
+    cur: str | None = None
+    buf: list[str] = []
+    for line in stdout.splitlines(keepends=True):
+        m = _SECTION.match(line.rstrip("\n"))
+        if m:
+            if cur is not None:
+                out[cur] = "".join(buf)
+            cur, buf = m.group(1), []
+            if m.group(2) is not None:
+                out[cur + ".arg"] = m.group(2)
+        elif cur is not None:
+            buf.append(line)
+        elif line.strip():
+            raise ParseError("sections", 0, line.rstrip("\n"), f"output before the first {MARK} marker")
+    if cur is not None:
+        out[cur] = "".join(buf)
+    return out
+
+
+def _mark(name: str, arg: str | None = None) -> str:
+    """sh line printing a section marker (arg may be a sh expansion like "$?")."""
+    return f"printf '%s\\n' \"{MARK} {name}{(' ' + arg) if arg else ''}\""
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """The driver module: where it is, whether loaded, and which build (md5/size)."""
+
+    name: str
+    path: str
+    loaded: bool
+    md5: str | None
+    size: int | None
+    kldstat: Any = None  # parsed kldstat
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    osrelease: str
+    version: str
+
+
+@dataclass(frozen=True)
+class RouteChange:
+    """A route this suite added, so it can be removed exactly (teardown)."""
+
+    prefix: str
+    family: str
+    gateway: str | None = None
+    interface: str | None = None
+
+
+@dataclass
+class IperfServer:
+    """A background one-off iperf3 server; ``stop()`` kills it if it is still running."""
+
+    host: Any
+    port: int
+    pid: int
+    log_path: str
+
+    def stop(self) -> None:
+        try:
+            self.host.run(
+                f"kill {self.pid} 2>/dev/null; rm -f {shlex.quote(self.log_path)}; exit 0", timeout=15
+            )
+        except TransportError as e:  # the server is one-off; a dead host is reported elsewhere
+            log.warning("%s: stopping iperf3 server %s failed: %s", getattr(self.host, "name", "?"), self.pid, e)
+
+
+def _family_of(address: str) -> str:
+    addr = address.split("%", 1)[0].split("/", 1)[0]
+    return "ipv6" if ipaddress.ip_address(addr).version == 6 else "ipv4"
+
+
+class ShellCommands:
+    """Commands an appliance and the bench share (ping, iperf3); needs ``self.host``."""
+
+    host: Any
+    name: str
+    command_timeout: float = 60.0
+    ping_extra: tuple[str, ...] = ()
+
+    def _run(self, script: str, timeout: float | None = None) -> RunResult:
+        return self.host.run(script, timeout=timeout or self.command_timeout)
+
+    def ping(
+        self,
+        dst: str,
+        size: int | None = None,
+        count: int = 5,
+        dont_fragment: bool = False,
+        source: str | None = None,
+        family: str | None = None,
+        interval: float | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """``ping`` (FreeBSD merged ping; ``-6`` for IPv6) -> parsers.ping PingResult."""
+        family = family or _family_of(dst)
+        args: list[str | int] = ["ping"]
+        if family == "ipv6":
+            args.append("-6")
+        args += ["-c", count]
+        if size is not None:
+            args += ["-s", size]
+        if dont_fragment:
+            args.append("-D")
+        if source:
+            args += ["-S", source]
+        if interval is not None:
+            args += ["-i", f"{interval:g}"]
+        deadline = int(timeout if timeout is not None else count * (interval or 1.0) + 3)
+        args += ["-t", deadline]
+        args += list(self.ping_extra)
+        args.append(dst)
+        r = self._run(argv(*args), timeout=deadline + 15)
+        return parser("ping").parse(r.stdout, r.stderr, r.status)
+
+    def iperf3_server(self, port: int = 5201, bind: str | None = None, ready_timeout: float = 10.0) -> IperfServer:
+        """Start a one-off (``-1``) iperf3 server in the background and wait until it listens."""
+        logp = f"/tmp/hil-iperf3-{port}-{int(time.time() * 1000) % 10**9}.log"
+        cmd = ["iperf3", "-s", "-1", "-p", port]
+        if bind:
+            cmd += ["-B", bind]
+        tries = int(ready_timeout / 0.1)
+        s = "\n".join(
+            [
+                f"nohup {argv(*cmd)} > {shlex.quote(logp)} 2>&1 < /dev/null &",
+                "pid=$!",
+                "i=0",
+                f"while [ $i -lt {tries} ]; do",
+                f"  if grep -q 'Server listening' {shlex.quote(logp)} 2>/dev/null; then echo \"$pid\"; exit 0; fi",
+                "  if ! kill -0 $pid 2>/dev/null; then break; fi",
+                "  sleep 0.1; i=$((i+1))",
+                "done",
+                f"cat {shlex.quote(logp)} >&2",
+                "kill $pid 2>/dev/null",
+                "exit 3",
+            ]
+        )
+        r = self._run(s, timeout=ready_timeout + 15)
+        if r.status != 0:
+            raise LabError(f"{self.name}: iperf3 server on port {port} did not start listening: {r.stderr.strip()[-300:]}")
+        return IperfServer(self.host, port, int(r.stdout.strip().splitlines()[-1]), logp)
+
+    def iperf3_client(
+        self,
+        server: str,
+        port: int = 5201,
+        seconds: float = 10,
+        streams: int = 1,
+        reverse: bool = False,
+        bind: str | None = None,
+        family: str | None = None,
+        extra: Sequence[str] = (),
+    ) -> Any:
+        """``iperf3 -c SERVER --json`` -> parsers.iperf3 IperfResult (errors included, not raised)."""
+        family = family or _family_of(server)
+        cmd: list[str | int] = ["iperf3", "-c", server, "-p", port, "-t", f"{seconds:g}", "-P", streams, "--json"]
+        cmd.append("-6" if family == "ipv6" else "-4")
+        if reverse:
+            cmd.append("-R")
+        if bind:
+            cmd += ["-B", bind]
+        cmd += list(extra)
+        r = self._run(argv(*cmd), timeout=seconds + 60)
+        return parser("iperf3").parse(r.stdout)
+
+
+class Appliance(ShellCommands):
+    """An OPNsense appliance reached through a Host, described by its hardware profile."""
+
+    def __init__(self, name: str, host: Any, profile: Any, command_timeout: float = 60.0) -> None:
+        self.name = name
+        self.host = host
+        self.profile = profile
+        self.command_timeout = command_timeout
+
+    def __repr__(self) -> str:
+        return f"Appliance({self.name!r}, model={getattr(self.profile, 'model', '?')!r})"
+
+    # ------------------------------------------------------------------ counters
+    @property
+    def counter_oids(self) -> Mapping[str, str]:
+        return dict(self.profile.counters)
+
+    def snapshot(self) -> Snapshot:
+        """All driver counters and the kernel's ESP statistics in ONE round trip."""
+        oids = self.counter_oids
+        s = "\n".join(
+            [
+                't=$(mktemp "${TMPDIR:-/tmp}/hil.XXXXXX") || exit 70',
+                _mark("sysctl"),
+                f"{argv('sysctl', *oids.values())} 2>\"$t\"; s1=$?",
+                _mark("sysctl-stderr", '"$s1"'),
+                'cat "$t"',
+                _mark("netstat"),
+                'netstat -s -p esp --libxo json 2>"$t"; s2=$?',
+                _mark("netstat-stderr", '"$s2"'),
+                'cat "$t"; rm -f "$t"',
+                _mark("end"),
+            ]
+        )
+        r = self._run(s)
+        t = time.time()
+        if r.status != 0:
+            raise TransportError(f"{self.name}: snapshot script failed with status {r.status}: {r.stderr.strip()[-300:]}")
+        sec = sections(r.stdout)
+        if "end" not in sec:
+            raise ParseError("snapshot", 0, r.stdout[-200:], "output ended before the end marker")
+        sysctl = parser("sysctl")
+        unknown = sysctl.parse_errors(sec.get("sysctl-stderr", ""))
+        if unknown:
+            names = {oid: n for n, oid in oids.items()}
+            raise ProfileError(
+                f"{self.name}: the appliance does not know "
+                + ", ".join(f"{o} ({names.get(o, '?')})" for o in unknown)
+                + " -- the hardware profile's OIDs do not match this driver build; override them"
+                " under the host's `profile:` in the topology file"
+            )
+        values = sysctl.parse(sec["sysctl"], mode="name", names=list(oids.values()))
+        counters: dict[str, int] = {}
+        for logical, oid in oids.items():
+            v = values[oid]
+            if not isinstance(v, int):
+                raise ParseError("sysctl", 0, f"{oid}: {v}", f"counter {logical} is not an integer")
+            counters[logical] = v
+        if sec.get("netstat-stderr.arg", "0") != "0":
+            raise TransportError(f"{self.name}: netstat -s -p esp failed: {sec.get('netstat-stderr', '').strip()}")
+        esp = parser("netstat_esp").parse(sec["netstat"])
+        return Snapshot(self.name, t, counters, _esp_counts(esp), bool(esp.loaded))
+
+    def esp_stats(self) -> Any:
+        """``netstat -s -p esp --libxo json`` -> parsers.netstat_esp EspStats."""
+        r = self._run("netstat -s -p esp --libxo json")
+        r.check("netstat -s -p esp")
+        return parser("netstat_esp").parse(r.stdout)
+
+    def sysctl_get(self, *names: str) -> dict[str, Any]:
+        r = self._run(argv("sysctl", *names))
+        sysctl = parser("sysctl")
+        unknown = sysctl.parse_errors(r.stderr)
+        if unknown:
+            raise LabError(f"{self.name}: unknown sysctl {', '.join(unknown)}")
+        r.check("sysctl " + " ".join(names))
+        return dict(sysctl.parse(r.stdout, mode="name", names=list(names)))
+
+    def sysctl_set(self, name: str, value: int | str) -> tuple[Any, Any]:
+        """Set one sysctl; returns (old, new) as sysctl printed them."""
+        r = self._run(argv("sysctl", f"{name}={value}"))
+        r.check(f"sysctl {name}=...")
+        return parser("sysctl").parse_set(r.stdout)[name]
+
+    # ------------------------------------------------------------------ strongSwan
+    def swanctl_load(self) -> Any:
+        """``swanctl --load-all --noprompt`` -> parsers.swanctl_load result."""
+        r = self._run("swanctl --load-all --noprompt")
+        return _parse3(parser("swanctl_load"), r)
+
+    def swanctl_initiate(self, child: str, ike: str | None = None, timeout: float = 30) -> Any:
+        """``swanctl --initiate --child X [--ike Y] --timeout S`` -> parsers.swanctl_initiate outcome."""
+        cmd: list[str | int] = ["swanctl", "--initiate", "--child", child]
+        if ike:
+            cmd += ["--ike", ike]
+        cmd += ["--timeout", int(max(1, timeout))]
+        r = self._run(argv(*cmd), timeout=timeout + 30)
+        return parser("swanctl_initiate").parse(r.stdout, r.stderr, r.status)
+
+    def swanctl_terminate(self, ike: str | None = None, child: str | None = None, timeout: float = 30) -> RunResult:
+        """``swanctl --terminate --ike X`` (or ``--child``); returns the RunResult (status kept)."""
+        if not ike and not child:
+            raise LabError("swanctl_terminate needs ike= or child=")
+        cmd: list[str | int] = ["swanctl", "--terminate"]
+        cmd += ["--ike", ike] if ike else ["--child", child]  # type: ignore[list-item]
+        cmd += ["--timeout", int(max(1, timeout))]
+        return self._run(argv(*cmd), timeout=timeout + 30)
+
+    def list_sas(self) -> Any:
+        """``swanctl --list-sas`` (text) -> parsers.swanctl_list_sas SaList."""
+        r = self._run("swanctl --list-sas")
+        r.check("swanctl --list-sas")
+        return parser("swanctl_list_sas").parse(r.stdout)
+
+    def setkey_sas(self) -> Any:
+        """``setkey -D`` -> parsers.setkey (KEYS INSIDE: never log or report the result)."""
+        r = self._run("setkey -D")
+        r.check("setkey -D")
+        return parser("setkey").parse(r.stdout)
+
+    # ------------------------------------------------------------------ routes, interfaces
+    def route_add(
+        self, prefix: str, gateway: str | None = None, interface: str | None = None, family: str | None = None
+    ) -> RouteChange:
+        """``route [-6] add -net PREFIX (GATEWAY | -interface IF)``; raises if the kernel refuses."""
+        if (gateway is None) == (interface is None):
+            raise LabError("route_add needs exactly one of gateway= or interface=")
+        family = family or _family_of(prefix)
+        cmd: list[str] = ["route"] + (["-6"] if family == "ipv6" else []) + ["add", "-net", prefix]
+        cmd += [gateway] if gateway else ["-interface", interface]  # type: ignore[list-item]
+        r = self._run(argv(*cmd))
+        if r.status != 0:
+            raise LabError(f"{self.name}: {' '.join(cmd)} failed: {(r.stdout + r.stderr).strip()[-300:]}")
+        return RouteChange(prefix, family, gateway, interface)
+
+    def route_delete(self, prefix: str, family: str | None = None) -> bool:
+        """Delete a net route; False (not an error) if it was not in the table."""
+        family = family or _family_of(prefix)
+        cmd = ["route"] + (["-6"] if family == "ipv6" else []) + ["delete", "-net", prefix]
+        r = self._run(argv(*cmd))
+        if r.status != 0 and "not in table" in r.stdout + r.stderr:
+            return False
+        if r.status != 0:
+            raise LabError(f"{self.name}: {' '.join(cmd)} failed: {(r.stdout + r.stderr).strip()[-300:]}")
+        return True
+
+    def route_get(self, dst: str, family: str | None = None) -> Any | None:
+        """``route [-6] -n get DST`` -> parsers.route_get result, or None when there is no route."""
+        family = family or _family_of(dst)
+        cmd = ["route"] + (["-6"] if family == "ipv6" else []) + ["-n", "get", dst]
+        r = self._run(argv(*cmd))
+        if "route to:" not in r.stdout:
+            if "not been found" in r.stderr or "not in table" in r.stderr or r.status != 0:
+                return None
+        return parser("route_get").parse(r.stdout)
+
+    def interface(self, name: str) -> Any:
+        """``ifconfig NAME`` -> parsers.ifconfig result (incl. ``ifdisabled``)."""
+        r = self._run(argv("ifconfig", name))
+        r.check(f"ifconfig {name}")
+        return _first_interface(parser("ifconfig").parse(r.stdout), name)
+
+    def ifconfig(self, name: str, *args: str) -> RunResult:
+        """``ifconfig NAME ARGS...`` (e.g. ``inet6 -ifdisabled``); raises on a non-zero status."""
+        return self._run(argv("ifconfig", name, *args)).check(f"ifconfig {name} {' '.join(args)}")
+
+    # ------------------------------------------------------------------ module, kernel, reboot
+    def module_info(self) -> ModuleInfo:
+        """kldstat, md5 and size of the driver module in one round trip."""
+        path = str(self.profile.module_file)
+        fname = path.rsplit("/", 1)[-1]
+        q = shlex.quote(path)
+        s = "\n".join(
+            [
+                _mark("kldstat"),
+                "kldstat",
+                _mark("md5"),
+                f"if [ -f {q} ]; then md5 {q}; fi",
+                _mark("size"),
+                f"if [ -f {q} ]; then wc -c < {q}; fi",
+                _mark("end"),
+            ]
+        )
+        r = self._run(s).check("module_info")
+        sec = sections(r.stdout)
+        kld = parser("kldstat").parse(sec["kldstat"])
+        md5 = None
+        if sec.get("md5", "").strip():
+            md5 = _md5_value(parser("md5").parse(sec["md5"]))
+        size = int(sec["size"].strip()) if sec.get("size", "").strip() else None
+        loaded = fname in _kld_names(kld)
+        return ModuleInfo(name=str(getattr(self.profile, "driver", fname)), path=path, loaded=loaded, md5=md5,
+                          size=size, kldstat=kld)
+
+    def kernel_version(self) -> KernelInfo:
+        s = "\n".join([_mark("osrelease"), "sysctl -n kern.osrelease", _mark("version"), "sysctl -n kern.version"])
+        r = self._run(s).check("sysctl kern.osrelease kern.version")
+        sec = sections(r.stdout)
+        version = next((l.strip() for l in sec.get("version", "").splitlines() if l.strip()), "")
+        return KernelInfo(sec.get("osrelease", "").strip(), version)
+
+    def reboot(self, wait: bool = True, timeout: float = 600, poll: float = 2.0) -> None:
+        """``shutdown -r now``; with ``wait`` poll until the appliance answers with a new boot time."""
+        before = self._boottime()
+        try:
+            self._run("shutdown -r now", timeout=30)
+        except TransportError:
+            pass  # the session drops as the machine goes down
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(poll)
+            try:
+                now = self._boottime()
+            except TransportError:
+                continue
+            if before is None or (now is not None and now != before):
+                return
+        raise CommandTimeout(f"{self.name}: not back {timeout:g} s after shutdown -r now")
+
+    def _boottime(self) -> str | None:
+        r = self._run("sysctl -n kern.boottime", timeout=20)
+        return r.stdout.strip() if r.status == 0 and r.stdout.strip() else None
+
+
+def _parse3(mod: Any, r: RunResult) -> Any:
+    """Call a parser that takes (stdout, stderr, status) -- or (text) for older versions."""
+    try:
+        return mod.parse(r.stdout, r.stderr, r.status)
+    except TypeError:
+        return mod.parse(r.stdout)
+
+
+def _esp_counts(esp: Any) -> dict[str, int]:
+    """EspStats -> {freebsd-key: int} (the kernel's own key names, as DESIGN.md says)."""
+    if not esp.loaded:
+        return {}
+    keys = parser("netstat_esp").COUNTERS
+    out: dict[str, int] = {}
+    for field_name, key, _ in keys:
+        v = getattr(esp, field_name)
+        if v is not None:
+            out[key] = int(v)
+    return out
+
+
+def _first_interface(parsed: Any, name: str) -> Any:
+    if isinstance(parsed, Mapping):
+        if name in parsed:
+            return parsed[name]
+        raise ParseError("ifconfig", 0, "", f"interface {name} not in the output")
+    for attr in ("interfaces",):
+        seq = getattr(parsed, attr, None)
+        if seq is not None:
+            if isinstance(seq, Mapping):
+                return seq[name]
+            for i in seq:
+                if getattr(i, "name", None) == name:
+                    return i
+            raise ParseError("ifconfig", 0, "", f"interface {name} not in the output")
+    return parsed
+
+
+def _md5_value(parsed: Any) -> str:
+    for attr in ("hash", "digest", "md5"):
+        v = getattr(parsed, attr, None)
+        if isinstance(v, str):
+            return v
+    if isinstance(parsed, str):
+        return parsed
+    if isinstance(parsed, (list, tuple)) and parsed:
+        return _md5_value(parsed[0])
+    raise ParseError("md5", 0, repr(parsed)[:80], "no hash in the parsed md5 output")
+
+
+def _kld_names(kld: Any) -> set[str]:
+    rows = getattr(kld, "modules", None) or getattr(kld, "files", None) or getattr(kld, "rows", None) or kld
+    names = set()
+    for row in rows:
+        n = getattr(row, "name", None)
+        if n:
+            names.add(n)
+    return names
