@@ -84,7 +84,7 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> InitiateResult:
     completed = False
     failed: Optional[tuple[int, str, str]] = None
     down: Optional[tuple[int, str, str]] = None
-    other: list[tuple[int, str]] = []
+    other: list[tuple[int, str, str]] = []
     numbered = [(f"stdout:{no}", line) for no, line in numbered_lines(stdout)]
     numbered += [(f"stderr:{no}", line) for no, line in numbered_lines(stderr)]
     for where, line in numbered:
@@ -99,7 +99,7 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> InitiateResult:
         m = _FAILED.fullmatch(line)
         if m:
             if failed:
-                fail(COMMAND, no, line, f"second 'initiate failed' line ({where})")
+                fail(COMMAND, no, line, f"{where.split(':')[0]}: second 'initiate failed' line")
             failed = (no, line, m["err"])
             continue
         m = _DOWN.fullmatch(line)
@@ -107,11 +107,12 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> InitiateResult:
             down = (no, line, line.removeprefix("error: "))
             continue
         if line.strip():
-            other.append((no, f"{where}: {line}"))
+            other.append((no, line, where.split(":")[0]))
     if down:  # swanctl printed its usage text before giving up: the only case with free text
         return InitiateResult(outcome=Outcome.CHARON_DOWN, status=status, error=down[2], log=tuple(log))
     if other:
-        fail(COMMAND, other[0][0], other[0][1], "not a log line nor a result line")
+        no, line, stream = other[0]
+        fail(COMMAND, no, line, f"{stream}: not a log line nor a result line")
     proposal = next((_PROPOSAL.fullmatch(l.message)["p"] for l in reversed(log)  # type: ignore[index]
                      if _PROPOSAL.fullmatch(l.message)), None)
     retransmits = sum(1 for l in log if _RETRANSMIT.fullmatch(l.message))
