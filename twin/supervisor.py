@@ -1,0 +1,298 @@
+"""The lab's supervisor: the long-lived process that owns a running virtual lab.
+
+Why a separate process: `python -m twin up` must return (the suite goes on to use the
+lab) while the engines, IKE daemons and SSH servers keep running; and those die with
+their parent (PR_SET_PDEATHSIG), so a crash never leaves orphans serving stale state.
+The supervisor is single-threaded on purpose: PDEATHSIG fires when the *thread* that
+forked a child exits, so every child is started from the main thread.
+
+It answers on RUN/supervisor.sock, one JSON object per line each way:
+  {"op":"reboot","host":NAME[,"wait":true]} -> {"ok":true,"accepted":true} at once (the
+      requester is usually a shell on that very appliance, which is about to go away),
+      or with "wait": {"ok":true,"boot_id":N} after the host is back;
+  {"op":"status"} -> {"ok":true,"status":{...}};
+  {"op":"down"}   -> {"ok":true}, then teardown and exit.
+SIGTERM/SIGINT tear the lab down; so does the owner process (`--owner-pid`, e.g. the
+pytest run that asked for the lab) disappearing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from twin.lab import Lab, LabBuildError, alive, find_run, kill_record, pid_record, teardown, _free_prefix, cleanup_dead
+from twin.runtime import RunDir, check_prefix, read_json
+
+
+class Supervisor:
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.stop = False
+        self.pending: list[tuple[str, socket.socket | None]] = []
+
+    def serve(self) -> None:
+        """Run until SIGTERM/SIGINT, a `down` request or the owner's death; then tear down."""
+        rfd, wfd = os.pipe()
+        os.set_blocking(wfd, False)
+        os.set_blocking(rfd, False)
+        old = signal.set_wakeup_fd(wfd)
+        prev = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        sock_path = self.lab.run.supervisor_sock
+        sock_path.unlink(missing_ok=True)
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(str(sock_path))
+        srv.listen(16)
+        owner = self.lab.info.get("owner")
+        try:
+            while not self.stop:
+                try:
+                    ready, _, _ = select.select([srv, rfd], [], [], 1.0)
+                except InterruptedError:
+                    continue
+                if rfd in ready:
+                    try:
+                        os.read(rfd, 512)
+                    except BlockingIOError:
+                        pass
+                if srv in ready:
+                    self._accept(srv)
+                while self.pending and not self.stop:
+                    host, conn = self.pending.pop(0)
+                    self._do_reboot(host, conn)
+                if owner and not alive(owner):
+                    self._log(f"owner pid {owner.get('pid')} is gone: tearing down")
+                    self.stop = True
+                self._reap_children()
+        finally:
+            srv.close()
+            self._log("tearing down")
+            self.lab.down()
+            signal.set_wakeup_fd(old)
+            for s, h in prev.items():
+                signal.signal(s, h)
+            os.close(rfd)
+            os.close(wfd)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.stop = True
+
+    def _log(self, msg: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} supervisor {self.lab.prefix}: {msg}", file=sys.stderr, flush=True)
+
+    def _reap_children(self) -> None:
+        for comp in list(self.lab.components.values()):
+            if comp.proc is not None and comp.proc.poll() is not None and not getattr(comp, "_reported", False):
+                self._log(f"{comp.host}: {comp.name} exited with status {comp.proc.returncode}")
+                comp._reported = True  # type: ignore[attr-defined]
+
+    def _accept(self, srv: socket.socket) -> None:
+        conn, _ = srv.accept()
+        conn.settimeout(2.0)
+        try:
+            buf = b""
+            while not buf.endswith(b"\n") and len(buf) < 65536:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+            req = json.loads(buf.decode() or "{}")
+            op = req.get("op")
+            if op == "reboot":
+                host = req.get("host")
+                if host not in self.lab.appliances():
+                    self._reply(conn, {"ok": False, "error": f"unknown appliance {host!r}"})
+                elif req.get("wait"):
+                    self.pending.append((host, conn))
+                    return  # answered after the reboot
+                else:
+                    self._reply(conn, {"ok": True, "accepted": True})
+                    self.pending.append((host, None))
+            elif op == "status":
+                self._reply(conn, {"ok": True, "status": self.lab.status()})
+            elif op == "down":
+                self._reply(conn, {"ok": True})
+                self.stop = True
+            else:
+                self._reply(conn, {"ok": False, "error": f"unknown op {op!r}; known: reboot, status, down"})
+        except (OSError, ValueError) as exc:
+            self._reply(conn, {"ok": False, "error": f"bad request: {exc}"})
+        conn.close()
+
+    @staticmethod
+    def _reply(conn: socket.socket, obj: dict[str, Any]) -> None:
+        try:
+            conn.sendall(json.dumps(obj).encode() + b"\n")
+        except OSError:
+            pass
+
+    def _do_reboot(self, host: str, conn: socket.socket | None) -> None:
+        self._log(f"{host}: reboot")
+        try:
+            boot_id = self.lab.reboot(host)
+            answer = {"ok": True, "boot_id": boot_id}
+            self._log(f"{host}: back, boot_id {boot_id}")
+        except Exception as exc:  # report, keep the rest of the lab running
+            answer = {"ok": False, "error": f"{host}: reboot failed: {exc}"}
+            self._log(answer["error"])
+        if conn is not None:
+            self._reply(conn, answer)
+            conn.close()
+
+
+def request(run: RunDir, obj: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+    """Send one request to a lab's supervisor and return its answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        try:
+            s.connect(str(run.supervisor_sock))
+        except OSError as exc:
+            raise LabBuildError(f"{run.supervisor_sock}: supervisor not reachable: {exc.strerror or exc}") from None
+        s.sendall(json.dumps(obj).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    if not buf:
+        raise LabBuildError(f"{run.supervisor_sock}: supervisor closed without an answer")
+    return json.loads(buf)
+
+
+def request_reboot(run: RunDir, host: str, wait: bool = True, timeout: float = 60.0) -> dict[str, Any]:
+    reply = request(run, {"op": "reboot", "host": host, "wait": wait}, timeout=timeout)
+    if not reply.get("ok"):
+        raise LabBuildError(reply.get("error", "reboot failed"))
+    return reply
+
+
+def spawn(topology: str, prefix: str | None = None, run_dir: str | None = None,
+          components: list[str] | None = None, owner_pid: int | None = None,
+          timeout: float = 90.0) -> dict[str, Any]:
+    """Start a detached supervisor that builds the lab; return once the lab is up.
+
+    Returns {"resolved", "prefix", "run_dir", "supervisor_pid"}; raises LabBuildError with
+    the supervisor's reason when the build failed.
+    """
+    cleanup_dead()
+    prefix = check_prefix(prefix) if prefix else _free_prefix()
+    rd = RunDir(run_dir) if run_dir else RunDir.for_prefix(prefix)
+    if rd.lab_json.exists():
+        raise LabBuildError(f"prefix {prefix}: a lab with this prefix exists ({rd.path})")
+    rd.path.mkdir(parents=True, exist_ok=True)
+    r, w = os.pipe()
+    argv = [sys.executable, "-m", "twin.supervisor", "--topology", str(Path(topology).resolve()),
+            "--prefix", prefix, "--run-dir", str(rd.path), "--ready-fd", str(w),
+            "--starter-pid", str(os.getpid())]
+    if components is not None:
+        argv += ["--components", ",".join(components)]
+    if owner_pid:
+        argv += ["--owner-pid", str(owner_pid)]
+    log = open(rd.supervisor_log, "ab")
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                pass_fds=(w,), start_new_session=True, close_fds=True)
+    finally:
+        log.close()
+        os.close(w)
+    deadline = time.monotonic() + timeout
+    buf = b""
+    try:
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                kill_record(pid_record(proc.pid))
+                raise LabBuildError(f"lab {prefix}: not up after {timeout:.0f} s (supervisor killed); "
+                                    f"log {rd.supervisor_log}")
+            ready, _, _ = select.select([r], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                buf += chunk
+    finally:
+        os.close(r)
+    if not buf:
+        proc.wait(timeout=5)
+        tail = ""
+        try:
+            tail = "\n".join(rd.supervisor_log.read_text(errors="replace").splitlines()[-15:])
+        except FileNotFoundError:
+            pass
+        raise LabBuildError(f"lab {prefix}: supervisor exited ({proc.returncode}) before the lab was up:\n{tail}")
+    answer = json.loads(buf)
+    if not answer.get("ok"):
+        proc.wait(timeout=30)
+        raise LabBuildError(answer.get("error", "lab build failed"))
+    return {k: answer[k] for k in ("resolved", "prefix", "run_dir", "supervisor_pid")}
+
+
+def down(run_dir: str | None = None, prefix: str | None = None, timeout: float = 20.0) -> str:
+    """Stop one lab: SIGTERM its supervisor, wait, then make sure nothing is left."""
+    rd = find_run(run_dir=run_dir, prefix=prefix)
+    info = read_json(rd.lab_json, default={}) or {}
+    sup = info.get("supervisor")
+    if alive(sup):
+        os.kill(int(sup["pid"]), signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while alive(sup) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        kill_record(sup, timeout=1.0)
+    teardown(rd, info.get("prefix") or rd.path.name, info)
+    return info.get("prefix") or rd.path.name
+
+
+def run(topology: str, prefix: str, run_dir: str | None, components: list[str] | None,
+        starter_pid: int | None, owner_pid: int | None, ready_fd: int | None) -> int:
+    """Build the lab in this process, report readiness, serve until told to stop."""
+    def report(obj: dict[str, Any]) -> None:
+        line = json.dumps(obj) + "\n"
+        if ready_fd is None:
+            if obj.get("ok"):
+                line = json.dumps({k: obj[k] for k in ("resolved", "prefix", "run_dir")}) + "\n"
+            else:
+                sys.stderr.write(f"twin: {obj.get('error')}\n")
+                return
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        else:
+            os.write(ready_fd, line.encode())
+            os.close(ready_fd)
+
+    try:
+        lab = Lab.up(topology, prefix=prefix, run_dir=run_dir, components=components,
+                     starter_pid=starter_pid, owner_pid=owner_pid)
+    except BaseException as exc:  # the starter prints the reason
+        report({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    report({"ok": True, "resolved": str(lab.resolved), "prefix": lab.prefix,
+            "run_dir": str(lab.run.path), "supervisor_pid": os.getpid()})
+    Supervisor(lab).serve()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m twin.supervisor")
+    ap.add_argument("--topology", required=True)
+    ap.add_argument("--prefix", required=True)
+    ap.add_argument("--run-dir")
+    ap.add_argument("--components")
+    ap.add_argument("--starter-pid", type=int)
+    ap.add_argument("--owner-pid", type=int)
+    ap.add_argument("--ready-fd", type=int)
+    a = ap.parse_args(argv)
+    comps = [c for c in a.components.split(",") if c and c != "netns"] if a.components is not None else None
+    return run(a.topology, a.prefix, a.run_dir, comps, a.starter_pid, a.owner_pid, a.ready_fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
