@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from plugin.lab.errors import TopologyError
+from plugin.lab.topology import Topology, load_topology
 
-TOPOLOGY_KEY = pytest.StashKey["object"]()
+TOPOLOGY_KEY = pytest.StashKey[Topology]()
 TOPOLOGY_PATH_KEY = pytest.StashKey[Path]()
 
 #: Hardware markers: a test carrying one needs an appliance of that model in the topology.
@@ -81,7 +82,7 @@ def _topology_path(config: pytest.Config) -> Path:
     return p
 
 
-def _give_virtual_lab_psks(topology) -> None:
+def _give_virtual_lab_psks(topology: Topology) -> None:
     """A virtual lab's tunnels use ``psk: {env: NAME}``; set a random key when unset.
 
     Done in the controller before workers start, so they inherit the same value.
@@ -100,10 +101,6 @@ def pytest_configure(config: pytest.Config) -> None:
     path = _topology_path(config)
     config.stash[TOPOLOGY_PATH_KEY] = path
     try:
-        from plugin.lab.topology import load_topology
-    except ImportError:  # pragma: no cover - only while the library is being built
-        return
-    try:
         topology = load_topology(path)
     except TopologyError as exc:
         raise pytest.UsageError(f"invalid topology:\n{exc}") from None
@@ -119,7 +116,7 @@ def pytest_configure_node(node) -> None:
     node.workerinput["hil_topology"] = str(node.config.stash[TOPOLOGY_PATH_KEY])
 
 
-def get_topology(config: pytest.Config):
+def get_topology(config: pytest.Config) -> Topology:
     """The loaded :class:`plugin.lab.topology.Topology` of this run."""
     return config.stash[TOPOLOGY_KEY]
 
