@@ -1,0 +1,103 @@
+"""PMTU probe: one ICMPv6 echo of a given size towards a destination through the appliance.
+
+Reports whether the echo reply came back and the MTU carried by any ICMPv6 Packet Too Big
+that names our echo (the 000 page's forwarded-IPv6 gate: PTB at path MTU - 117/137).
+
+    python -m plugin.lab.probes.pmtu --dst fd00:b::10 --size 1336 [--src ADDR] [--iface IF]
+        [--timeout 2] [--count 1]
+
+``--size`` is ping's data size (inner packet = 40 + 8 + size), so results compare with
+``ping -s``. Output: {"dst", "size", "inner_len", "sent", "replies", "reply", "ptb_mtu",
+"ptb_count", "ptb_from", "iface"}.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import time
+from typing import Sequence
+
+from plugin.lab.probes import ProbeUsage, parser, positive_float, positive_int, run
+
+
+def parse_args(argv: Sequence[str]):
+    p = parser("pmtu", "ICMPv6 echo of a given size; report echo reply and Packet Too Big")
+    p.add_argument("--dst", required=True)
+    p.add_argument("--size", required=True, type=int, help="ICMPv6 echo data bytes (as ping -s)")
+    p.add_argument("--src")
+    p.add_argument("--iface")
+    p.add_argument("--timeout", type=positive_float, default=2.0)
+    p.add_argument("--count", type=positive_int, default=1)
+    a = p.parse_args(list(argv))
+    try:
+        if ipaddress.ip_address(a.dst).version != 6:
+            raise ValueError
+    except ValueError:
+        raise ProbeUsage(f"--dst must be an IPv6 address, got {a.dst!r}") from None
+    if a.src is not None:
+        try:
+            ipaddress.IPv6Address(a.src)
+        except ValueError:
+            raise ProbeUsage(f"--src must be an IPv6 address, got {a.src!r}") from None
+    if not 0 <= a.size <= 65535 - 48:
+        raise ProbeUsage(f"--size must be 0..65487, got {a.size}")
+    return a
+
+
+def main(argv: Sequence[str]) -> dict:
+    a = parse_args(argv)
+    from scapy.all import AsyncSniffer, conf, send  # heavy import only when probing
+    from scapy.layers.inet6 import (
+        ICMPv6EchoReply,
+        ICMPv6EchoRequest,
+        ICMPv6PacketTooBig,
+        IPv6,
+    )
+
+    iface = a.iface or conf.route6.route(a.dst)[0]
+    ident = os.getpid() & 0xFFFF
+    sniffer = AsyncSniffer(iface=iface, filter="icmp6", store=True)
+    sniffer.start()
+    time.sleep(0.2)
+    pkt = IPv6(dst=a.dst, **({"src": a.src} if a.src else {})) / ICMPv6EchoRequest(
+        id=ident, data=bytes(i & 0xFF for i in range(a.size))
+    )
+    for seq in range(a.count):
+        pkt[ICMPv6EchoRequest].seq = seq
+        send(pkt, iface=iface, verbose=False)
+        time.sleep(0.05)
+    time.sleep(a.timeout)
+    captured = sniffer.stop() or []
+    replies = 0
+    ptbs: list[tuple[int, str]] = []
+    for c in captured:
+        if ICMPv6EchoReply in c and c[ICMPv6EchoReply].id == ident and c[IPv6].src == a.dst:
+            replies += 1
+        elif ICMPv6PacketTooBig in c:
+            if _echo_id_in(bytes(c[ICMPv6PacketTooBig].payload)) == ident:
+                ptbs.append((int(c[ICMPv6PacketTooBig].mtu), c[IPv6].src))
+    return {
+        "dst": a.dst,
+        "size": a.size,
+        "inner_len": 40 + 8 + a.size,
+        "iface": iface,
+        "sent": a.count,
+        "replies": replies,
+        "reply": replies > 0,
+        "ptb_count": len(ptbs),
+        "ptb_mtu": ptbs[0][0] if ptbs else None,
+        "ptb_mtus": sorted({m for m, _ in ptbs}),
+        "ptb_from": ptbs[0][1] if ptbs else None,
+    }
+
+
+def _echo_id_in(invoking: bytes) -> int | None:
+    """The echo identifier inside a PTB's copy of the invoking packet (IPv6 40 + ICMPv6 hdr)."""
+    if len(invoking) >= 48 and invoking[6] == 58 and invoking[40] == 128:
+        return int.from_bytes(invoking[44:46], "big")
+    return None
+
+
+if __name__ == "__main__":
+    raise SystemExit(run(main))

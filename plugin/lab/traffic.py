@@ -1,0 +1,199 @@
+"""Traffic: iperf3 runs, pings, bisection and the bench's scapy probes.
+
+Why: the pages' figures are iperf3 streams and pings between the bench, the appliances
+and their peers; the same calls must drive a real bench PC (over SSH) and the virtual
+lab's bench (a LocalHost in its namespace), so everything goes through the Host API.
+
+- :class:`BenchHost` -- the bench PC: Linux (iputils ping, iperf3, python with scapy);
+- :func:`iperf_run` -- one-off server on one side, ``--json`` client on the other;
+- :func:`ping_many`, :func:`bisect_largest` -- sizes and boundaries;
+- :meth:`BenchHost.probe` -- ``python -m plugin.lab.probes.<name>`` and its JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from plugin.lab.appliance import IperfServer, ShellCommands, _family_of, parser
+from plugin.lab.errors import LabError
+from plugin.lab.remote import argv
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class ProbeError(LabError):
+    """A bench probe failed or printed something that is not its JSON."""
+
+
+class BenchHost(ShellCommands):
+    """The bench PC (Linux): ping with iputils' flags, iperf3, and the scapy probes.
+
+    ``python`` and ``repo`` are where the probes live on the bench (the virtual lab's bench
+    is this machine: this interpreter and this checkout).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        host: Any,
+        python: str = sys.executable,
+        repo: str | os.PathLike[str] = REPO_ROOT,
+        command_timeout: float = 60.0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.python = python
+        self.repo = str(repo)
+        self.command_timeout = command_timeout
+
+    def __repr__(self) -> str:
+        return f"BenchHost({self.name!r})"
+
+    def ping(
+        self,
+        dst: str,
+        size: int | None = None,
+        count: int = 5,
+        dont_fragment: bool = False,
+        source: str | None = None,
+        family: str | None = None,
+        interval: float | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """iputils ``ping`` (``-M do`` for don't-fragment, ``-w`` deadline) -> PingResult."""
+        family = family or _family_of(dst)
+        args: list[str | int] = ["ping", "-6" if family == "ipv6" else "-4", "-c", count, "-n"]
+        if size is not None:
+            args += ["-s", size]
+        args += ["-M", "do" if dont_fragment else "dont"]
+        if source:
+            args += ["-I", source]
+        if interval is not None:
+            args += ["-i", f"{interval:g}"]
+        deadline = int(timeout if timeout is not None else count * (interval or 1.0) + 3)
+        args += ["-w", deadline, dst]
+        r = self._run(argv(*args), timeout=deadline + 15)
+        return parser("ping").parse(r.stdout, r.stderr, r.status)
+
+    def probe(self, name: str, timeout: float = 120.0, **args: Any) -> dict:
+        """Run ``python -m plugin.lab.probes.<name> --key value ...`` on the bench; its JSON.
+
+        Keyword ``foo_bar=v`` becomes ``--foo-bar v``; ``True`` a bare flag; ``None`` omitted.
+        """
+        if not name.isidentifier():
+            raise ProbeError(f"probe name {name!r} is not a module name")
+        cmd: list[str] = [self.python, "-m", f"plugin.lab.probes.{name}"]
+        for k, v in args.items():
+            if v is None or v is False:
+                continue
+            flag = "--" + k.replace("_", "-")
+            cmd += [flag] if v is True else [flag, str(v)]
+        s = f"cd {shlex.quote(self.repo)} || exit 70\nexec {argv(*cmd)}"
+        r = self._run(s, timeout=timeout)
+        return parse_probe_output(name, r.stdout, r.stderr, r.status)
+
+
+def parse_probe_output(name: str, stdout: str, stderr: str, status: int) -> dict:
+    """The probe's last stdout line as JSON; ProbeError carrying its error otherwise."""
+    lines = [l for l in stdout.splitlines() if l.strip()]
+    if not lines:
+        raise ProbeError(f"probe {name}: no output (status {status}); stderr: {stderr.strip()[-300:]}")
+    try:
+        obj = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        raise ProbeError(f"probe {name}: last line is not JSON: {lines[-1][:200]!r} (status {status})") from None
+    if not isinstance(obj, dict):
+        raise ProbeError(f"probe {name}: expected a JSON object, got {type(obj).__name__}")
+    if status != 0 or "error" in obj:
+        raise ProbeError(f"probe {name} failed (status {status}): {obj.get('error', '?')}")
+    return obj
+
+
+# --------------------------------------------------------------------------- iperf3
+
+
+def iperf_run(
+    client: ShellCommands,
+    server: ShellCommands,
+    server_addr: str,
+    seconds: float = 10,
+    streams: int = 1,
+    reverse: bool = False,
+    port: int = 5201,
+    bind: str | None = None,
+    server_bind: str | None = None,
+) -> Any:
+    """One iperf3 measurement: a one-off server on ``server``, ``--json`` client on ``client``.
+
+    ``server_addr`` is the address the client connects to (the far side of the tunnel);
+    ``bind`` the client's source address (``-B``, e.g. to be inside a child's selectors).
+    Returns parsers.iperf3's IperfResult; the server is stopped whatever happens.
+    """
+    srv: IperfServer = server.iperf3_server(port=port, bind=server_bind)
+    try:
+        return client.iperf3_client(
+            server_addr, port=port, seconds=seconds, streams=streams, reverse=reverse, bind=bind
+        )
+    finally:
+        srv.stop()
+
+
+# --------------------------------------------------------------------------- pings, bisection
+
+
+def ping_many(pinger: ShellCommands, dst: str, sizes: Iterable[int], count: int = 3, **kw: Any) -> dict[int, Any]:
+    """Ping ``dst`` once per size (``count`` echoes each); {size: PingResult}."""
+    return {int(s): pinger.ping(dst, size=int(s), count=count, **kw) for s in sizes}
+
+
+@dataclass
+class Bisection:
+    """Largest passing value and every probe made (the page's "1,335 pass, 1,336 not")."""
+
+    largest: int | None
+    tried: list[tuple[int, bool]] = field(default_factory=list)
+
+    @property
+    def smallest_failing(self) -> int | None:
+        fails = [x for x, ok in self.tried if not ok and (self.largest is None or x > self.largest)]
+        return min(fails) if fails else None
+
+
+def bisect_largest(send_fn: Callable[[int], bool], lo: int, hi: int) -> Bisection:
+    """Largest x in [lo, hi] with ``send_fn(x)`` true, assuming pass-then-fail monotonicity.
+
+    ``lo`` and ``hi`` are both tried first: ``largest`` is None when even ``lo`` fails and
+    ``hi`` when it passes. Bisection only probes between the largest pass and the smallest
+    fail, so it cannot see a non-monotone line by itself: ``tried`` records every answer for
+    the page, and a test that doubts monotonicity re-probes around the result.
+    """
+    if lo > hi:
+        raise ValueError(f"bisect_largest: lo {lo} > hi {hi}")
+    tried: list[tuple[int, bool]] = []
+
+    def probe(x: int) -> bool:
+        ok = bool(send_fn(x))
+        tried.append((x, ok))
+        return ok
+
+    if not probe(lo):
+        return Bisection(None, tried)
+    if lo == hi or probe(hi):
+        return Bisection(hi, tried)
+    good, bad = lo, hi
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if probe(mid):
+            good = mid
+        else:
+            bad = mid
+    return Bisection(good, tried)

@@ -1,0 +1,54 @@
+"""traffic: bisection logic, probe invocation through a real LocalHost, iperf3 on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from plugin.lab.errors import LabError
+from plugin.lab.remote import LocalHost
+from plugin.lab.traffic import BenchHost, ProbeError, bisect_largest, iperf_run
+
+
+@pytest.mark.parametrize("line", [1335, 1300, 1200, 1383])
+def test_bisect_finds_the_line(line):
+    b = bisect_largest(lambda x: x <= line, 1200, 1500)
+    assert b.largest == line
+    assert b.smallest_failing == line + 1
+    assert len(b.tried) <= 2 + 9  # log2(300) + the two ends
+
+
+def test_bisect_ends():
+    assert bisect_largest(lambda x: False, 10, 20).largest is None
+    assert bisect_largest(lambda x: True, 10, 20).largest == 20
+    assert bisect_largest(lambda x: True, 7, 7).largest == 7
+    with pytest.raises(ValueError):
+        bisect_largest(lambda x: True, 8, 7)
+
+
+def test_bisect_records_every_answer_in_order():
+    b = bisect_largest(lambda x: x <= 1446, 1400, 1500)
+    assert b.tried[:2] == [(1400, True), (1500, False)]
+    assert (1446, True) in b.tried and (1447, False) in b.tried
+
+
+def test_probe_runs_through_the_host_api():
+    bench = BenchHost("bench", LocalHost("bench"))
+    with pytest.raises(ProbeError, match="--dst must be an IPv6 address"):
+        bench.probe("pmtu", dst="192.0.2.1", size=10)
+    with pytest.raises(ProbeError, match="not a module name"):
+        bench.probe("pmtu; rm -rf /")
+
+
+@pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 not installed")
+def test_iperf_run_on_loopback_parses_and_stops_the_server():
+    pytest.importorskip("plugin.lab.parsers.iperf3", reason="parsers.iperf3 (H3) not committed yet")
+    port = 20000 + os.getpid() % 20000
+    a = BenchHost("a", LocalHost("a"))
+    r = iperf_run(a, a, "127.0.0.1", seconds=1, streams=2, port=port)
+    assert r.error is None
+    assert r.num_streams == 2 and r.sent_bps > 0
+    check = LocalHost("x").run(f"ss -ltn 'sport = :{port}' | tail -n +2", timeout=10)
+    assert check.stdout.strip() == ""  # one-off server gone
