@@ -1,0 +1,127 @@
+"""`python -m twin.engine --host-dir DIR`: run the ESP engine in the current namespace.
+
+Start-up order (why): counters and TUN first (both workers inherit them), then fork the
+transmit and receive processes (before any thread or netlink socket exists in the
+parent), then routes/rules and finally bind engine.sock -- its appearance means ready.
+SIGTERM/SIGINT: stop workers, remove rules/routes (TUN vanishes with its fd), remove
+the socket.  Workers die with the parent (PR_SET_PDEATHSIG); if a worker dies the engine
+exits non-zero rather than run half a datapath.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+from . import netio
+from .control import ControlServer, EngineState
+from .counters import CounterBlock
+from .datapath import RxLoop, TxLoop
+from .hostcfg import load_host
+from .routes import Routes
+
+PR_SET_PDEATHSIG = 1
+
+
+def _child(target) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        target()
+    except BaseException as exc:  # noqa: BLE001 - report and die
+        print(f"engine worker {os.getpid()}: {exc!r}", file=sys.stderr)
+        import traceback
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def _sysctl(path: str, value: str) -> None:
+    try:
+        Path("/proc/sys", path).write_text(value)
+    except OSError as exc:
+        print(f"engine: sysctl {path}: {exc}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m twin.engine", description=__doc__)
+    ap.add_argument("--host-dir", required=True, type=Path)
+    ap.add_argument("--tun", default="esp0")
+    args = ap.parse_args(argv)
+    d: Path = args.host_dir
+    host = load_host(d / "host.json")
+    counters = CounterBlock(d / "engine.counters", create=True)
+    tun = netio.open_tun(args.tun)
+    _sysctl(f"net/ipv6/conf/{args.tun}/addr_gen_mode", "1")  # no link-local: no MLD/RS noise
+    with IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=args.tun)[0]
+        ipr.link("set", index=idx, mtu=65000, txqlen=1000, state="up")
+    _sysctl(f"net/ipv4/conf/{args.tun}/rp_filter", "0")
+    _sysctl("net/ipv4/conf/all/rp_filter", "0")
+    state = EngineState(d, host, counters, None)
+    state.publish()  # empty state file before the workers read it
+    pids = {
+        "tx": _child(lambda: TxLoop(d, tun, host.driver).run()),
+        "rx": _child(lambda: RxLoop(d, tun, host.driver).run()),
+    }
+    state.pids = pids
+    routes = Routes(args.tun)
+    routes.setup_rules()
+    state.routes = routes
+    server = ControlServer(d / "engine.sock", state)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    t.start()
+    rc = 0
+    try:
+        while not stop.wait(0.1):
+            state.check_faults()
+            for name, pid in pids.items():
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    print(f"engine: {name} worker exited ({status}); stopping", file=sys.stderr)
+                    rc = 1
+                    stop.set()
+    finally:
+        server.shutdown()
+        server.server_close()
+        for pid in pids.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        try:
+            routes.teardown()
+        except Exception as exc:  # noqa: BLE001
+            print(f"engine: route teardown: {exc}", file=sys.stderr)
+        for name in ("engine.sock",):
+            try:
+                os.unlink(d / name)
+            except FileNotFoundError:
+                pass
+        os.close(tun)
+        counters.close()
+    return rc
+
+
+if __name__ == "__main__":
+    time.sleep(0)
+    sys.exit(main())
