@@ -1,0 +1,36 @@
+"""Fixtures for the lab builder's tests: root check, unique prefixes, guaranteed cleanup."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+SMALL = HERE / "lab_small.yaml"
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None,
+    reason="needs root (network namespaces, veth, tc) and iproute2's `ip` for process launch",
+)
+
+
+@pytest.fixture
+def small_topology() -> Path:
+    return SMALL
+
+
+@pytest.fixture
+def fresh_prefix():
+    """A prefix no lab uses; afterwards, nothing with it may remain (checked, then removed)."""
+    from twin import netns as tn
+    from twin.lab import _free_prefix, teardown
+    from twin.runtime import RunDir
+
+    prefix = _free_prefix()
+    yield prefix
+    leftovers = tn.list_namespaces(prefix) + tn.root_links(prefix)
+    rd = RunDir.for_prefix(prefix)
+    teardown(rd, prefix, None)
+    assert not leftovers, f"lab {prefix} left {leftovers} behind"

@@ -1,0 +1,55 @@
+"""twin.faults: the registry and faults.json (no root needed)."""
+from __future__ import annotations
+
+import pytest
+
+from twin import faults as F
+
+EXPECTED = {"drop_every", "count_extra", "corrupt_icv", "replay", "wrong_next_header",
+            "decline_ipv6_sa", "fragment_instead_of_ptb", "wrong_ptb_mtu",
+            "own_too_big_fragmented", "slow_first_stream", "child_never_up", "peer_unreachable"}
+
+
+def test_registry_complete_and_documented():
+    assert set(F.REGISTRY) == EXPECTED
+    for f in F.REGISTRY.values():
+        assert f.layer in ("engine", "ike", "fbsd")
+        assert f.symptom and f.breaks, f.name
+
+
+def test_defaults_and_types(tmp_path):
+    assert F.active_faults(tmp_path) == {}
+    assert F.set_fault(tmp_path, "drop_every") == {"n": 100}
+    assert F.set_fault(tmp_path, "slow_first_stream", seconds="3") == {"mbit": 20, "seconds": 3}
+    assert F.set_fault(tmp_path, "wrong_ptb_mtu", delta="-16") == {"delta": -16}
+    assert F.set_fault(tmp_path, "child_never_up", child="c3") == {"child": "c3"}
+    assert set(F.active_faults(tmp_path)) == {"drop_every", "slow_first_stream", "wrong_ptb_mtu",
+                                              "child_never_up"}
+    F.clear_fault(tmp_path, "drop_every")
+    assert "drop_every" not in F.active_faults(tmp_path)
+    F.clear_fault(tmp_path, None)
+    assert F.active_faults(tmp_path) == {}
+
+
+@pytest.mark.parametrize("name,params,message", [
+    ("nope", {}, "unknown fault 'nope'; known: child_never_up"),
+    ("drop_every", {"m": 3}, "unknown parameter(s) m; known: n:int=100"),
+    ("drop_every", {"n": "ten"}, "expected int, found 'ten'"),
+    ("drop_every", {"n": 0}, "must be > 0"),
+    ("child_never_up", {}, "'child' is required"),
+])
+def test_bad_input_names_the_problem(tmp_path, name, params, message):
+    with pytest.raises(F.FaultError) as e:
+        F.set_fault(tmp_path, name, **params)
+    assert message in str(e.value)
+    assert F.active_faults(tmp_path) == {}
+
+
+def test_kv_and_table():
+    assert F.parse_kv(["n=3", "child=a=b"]) == {"n": "3", "child": "a=b"}
+    with pytest.raises(F.FaultError, match="key=value"):
+        F.parse_kv(["n"])
+    table = F.registry_table({"replay": {"every": 7}})
+    for name in EXPECTED:
+        assert name in table
+    assert "every=7" in table

@@ -1,0 +1,130 @@
+"""Lab.up/down with namespaces only: wires, addresses, MTUs, rate limits, pings, cleanup."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from twin import netns as tn
+from twin.lab import Lab, LabBuildError, fake_module
+from twin.runtime import read_json
+
+from .conftest import needs_root
+
+pytestmark = needs_root
+
+
+def _ns(ns: str, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, timeout=10)
+
+
+def _links(ns: str) -> dict[str, dict]:
+    out = json.loads(_ns(ns, "ip", "-j", "addr", "show").stdout)
+    return {l["ifname"]: l for l in out}
+
+
+@pytest.fixture
+def lab(small_topology, fresh_prefix):
+    lab = Lab.up(small_topology, prefix=fresh_prefix, components=())
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+def test_round_trip(lab, fresh_prefix):
+    p = fresh_prefix
+    assert set(tn.list_namespaces(p)) == {f"{p}-dut3300", f"{p}-peer3300", f"{p}-bench"}
+    dut, peer, bench = (_links(f"{p}-{h}") for h in ("dut3300", "peer3300", "bench"))
+    # ports renamed inside, MTU, addresses (IPv4 + IPv6), up
+    assert dut["port8"]["mtu"] == 9000 and peer["port8"]["mtu"] == 9000
+    assert dut["lan"]["mtu"] == 1500 and bench["a_lan"]["mtu"] == 1500
+    addrs = {(a["local"], a["prefixlen"]) for a in dut["wan10g"]["addr_info"]}
+    assert {("192.0.2.1", 24), ("2001:db8:0:1::1", 64)} <= addrs
+    assert all("tentative" not in a for l in dut.values() for a in l.get("addr_info", []))
+    assert dut["lo"]["operstate"] == "UNKNOWN" and "UP" in dut["lo"]["flags"]
+    # the peer's LAN has no cable in this topology: it exists with its addresses anyway
+    assert ("198.51.100.65", 26) in {(a["local"], a["prefixlen"]) for a in peer["lan"]["addr_info"]}
+    # no veth left in the root namespace
+    assert tn.root_links(p) == []
+    # rate limit on the gigabit link only
+    q_lan = _ns(f"{p}-dut3300", "tc", "qdisc", "show", "dev", "lan").stdout
+    q_wan = _ns(f"{p}-dut3300", "tc", "qdisc", "show", "dev", "wan10g").stdout
+    q_bench = _ns(f"{p}-bench", "tc", "qdisc", "show", "dev", "a_lan").stdout
+    assert "tbf" in q_lan and "rate 1Gbit" in q_lan and "tbf" in q_bench
+    assert "tbf" not in q_wan
+    # forwarding on appliances only; RA and rp_filter off
+    assert tn.read_sysctl(f"{p}-dut3300", "net.ipv4.ip_forward") == "1"
+    assert tn.read_sysctl(f"{p}-dut3300", "net.ipv6.conf.all.forwarding") == "1"
+    assert tn.read_sysctl(f"{p}-bench", "net.ipv4.ip_forward") == "0"
+    assert tn.read_sysctl(f"{p}-dut3300", "net.ipv6.conf.lan.accept_ra") == "0"
+    assert tn.read_sysctl(f"{p}-dut3300", "net.ipv4.conf.all.rp_filter") == "0"
+    # connectivity on every link, both families; jumbo frames on port8 without fragmenting
+    for ns, dst in ((f"{p}-bench", "198.51.100.1"), (f"{p}-bench", "fd00:a::1"),
+                    (f"{p}-dut3300", "192.0.2.2"), (f"{p}-dut3300", "2001:db8:0:1::2"),
+                    (f"{p}-peer3300", "203.0.113.1"), (f"{p}-peer3300", "2001:db8:0:8::1")):
+        r = _ns(ns, "ping", "-c1", "-W2", dst)
+        assert r.returncode == 0, f"{ns} -> {dst}: {r.stdout}{r.stderr}"
+    r = _ns(f"{p}-peer3300", "ping", "-c1", "-W2", "-M", "do", "-s", "8972", "203.0.113.1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _ns(f"{p}-peer3300", "ping", "-c1", "-W2", "-M", "do", "-s", "8973", "203.0.113.1")
+    assert r.returncode != 0
+    # only connected routes: the bench cannot reach the far LAN until a test adds a route
+    r = _ns(f"{p}-bench", "ping", "-c1", "-W1", "198.51.100.65")
+    assert r.returncode != 0
+
+
+def test_host_dirs_and_resolved(lab, fresh_prefix):
+    hd = lab.host_dir("dut3300")
+    host = read_json(hd.host_json)
+    assert host["driver"] == "octep" and host["netns"] == f"{fresh_prefix}-dut3300"
+    assert host["counters"]["tx_encrypt"].startswith("dev.octep.0.")
+    assert {p["name"]: p["mtu"] for p in host["ports"]}["port8"] == 9000
+    assert host["kernel_cipher"] == {"lab": False}
+    assert read_json(lab.host_dir("peer3300").host_json)["kernel_cipher"] == {"lab": True}
+    for d in ("usr/local/etc/swanctl/conf.d", "boot/kernel", "var/db", "var/log"):
+        assert (hd.root / d).is_dir()
+    module = hd.rootpath("/boot/modules/octep.ko").read_bytes()
+    assert module.startswith(b"\x7fELF") and b"octep" in module
+    assert module == fake_module("octep", "xgs3300")  # deterministic per model
+    state = read_json(hd.state_json)
+    assert state["driver"]["md5"] == hashlib.md5(module).hexdigest() and state["driver"]["loaded"]
+    assert read_json(hd.faults_json) == {}
+    assert lab.run.client_key.read_text().startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert (lab.run.client_key.stat().st_mode & 0o777) == 0o600
+    resolved = yaml.safe_load(lab.resolved.read_text())
+    assert resolved["lab"]["virtual"] is True
+    assert resolved["hosts"]["bench"]["mgmt"] == {"local": True, "netns": f"{fresh_prefix}-bench"}
+    assert resolved["links"] == yaml.safe_load(lab.topology_path.read_text())["links"]
+    load_topology = pytest.importorskip("plugin.lab.topology").load_topology
+    load_topology(lab.resolved)  # the suite must be able to read what we wrote
+
+
+def test_api_faults(lab):
+    assert lab.fault("dut3300", "replay", every=9) == {"every": 9}
+    assert read_json(lab.host_dir("dut3300").faults_json) == {"replay": {"every": 9}}
+    with pytest.raises(LabBuildError, match="not an appliance"):
+        lab.fault("bench", "replay")
+    lab.clear_faults()
+    assert read_json(lab.host_dir("dut3300").faults_json) == {}
+
+
+def test_down_leaves_nothing(small_topology, fresh_prefix):
+    lab = Lab.up(small_topology, prefix=fresh_prefix, components=())
+    run = lab.run.path
+    lab.down()
+    assert tn.list_namespaces(fresh_prefix) == [] and tn.root_links(fresh_prefix) == []
+    assert not run.exists()
+    lab.down()  # idempotent
+
+
+def test_bad_topology_is_named(tmp_path, fresh_prefix, small_topology):
+    bad = tmp_path / "bad.yaml"
+    text = small_topology.read_text().replace("a: dut3300.lan", "a: dut3300.lna")
+    bad.write_text(text)
+    with pytest.raises(Exception, match=r"links\[0\]\.a.*lna"):
+        Lab.up(bad, prefix=fresh_prefix, components=())
+    assert tn.list_namespaces(fresh_prefix) == []
