@@ -1,0 +1,141 @@
+"""`iperf3 --json` client output -> IperfResult (esnet/iperf, measured with 3.12 on Debian 12).
+
+The check is keyed on the top-level `error` key, never on the exit status: iperf 3.12
+prints `"error": "unable to connect to server: Connection refused"` and exits 0 in JSON
+mode (newer releases exit 1). An error gives IperfResult(error=...) with every rate None.
+A partial document (`intervals: []`, `end: {}`) without an `error` is a ParseError.
+With -R the client's `sum_sent` is the server's sending side and `sum_received` the
+client's receiving side; `sent_bps`/`received_bps` follow those two objects.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ._base import fail, json_line_of, load_json
+
+COMMAND = "iperf3 --json"
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    socket: int
+    sent_bps: float
+    received_bps: float
+    sent_bytes: int
+    received_bytes: int
+    retransmits: Optional[int]  # None when the sender side does not report them
+
+
+@dataclass(frozen=True)
+class Interval:
+    start: float
+    end: float
+    bps: float  # the interval's sum
+    stream_bps: tuple[float, ...]  # per stream, in end.streams order
+    omitted: bool
+
+
+@dataclass(frozen=True)
+class IperfResult:
+    error: Optional[str] = None
+    protocol: Optional[str] = None
+    num_streams: Optional[int] = None
+    reverse: Optional[bool] = None
+    duration: Optional[int] = None  # the requested -t
+    sent_bps: Optional[float] = None
+    received_bps: Optional[float] = None
+    sent_bytes: Optional[int] = None
+    received_bytes: Optional[int] = None
+    seconds: Optional[float] = None  # measured length of the receiving side
+    retransmits: Optional[int] = None
+    streams: tuple[StreamResult, ...] = ()
+    intervals: tuple[Interval, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _get(text: str, obj: Any, path: str, kind: type | tuple[type, ...]) -> Any:
+    """obj[a][b]... with a type check; ParseError naming the JSON path and its line."""
+    cur = obj
+    for key in path.split("."):
+        if isinstance(cur, list) and key.isdigit() and int(key) < len(cur):
+            cur = cur[int(key)]
+        elif isinstance(cur, dict) and key in cur:
+            cur = cur[key]
+        else:
+            no, line = json_line_of(text, f'"{key}"')
+            fail(COMMAND, no, line, f"{path}: missing")
+    ok = isinstance(cur, kind) and not (kind in (int, float, (int, float)) and isinstance(cur, bool))
+    if not ok or (isinstance(cur, (int, float)) and not isinstance(cur, bool) and cur < 0):
+        no, line = json_line_of(text, f'"{path.split(".")[-1]}"')
+        fail(COMMAND, no, line, f"{path}: expected {getattr(kind, '__name__', kind)}, found {cur!r}")
+    return cur
+
+
+_NUM = (int, float)
+
+
+def parse(text: str) -> IperfResult:
+    if not text.strip():
+        fail(COMMAND, 0, text, "empty output (iperf3 --json always prints a document)")
+    doc = load_json(COMMAND, text)
+    if not isinstance(doc, dict):
+        fail(COMMAND, 1, text.splitlines()[0], "expected a JSON object")
+    if "error" in doc:
+        return IperfResult(error=str(_get(text, doc, "error", str)))
+    end = _get(text, doc, "end", dict)
+    intervals = _get(text, doc, "intervals", list)
+    if not end or not intervals:
+        no, line = json_line_of(text, '"end"')
+        fail(COMMAND, no, line, "partial result (empty end or intervals) without an error")
+    ts = _get(text, doc, "start.test_start", dict)
+    protocol = _get(text, ts, "protocol", str)
+    n = _get(text, ts, "num_streams", int)
+    streams_json = _get(text, end, "streams", list)
+    if len(streams_json) != n or len(_get(text, doc, "start.connected", list)) != n:
+        fail(COMMAND, 0, f"num_streams={n}", "end.streams / start.connected do not match num_streams")
+    if protocol != "TCP":
+        fail(COMMAND, 0, f"protocol={protocol}", "only TCP results are understood")
+    streams = []
+    for i in range(n):
+        s, r = f"{i}.sender", f"{i}.receiver"
+        sender = _get(text, streams_json, s, dict)
+        retr = sender.get("retransmits")
+        if retr is not None and (type(retr) is not int or retr < 0):
+            fail(COMMAND, 0, f"end.streams.{i}.sender.retransmits={retr!r}", "bad retransmits")
+        streams.append(StreamResult(
+            socket=_get(text, streams_json, f"{s}.socket", int),
+            sent_bps=float(_get(text, streams_json, f"{s}.bits_per_second", _NUM)),
+            received_bps=float(_get(text, streams_json, f"{r}.bits_per_second", _NUM)),
+            sent_bytes=_get(text, streams_json, f"{s}.bytes", int),
+            received_bytes=_get(text, streams_json, f"{r}.bytes", int),
+            retransmits=retr,
+        ))
+    out_intervals = []
+    for i, iv in enumerate(intervals):
+        per = _get(text, iv, "streams", list)
+        if len(per) != n:
+            fail(COMMAND, 0, f"intervals.{i}", f"{len(per)} streams in an interval, expected {n}")
+        out_intervals.append(Interval(
+            start=float(_get(text, iv, "sum.start", _NUM)), end=float(_get(text, iv, "sum.end", _NUM)),
+            bps=float(_get(text, iv, "sum.bits_per_second", _NUM)),
+            stream_bps=tuple(float(_get(text, per, f"{k}.bits_per_second", _NUM)) for k in range(n)),
+            omitted=bool(_get(text, iv, "sum.omitted", bool)),
+        ))
+    sum_sent = _get(text, end, "sum_sent", dict)
+    retr = sum_sent.get("retransmits")
+    if retr is not None and (type(retr) is not int or retr < 0):
+        fail(COMMAND, 0, f"end.sum_sent.retransmits={retr!r}", "bad retransmits")
+    return IperfResult(
+        protocol=protocol, num_streams=n, reverse=bool(_get(text, ts, "reverse", int)),
+        duration=_get(text, ts, "duration", int),
+        sent_bps=float(_get(text, end, "sum_sent.bits_per_second", _NUM)),
+        received_bps=float(_get(text, end, "sum_received.bits_per_second", _NUM)),
+        sent_bytes=_get(text, end, "sum_sent.bytes", int),
+        received_bytes=_get(text, end, "sum_received.bytes", int),
+        seconds=float(_get(text, end, "sum_received.seconds", _NUM)),
+        retransmits=retr, streams=tuple(streams), intervals=tuple(out_intervals),
+    )
