@@ -613,7 +613,10 @@ def _compose(text: str, doc: _Located) -> Any:
         # Not str(exc): it quotes the offending line, which may hold a secret.
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
-        doc.add((), f"expected valid YAML, found a syntax error: {exc.problem or exc.context}", line)
+        where = ""
+        if exc.context and exc.context_mark is not None and exc.context_mark.line + 1 != line:
+            where = f" ({exc.context} started on line {exc.context_mark.line + 1})"
+        doc.add((), f"expected valid YAML, found a syntax error: {exc.problem or exc.context}{where}", line)
         return None
     except yaml.YAMLError as exc:
         doc.add((), f"expected valid YAML, found: {type(exc).__name__}")
