@@ -18,7 +18,7 @@ from .sizes import CBC, GCM
 class SaSpec(BaseModel):
     """One unidirectional ESP association."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, hide_input_in_errors=True)
 
     spi: int = Field(ge=256, le=0xFFFFFFFF)
     direction: Literal["in", "out"]
