@@ -9,8 +9,11 @@ client's receiving side; `sent_bps`/`received_bps` follow those two objects.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Optional
+
+_NUM = (int, float)
 
 from ._base import fail, json_line_of, load_json
 
@@ -57,8 +60,18 @@ class IperfResult:
         return self.error is None
 
 
-def _get(text: str, obj: Any, path: str, kind: type | tuple[type, ...]) -> Any:
-    """obj[a][b]... with a type check; ParseError naming the JSON path and its line."""
+def _where(text: str, key: str, value: Any) -> tuple[int, str]:
+    """Best-effort line of KEY holding VALUE (iperf3 pretty-prints with tabs)."""
+    if not isinstance(value, (dict, list)):
+        shown = json.dumps(value)
+        for no, line in enumerate(text.splitlines(), start=1):
+            if f'"{key}"' in line and shown in line:
+                return no, line.strip()
+    return json_line_of(text, f'"{key}"')
+
+
+def _get(text: str, obj: Any, path: str, kind: type | tuple[type, ...], prefix: str = "") -> Any:
+    """obj[a][b]... with a type check; ParseError naming the JSON path (PREFIX + PATH) and its line."""
     cur = obj
     for key in path.split("."):
         if isinstance(cur, list) and key.isdigit() and int(key) < len(cur):
@@ -67,15 +80,16 @@ def _get(text: str, obj: Any, path: str, kind: type | tuple[type, ...]) -> Any:
             cur = cur[key]
         else:
             no, line = json_line_of(text, f'"{key}"')
-            fail(COMMAND, no, line, f"{path}: missing")
-    ok = isinstance(cur, kind) and not (kind in (int, float, (int, float)) and isinstance(cur, bool))
-    if not ok or (isinstance(cur, (int, float)) and not isinstance(cur, bool) and cur < 0):
-        no, line = json_line_of(text, f'"{path.split(".")[-1]}"')
-        fail(COMMAND, no, line, f"{path}: expected {getattr(kind, '__name__', kind)}, found {cur!r}")
+            fail(COMMAND, no, line, f"{prefix}{path}: missing")
+    numeric = kind in (int, float, _NUM)
+    ok = isinstance(cur, kind) and not (numeric and isinstance(cur, bool))
+    if not ok or (numeric and cur < 0):
+        no, line = _where(text, path.split(".")[-1], cur)
+        want = "a number" if kind == _NUM else getattr(kind, "__name__", str(kind))
+        fail(COMMAND, no, line, f"{prefix}{path}: expected {want}, found {cur!r}")
     return cur
 
 
-_NUM = (int, float)
 
 
 def parse(text: str) -> IperfResult:
@@ -92,9 +106,9 @@ def parse(text: str) -> IperfResult:
         no, line = json_line_of(text, '"end"')
         fail(COMMAND, no, line, "partial result (empty end or intervals) without an error")
     ts = _get(text, doc, "start.test_start", dict)
-    protocol = _get(text, ts, "protocol", str)
-    n = _get(text, ts, "num_streams", int)
-    streams_json = _get(text, end, "streams", list)
+    protocol = _get(text, ts, "protocol", str, "start.test_start.")
+    n = _get(text, ts, "num_streams", int, "start.test_start.")
+    streams_json = _get(text, end, "streams", list, "end.")
     if len(streams_json) != n or len(_get(text, doc, "start.connected", list)) != n:
         fail(COMMAND, 0, f"num_streams={n}", "end.streams / start.connected do not match num_streams")
     if protocol != "TCP":
@@ -102,40 +116,43 @@ def parse(text: str) -> IperfResult:
     streams = []
     for i in range(n):
         s, r = f"{i}.sender", f"{i}.receiver"
-        sender = _get(text, streams_json, s, dict)
+        sender = _get(text, streams_json, s, dict, "end.streams.")
         retr = sender.get("retransmits")
         if retr is not None and (type(retr) is not int or retr < 0):
             fail(COMMAND, 0, f"end.streams.{i}.sender.retransmits={retr!r}", "bad retransmits")
         streams.append(StreamResult(
-            socket=_get(text, streams_json, f"{s}.socket", int),
-            sent_bps=float(_get(text, streams_json, f"{s}.bits_per_second", _NUM)),
-            received_bps=float(_get(text, streams_json, f"{r}.bits_per_second", _NUM)),
-            sent_bytes=_get(text, streams_json, f"{s}.bytes", int),
-            received_bytes=_get(text, streams_json, f"{r}.bytes", int),
+            socket=_get(text, streams_json, f"{s}.socket", int, "end.streams."),
+            sent_bps=float(_get(text, streams_json, f"{s}.bits_per_second", _NUM, "end.streams.")),
+            received_bps=float(_get(text, streams_json, f"{r}.bits_per_second", _NUM, "end.streams.")),
+            sent_bytes=_get(text, streams_json, f"{s}.bytes", int, "end.streams."),
+            received_bytes=_get(text, streams_json, f"{r}.bytes", int, "end.streams."),
             retransmits=retr,
         ))
     out_intervals = []
     for i, iv in enumerate(intervals):
-        per = _get(text, iv, "streams", list)
+        per = _get(text, iv, "streams", list, f"intervals.{i}.")
         if len(per) != n:
             fail(COMMAND, 0, f"intervals.{i}", f"{len(per)} streams in an interval, expected {n}")
         out_intervals.append(Interval(
-            start=float(_get(text, iv, "sum.start", _NUM)), end=float(_get(text, iv, "sum.end", _NUM)),
-            bps=float(_get(text, iv, "sum.bits_per_second", _NUM)),
-            stream_bps=tuple(float(_get(text, per, f"{k}.bits_per_second", _NUM)) for k in range(n)),
-            omitted=bool(_get(text, iv, "sum.omitted", bool)),
+            start=float(_get(text, iv, "sum.start", _NUM, f"intervals.{i}.")),
+            end=float(_get(text, iv, "sum.end", _NUM, f"intervals.{i}.")),
+            bps=float(_get(text, iv, "sum.bits_per_second", _NUM, f"intervals.{i}.")),
+            stream_bps=tuple(
+                float(_get(text, per, f"{k}.bits_per_second", _NUM, f"intervals.{i}.streams.")) for k in range(n)
+            ),
+            omitted=bool(_get(text, iv, "sum.omitted", bool, f"intervals.{i}.")),
         ))
-    sum_sent = _get(text, end, "sum_sent", dict)
+    sum_sent = _get(text, end, "sum_sent", dict, "end.")
     retr = sum_sent.get("retransmits")
     if retr is not None and (type(retr) is not int or retr < 0):
         fail(COMMAND, 0, f"end.sum_sent.retransmits={retr!r}", "bad retransmits")
     return IperfResult(
-        protocol=protocol, num_streams=n, reverse=bool(_get(text, ts, "reverse", int)),
-        duration=_get(text, ts, "duration", int),
-        sent_bps=float(_get(text, end, "sum_sent.bits_per_second", _NUM)),
-        received_bps=float(_get(text, end, "sum_received.bits_per_second", _NUM)),
-        sent_bytes=_get(text, end, "sum_sent.bytes", int),
-        received_bytes=_get(text, end, "sum_received.bytes", int),
-        seconds=float(_get(text, end, "sum_received.seconds", _NUM)),
+        protocol=protocol, num_streams=n, reverse=bool(_get(text, ts, "reverse", int, "start.test_start.")),
+        duration=_get(text, ts, "duration", int, "start.test_start."),
+        sent_bps=float(_get(text, end, "sum_sent.bits_per_second", _NUM, "end.")),
+        received_bps=float(_get(text, end, "sum_received.bits_per_second", _NUM, "end.")),
+        sent_bytes=_get(text, end, "sum_sent.bytes", int, "end."),
+        received_bytes=_get(text, end, "sum_received.bytes", int, "end."),
+        seconds=float(_get(text, end, "sum_received.seconds", _NUM, "end.")),
         retransmits=retr, streams=tuple(streams), intervals=tuple(out_intervals),
     )
