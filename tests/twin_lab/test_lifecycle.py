@@ -1,0 +1,146 @@
+"""The CLI lifecycle: detached supervisor, crash cleanup, two labs at once, foreground."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from twin import netns as tn
+from twin.lab import alive
+from twin.runtime import RunDir, read_json
+
+from .conftest import needs_root
+
+pytestmark = needs_root
+
+
+def twin(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twin", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def up(topology, prefix: str, *extra: str) -> dict:
+    r = twin("up", str(topology), "--prefix", prefix, *extra)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1, r.stdout
+    out = json.loads(lines[0])
+    assert set(out) == {"resolved", "prefix", "run_dir"} and out["prefix"] == prefix
+    return out
+
+
+def recorded_pids(info: dict) -> list[dict]:
+    recs = [info["supervisor"]]
+    for h in info["hosts"].values():
+        recs += list((h.get("components") or {}).values())
+    return recs
+
+
+def assert_gone(prefix: str, run_dir: str, recs: list[dict]) -> None:
+    assert tn.list_namespaces(prefix) == [], tn.list_namespaces(prefix)
+    assert tn.root_links(prefix) == []
+    assert not os.path.exists(run_dir)
+    deadline = time.monotonic() + 3
+    while any(alive(r) for r in recs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [r for r in recs if alive(r)] == []
+
+
+def test_sigkill_supervisor_then_down_all_dead(small_topology, fresh_prefix):
+    out = up(small_topology, fresh_prefix)
+    info = read_json(RunDir(out["run_dir"]).lab_json)
+    assert info["state"] == "up" and alive(info["supervisor"])
+    assert not alive(info["starter"])  # `up` returned: the starter is gone, the lab is not
+    comps = [r for r in recorded_pids(info)[1:]]
+    assert all(alive(r) for r in comps)
+    os.kill(info["supervisor"]["pid"], signal.SIGKILL)
+    # children die with their supervisor (PR_SET_PDEATHSIG)
+    deadline = time.monotonic() + 5
+    while any(alive(r) for r in comps) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [r for r in comps if alive(r)] == []
+    assert tn.list_namespaces(fresh_prefix)  # the namespaces are what a crash leaves
+    r = twin("down", "--all-dead")
+    assert r.returncode == 0, r.stderr
+    assert fresh_prefix in json.loads(r.stdout)["removed"]
+    assert_gone(fresh_prefix, out["run_dir"], recorded_pids(info))
+
+
+def test_two_labs_and_up_cleans_dead(small_topology, fresh_prefix):
+    from twin.lab import _free_prefix
+    second = _free_prefix()
+    third = _free_prefix()
+    try:
+        a = up(small_topology, fresh_prefix, "--components", "netns")
+        b = up(small_topology, second, "--components", "netns")
+        assert tn.list_namespaces(fresh_prefix) and tn.list_namespaces(second)
+        st = json.loads(twin("status", "--prefix", second).stdout)
+        assert st["supervisor_alive"] and all(st["namespaces"].values())
+        # a crashed lab is removed by the next `up`; the live one is left alone
+        info_a = read_json(RunDir(a["run_dir"]).lab_json)
+        os.kill(info_a["supervisor"]["pid"], signal.SIGKILL)
+        time.sleep(0.2)
+        c = up(small_topology, third, "--components", "netns")
+        assert_gone(fresh_prefix, a["run_dir"], recorded_pids(info_a))
+        assert tn.list_namespaces(second) and tn.list_namespaces(third)
+        for p, run in ((second, b["run_dir"]), (third, c["run_dir"])):
+            info = read_json(RunDir(run).lab_json)
+            r = twin("down", "--prefix", p)
+            assert r.returncode == 0, r.stderr
+            assert_gone(p, run, recorded_pids(info))
+    finally:
+        for p in (second, third):
+            twin("down", "--prefix", p)
+
+
+def test_foreground_ctrl_c(small_topology, fresh_prefix):
+    proc = subprocess.Popen([sys.executable, "-m", "twin", "up", str(small_topology), "--prefix",
+                             fresh_prefix, "--foreground", "--components", "netns"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out = json.loads(proc.stdout.readline())
+        assert out["prefix"] == fresh_prefix and tn.list_namespaces(fresh_prefix)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+        assert_gone(fresh_prefix, out["run_dir"], [])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_cli_errors(small_topology, fresh_prefix):
+    r = twin("down", "--prefix", fresh_prefix)
+    assert r.returncode == 1 and "no lab there" in r.stderr
+    r = twin("up", str(small_topology), "--prefix", "nothex")
+    assert r.returncode == 1 and "4 lowercase hex" in r.stderr
+    r = twin("up", "/nonexistent.yaml", "--prefix", fresh_prefix, "--components", "netns")
+    assert r.returncode == 1 and "nonexistent.yaml" in r.stderr
+    assert tn.list_namespaces(fresh_prefix) == []
+
+
+def test_fault_cli_round_trip(small_topology, fresh_prefix):
+    out = up(small_topology, fresh_prefix, "--components", "netns")
+    faults_json = RunDir(out["run_dir"]).host_dir("dut3300").faults_json
+    try:
+        r = twin("fault", "--prefix", fresh_prefix, "dut3300", "corrupt_icv", "every=7")
+        assert r.returncode == 0, r.stderr
+        assert read_json(faults_json) == {"corrupt_icv": {"every": 7}}
+        r = twin("fault", "--run-dir", out["run_dir"], "--list", "dut3300")
+        assert r.returncode == 0 and "every=7" in r.stdout and "peer_unreachable" in r.stdout
+        r = twin("fault", "--prefix", fresh_prefix, "dut3300", "corrupt_icv", "--off")
+        assert r.returncode == 0, r.stderr
+        assert read_json(faults_json) == {}
+        r = twin("fault", "--prefix", fresh_prefix, "dut3300", "corrupt_iv")
+        assert r.returncode == 1 and "unknown fault 'corrupt_iv'; known:" in r.stderr
+        r = twin("fault", "--prefix", fresh_prefix, "dut3300", "replay", "evry=3")
+        assert r.returncode == 1 and "unknown parameter(s) evry" in r.stderr
+        r = twin("fault", "--prefix", fresh_prefix, "bench", "replay")
+        assert r.returncode == 1 and "not an appliance" in r.stderr
+        assert read_json(faults_json) == {}
+    finally:
+        twin("down", "--prefix", fresh_prefix)
