@@ -189,8 +189,8 @@ class TunnelPlan:
         by = None
         first_port = 5201
         if not isinstance(ch, int):
-            by = getattr(ch, "by", "tcp_port")
-            first_port = int(getattr(ch, "first_port", 5201))
+            by = getattr(ch, "by", None)
+            first_port = int(getattr(ch, "first_port", None) or 5201)
         ids = getattr(t, "identities", None)
         identities = None
         if ids is not None:
