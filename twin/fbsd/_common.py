@@ -1,0 +1,166 @@
+"""Shared plumbing of the FreeBSD commands: host dir files, engine requests, output.
+
+Why one module: every command needs the same four things (its host dir, the JSON state
+files, one round trip to the engine, FreeBSD-style error exits) and must stay cheap to
+import, so this is stdlib only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from twin.runtime import HostDir, read_json, write_json_atomic
+
+ENGINE_TIMEOUT = 10.0
+
+DEFAULT_MODULES: list[dict[str, Any]] = [
+    {"name": "kernel", "file": "/boot/kernel/kernel", "size": 0x1F3E2D0, "refs": 62,
+     "address": "0xffffffff80200000"},
+    {"name": "ipsec.ko", "file": "/boot/kernel/ipsec.ko", "size": 0x5B2F8, "refs": 1,
+     "address": "0xffffffff82a00000"},
+]
+"""What a freshly booted OPNsense has loaded that matters here (kernel + ipsec.ko)."""
+
+
+class EngineError(RuntimeError):
+    """The engine did not answer or answered with ok=false."""
+
+
+def host_dir() -> HostDir:
+    """The appliance this command runs on ($TWIN_HOST_DIR, set by the bin/ wrappers)."""
+    return HostDir.from_env()
+
+
+def prog_name(default: str) -> str:
+    return default
+
+
+def err(prog: str, msg: str) -> None:
+    sys.stderr.write(f"{prog}: {msg}\n")
+
+
+def host_info(hd: HostDir) -> dict[str, Any]:
+    return read_json(hd.host_json, default={})
+
+
+def load_state(hd: HostDir) -> dict[str, Any]:
+    """state.json: {"boot_time": float, "modules": [...], "driver": {...}|null}.
+
+    Missing keys get a freshly-booted default so a partially written lab still works;
+    boot_time then falls back to host.json's mtime (when the lab built this host).
+    """
+    st = read_json(hd.state_json, default={})
+    if not isinstance(st, dict):
+        raise ValueError(f"{hd.state_json}: expected a JSON object")
+    if "modules" not in st:
+        st["modules"] = [dict(m) for m in DEFAULT_MODULES]
+    if "boot_time" not in st:
+        try:
+            st["boot_time"] = hd.host_json.stat().st_mtime
+        except OSError:
+            st["boot_time"] = time.time()
+    st.setdefault("driver", None)
+    return st
+
+
+def save_state(hd: HostDir, st: dict[str, Any]) -> None:
+    write_json_atomic(hd.state_json, st)
+
+
+def module_loaded(st: dict[str, Any], name: str) -> bool:
+    """Is a kernel module loaded?  `name` as module (`ipsec`) or file name (`ipsec.ko`)."""
+    base = name[:-3] if name.endswith(".ko") else name
+    return any(m.get("name") in (base, base + ".ko") for m in st.get("modules", []))
+
+
+def driver_loaded(hd: HostDir, st: dict[str, Any] | None = None) -> bool:
+    """The offload driver module of this host's model is loaded."""
+    st = st if st is not None else load_state(hd)
+    drv = host_info(hd).get("driver")
+    if not drv:
+        return False
+    return module_loaded(st, drv)
+
+
+def load_sysctls(hd: HostDir) -> dict[str, Any]:
+    data = read_json(hd.sysctl_json, default={})
+    if not isinstance(data, dict):
+        raise ValueError(f"{hd.sysctl_json}: expected a JSON object")
+    return data
+
+
+def save_sysctls(hd: HostDir, data: dict[str, Any]) -> None:
+    write_json_atomic(hd.sysctl_json, data)
+
+
+def active_faults(hd: HostDir) -> dict[str, Any]:
+    data = read_json(hd.faults_json, default={})
+    return data if isinstance(data, dict) else {}
+
+
+def engine(hd: HostDir, request: dict[str, Any], timeout: float = ENGINE_TIMEOUT) -> dict[str, Any]:
+    """One JSON-lines round trip to DIR/engine.sock; raises EngineError on failure."""
+    path = str(hd.engine_sock)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        try:
+            s.connect(path)
+            s.sendall((json.dumps(request) + "\n").encode())
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        except OSError as exc:
+            raise EngineError(f"engine at {path}: {exc.strerror or exc}") from None
+    finally:
+        s.close()
+    try:
+        reply = json.loads(buf.decode() or "null")
+    except json.JSONDecodeError:
+        raise EngineError(f"engine at {path}: malformed reply") from None
+    if not isinstance(reply, dict) or not reply.get("ok"):
+        why = reply.get("error") if isinstance(reply, dict) else "no reply"
+        raise EngineError(f"engine {request.get('op')}: {why}")
+    return reply
+
+
+def appliance_path(hd: HostDir, path: str) -> Path:
+    """Where an appliance absolute path lives on the host (DIR/root/...).
+
+    The commands normally run inside the appliance's mount namespace where this is the
+    same file; mapping explicitly keeps them correct when run directly in tests.
+    """
+    if not path.startswith("/"):
+        return Path(os.getcwd()) / path
+    return hd.rootpath(path)
+
+
+def log_dmesg(hd: HostDir, lines: list[str]) -> None:
+    """Append kernel messages to /var/log/dmesg.txt of the appliance."""
+    p = hd.rootpath("/var/log/dmesg.txt")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(line.rstrip("\n") + "\n")
+
+
+def run_main(fn) -> None:
+    """Entry point wrapper: exit with fn's status; a broken pipe is silent as in C."""
+    try:
+        rc = fn(sys.argv[1:])
+        sys.stdout.flush()
+    except BrokenPipeError:
+        try:
+            sys.stdout = None  # type: ignore[assignment]
+        except Exception:  # noqa: BLE001
+            pass
+        rc = 1
+    sys.exit(rc)

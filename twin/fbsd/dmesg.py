@@ -1,0 +1,28 @@
+"""dmesg(8): the kernel message buffer, i.e. the appliance's /var/log/dmesg.txt.
+
+kldload appends driver attach lines and link errors there (issue 7 checks that no
+`symbol ... undefined` line appears when the driver loads).
+"""
+from __future__ import annotations
+
+import sys
+
+from twin.fbsd import _common as c
+
+
+def main(argv: list[str]) -> int:
+    for a in argv:
+        if a.startswith("-") and a not in ("-a",):
+            sys.stderr.write(f"dmesg: illegal option -- {a[1:2]}\nusage: dmesg [-ac] [-M core [-N system]]\n")
+            return 1
+    hd = c.host_dir()
+    p = hd.rootpath("/var/log/dmesg.txt")
+    try:
+        sys.stdout.write(p.read_text(encoding="utf-8", errors="replace"))
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    c.run_main(main)

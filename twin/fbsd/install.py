@@ -1,0 +1,71 @@
+"""Write DIR/bin/<cmd> wrappers so the appliance shell finds FreeBSD's commands first.
+
+Each wrapper is `#!/bin/sh` + `exec PYTHON -m <module> "$@"`; TWIN_HOST_DIR is already
+in the environment (twin.sshd sets it), but the wrapper sets it too when missing so a
+wrapper run by hand from the host dir still works.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from twin.runtime import HostDir
+
+COMMANDS: dict[str, str] = {
+    "sysctl": "twin.fbsd.sysctl",
+    "netstat": "twin.fbsd.netstat",
+    "setkey": "twin.fbsd.setkey",
+    "kldload": "twin.fbsd.kldload",
+    "kldunload": "twin.fbsd.kldunload",
+    "kldstat": "twin.fbsd.kldstat",
+    "md5": "twin.fbsd.md5",
+    "sha256": "twin.fbsd.sha256",
+    "ping": "twin.fbsd.ping",
+    "ping6": "twin.fbsd.ping6",
+    "ifconfig": "twin.fbsd.ifconfig",
+    "route": "twin.fbsd.route",
+    "shutdown": "twin.fbsd.shutdown",
+    "b64decode": "twin.fbsd.b64decode",
+    "dmesg": "twin.fbsd.dmesg",
+    "swanctl": "twin.ike.swanctl",
+}
+"""Command name -> module run with `python -m` (ping6 is ping under the name ping6)."""
+
+
+def wrapper_text(module: str, host_dir: HostDir, python: str) -> str:
+    hd = shlex.quote(str(host_dir.path))
+    return ("#!/bin/sh\n"
+            f": \"${{TWIN_HOST_DIR:={hd}}}\"\n"
+            "export TWIN_HOST_DIR\n"
+            f"exec {shlex.quote(python)} -m {module} \"$@\"\n")
+
+
+def install_bin(host_dir: HostDir | str | os.PathLike[str], python: str = sys.executable) -> list[Path]:
+    """Create/refresh every wrapper in DIR/bin (mode 755); returns their paths."""
+    hd = host_dir if isinstance(host_dir, HostDir) else HostDir(host_dir)
+    hd.bin.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, module in COMMANDS.items():
+        p = hd.bin / name
+        tmp = p.with_name(f".{name}.tmp")
+        tmp.write_text(wrapper_text(module, hd, python))
+        tmp.chmod(0o755)
+        os.replace(tmp, p)
+        written.append(p)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m twin.fbsd.install HOST_DIR", file=sys.stderr)
+        return 2
+    for p in install_bin(args[0]):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,354 @@
+"""ping(8) / ping6 of FreeBSD 14, driving the REAL Linux ping (iputils) in the namespace.
+
+Why real: the emulated appliance's own packets must meet the real kernel state of the
+namespace (routes, MTUs, the path MTU the engine's Packet Too Big taught the kernel).
+FreeBSD's offload path refuses, never fragments, an own packet that is too big, so DF is
+always set (`-M do`) unless fault `own_too_big_fragmented` is active.  iputils' output is
+rewritten line by line into FreeBSD 14's format (IPv6: the KAME-style `PING6(...)`,
+`hlim=`, `ping6 statistics`, `std-dev`); statistics are recomputed from the replies.
+Exit codes: 0 any reply; 2 none; IPv6 71 when every send failed.
+"""
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+from twin.fbsd import _common as c
+
+EX_USAGE = 64
+EX_NOHOST = 68
+EX_OSERR = 71
+
+REPLY_RE = re.compile(
+    r"^(?P<bytes>\d+) bytes from (?P<src>.+?): icmp_seq=(?P<seq>\d+) ttl=(?P<ttl>\d+)"
+    r"(?: time=(?P<time>[\d.]+) ms)?(?P<rest>.*)$")
+FROM_RE = re.compile(r"^From (?P<src>\S+) icmp_seq=(?P<seq>\d+) (?P<what>.*)$")
+TX_RE = re.compile(r"^(?P<tx>\d+) packets transmitted")
+
+
+class Opts:
+    def __init__(self) -> None:
+        self.count: int | None = None
+        self.size: int | None = None
+        self.src: str | None = None
+        self.timeout: float | None = None
+        self.wait_ms: int | None = None
+        self.interval: float = 1.0
+        self.ttl: int | None = None
+        self.quiet = False
+        self.verbose = False
+        self.family: int | None = None
+        self.target: str | None = None
+
+
+def usage(prog: str) -> int:
+    sys.stderr.write(
+        f"usage: {prog} [-4AaDdfHnoQqRrv] [-C pcp] [-c count] [-G sweepmaxsize]\n"
+        "\t    [-g sweepminsize] [-h sweepincrsize] [-i wait] [-l preload]\n"
+        "\t    [-M mask | time] [-m ttl] [-P policy] [-p pattern] [-S src_addr]\n"
+        "\t    [-s packetsize] [-t timeout] [-W waittime] [-z tos] IPv4-host\n"
+        f"       {prog} [-6AaDdEfHNnOoquvYyZ] [-b bufsiz] [-c count] [-e gateway]\n"
+        "\t    [-I interface] [-i wait] [-k addrtype] [-l preload] [-m hoplimit]\n"
+        "\t    [-P policy] [-p pattern] [-S sourceaddr] [-s packetsize] [-t timeout]\n"
+        "\t    [-W waittime] [-z tclass] [IPv6-hops ...] IPv6-host\n")
+    return EX_USAGE
+
+
+WITH_ARG = set("cisStWmIbCeGghlMPpz")
+
+
+def parse(prog: str, argv: list[str]) -> Opts | int:
+    o = Opts()
+    if prog == "ping6":
+        o.family = 6
+    args = list(argv)
+    rest: list[str] = []
+    while args:
+        a = args.pop(0)
+        if a == "--":
+            rest += args
+            break
+        if not a.startswith("-") or a == "-":
+            rest.append(a)
+            continue
+        j = 1
+        while j < len(a):
+            ch = a[j]
+            if ch in WITH_ARG:
+                val = a[j + 1:] or (args.pop(0) if args else None)
+                if val is None:
+                    sys.stderr.write(f"{prog}: option requires an argument -- {ch}\n")
+                    return usage(prog)
+                try:
+                    if ch == "c":
+                        o.count = int(val)
+                        if o.count <= 0:
+                            sys.stderr.write(f"{prog}: invalid count of packets to transmit: `{val}'\n")
+                            return EX_USAGE
+                    elif ch == "s":
+                        o.size = int(val)
+                    elif ch == "S":
+                        o.src = val
+                    elif ch == "t":
+                        o.timeout = float(val)
+                    elif ch == "W":
+                        o.wait_ms = int(val)
+                    elif ch == "i":
+                        o.interval = float(val)
+                    elif ch == "m":
+                        o.ttl = int(val)
+                except ValueError:
+                    sys.stderr.write(f"{prog}: invalid argument `{val}' for -{ch}\n")
+                    return EX_USAGE
+                break
+            if ch == "q":
+                o.quiet = True
+            elif ch == "v":
+                o.verbose = True
+            elif ch == "6":
+                o.family = 6
+            elif ch == "4":
+                o.family = 4
+            elif ch in "DnAaHdfoQRruNOEYyZ":
+                pass
+            else:
+                sys.stderr.write(f"{prog}: illegal option -- {ch}\n")
+                return usage(prog)
+            j += 1
+    if len(rest) != 1:
+        return usage(prog)
+    o.target = rest[0]
+    return o
+
+
+def resolve(prog: str, o: Opts) -> tuple[int, str] | int:
+    try:
+        ip = ipaddress.ip_address(o.target.split("%")[0])
+        fam = ip.version
+        if o.family == 6 and fam == 4:
+            sys.stderr.write(f"{prog}: IPv6 requested but IPv4 target address provided\n")
+            return 1
+        if o.family == 4 and fam == 6:
+            sys.stderr.write(f"{prog}: IPv4 requested but IPv6 target address provided\n")
+            return 1
+        return fam, str(ip)
+    except ValueError:
+        pass
+    af = socket.AF_INET6 if o.family == 6 else socket.AF_INET if o.family == 4 else socket.AF_UNSPEC
+    try:
+        info = socket.getaddrinfo(o.target, None, af, socket.SOCK_RAW)
+    except socket.gaierror:
+        sys.stderr.write(f"{prog}: cannot resolve {o.target}: Unknown host\n")
+        return EX_NOHOST
+    addr = info[0][4][0]
+    return (6 if info[0][0] == socket.AF_INET6 else 4), addr
+
+
+def source_for(fam: int, dst: str, src: str | None) -> str | None:
+    if src:
+        return src
+    s = socket.socket(socket.AF_INET6 if fam == 6 else socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((dst, 9))
+        return s.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def main_for(prog: str, argv: list[str]) -> int:
+    o = parse(prog, argv)
+    if isinstance(o, int):
+        return o
+    r = resolve(prog, o)
+    if isinstance(r, int):
+        return r
+    fam, addr = r
+    if fam == 6:
+        prog = "ping6" if prog == "ping6" else "ping"
+    size = o.size if o.size is not None else (8 if fam == 6 else 56)
+    if fam == 4 and size > 65535 - 20 - 8:
+        sys.stderr.write(f"{prog}: packet size too large: {size} > {65535 - 20 - 8}\n")
+        return EX_USAGE
+    if fam == 6 and size <= 0:
+        sys.stderr.write(f"{prog}: illegal datalen value -- {size}\n")
+        return 1
+    if fam == 6 and size > 131072 - 40 - 8:
+        sys.stderr.write(f"{prog}: datalen value too large, maximum is {131072 - 40 - 8}\n")
+        return 1
+    hd = c.host_dir()
+    fragment = "own_too_big_fragmented" in c.active_faults(hd)
+    cmd = ["ping", "-n", f"-{fam}", "-s", str(size), "-M", "dont" if fragment else "do",
+           "-i", f"{o.interval:g}"]
+    if o.count is not None:
+        cmd += ["-c", str(o.count)]
+    if o.wait_ms is not None:
+        cmd += ["-W", f"{max(o.wait_ms, 1) / 1000.0:g}"]
+    if o.timeout is not None:
+        cmd += ["-w", f"{max(1, math.ceil(o.timeout))}"]
+    if o.src:
+        cmd += ["-I", o.src]
+    if o.ttl is not None:
+        cmd += ["-t", str(o.ttl)]
+    cmd.append(addr)
+    out = sys.stdout
+    if fam == 4:
+        frm = f" from {o.src}" if o.src else ""
+        out.write(f"PING {o.target} ({addr}){frm}: {size} data bytes\n")
+    else:
+        src = source_for(6, addr, o.src) or "::"
+        out.write(f"PING6({40 + 8 + size}={40}+8+{size} bytes) {src} --> {addr}\n")
+    out.flush()
+    return run_ping(prog, fam, addr, size, o, cmd)
+
+
+def run_ping(prog: str, fam: int, addr: str, size: int, o: Opts, cmd: list[str]) -> int:
+    out = sys.stdout
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    import threading
+    errs: list[str] = []
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            errs.append(line.rstrip("\n"))
+            handle_err(line.rstrip("\n"))
+
+    send_failures = 0
+    send_failed_lock = threading.Lock()
+
+    def fail_line(reason: str) -> None:
+        nonlocal send_failures
+        with send_failed_lock:
+            send_failures += 1
+        if fam == 6:
+            sys.stderr.write(f"{prog}: sendmsg: {reason}\n")
+            sys.stderr.flush()
+            out.write(f"{prog}: wrote {addr} {8 + size} chars, ret=-1\n")
+            out.flush()
+        else:
+            sys.stderr.write(f"{prog}: sendto: {reason}\n")
+            sys.stderr.flush()
+
+    connect_error: list[str] = []
+
+    def handle_err(line: str) -> None:
+        low = line.lower()
+        if "message too long" in low:
+            fail_line("Message too long")
+        elif "connect:" in low or "sendmsg:" in low or "sendto:" in low:
+            if "unreachable" in low or "no route" in low:
+                connect_error.append("No route to host")
+            elif "network is down" in low:
+                connect_error.append("Network is down")
+            else:
+                connect_error.append(line.split(":", 2)[-1].strip())
+        elif low.startswith("ping: ") and ("warning" in low or "do you want" in low):
+            pass
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    te = threading.Thread(target=read_err, daemon=True)
+    te.start()
+    rtts: list[float] = []
+    received = dups = 0
+    transmitted: int | None = None
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            m = REPLY_RE.match(line)
+            if m:
+                seq = int(m.group("seq")) - 1
+                dup = "DUP!" in m.group("rest")
+                tms = m.group("time")
+                if tms is None and size >= 8:
+                    # iputils needs 16 bytes for its timestamp; FreeBSD needs 8: time it here.
+                    sent_at = t0 + seq * o.interval
+                    tms = f"{max(0.0, (time.monotonic() - sent_at) * 1000):.3f}"
+                if dup:
+                    dups += 1
+                else:
+                    received += 1
+                    if tms is not None:
+                        rtts.append(float(tms))
+                if o.quiet:
+                    continue
+                nbytes = int(m.group("bytes"))
+                tpart = f" time={float(tms):.3f} ms" if tms is not None else ""
+                if fam == 4:
+                    out.write(f"{nbytes} bytes from {m.group('src')}: icmp_seq={seq} ttl={m.group('ttl')}"
+                              f"{tpart}{' (DUP!)' if dup else ''}\n")
+                else:
+                    out.write(f"{nbytes} bytes from {m.group('src')}, icmp_seq={seq} hlim={m.group('ttl')}"
+                              f"{tpart}{'(DUP!)' if dup else ''}\n")
+                out.flush()
+                continue
+            m = FROM_RE.match(line)
+            if m:
+                what = m.group("what")
+                seq = int(m.group("seq")) - 1
+                if fam == 4 and not o.quiet:
+                    mm = re.search(r"mtu = (\d+)", what)
+                    if mm:
+                        out.write(f"{28 + 8 + size} bytes from {m.group('src')}: frag needed and DF set "
+                                  f"(MTU {mm.group(1)})\n")
+                    else:
+                        out.write(f"{28 + 8 + size} bytes from {m.group('src')}: {what}\n")
+                elif fam == 6 and o.verbose:
+                    mm = re.search(r"mtu = (\d+)", what)
+                    if mm:
+                        out.write(f"{48 + 8 + size} bytes from {m.group('src')}: Packet too big mtu = {mm.group(1)}\n")
+                    else:
+                        out.write(f"{48 + 8 + size} bytes from {m.group('src')}: {what}\n")
+                out.flush()
+                continue
+            m = TX_RE.match(line)
+            if m:
+                transmitted = int(m.group("tx"))
+    except KeyboardInterrupt:
+        proc.terminate()
+    proc.wait()
+    te.join(2)
+    if connect_error:
+        # iputils gives up at connect(); FreeBSD keeps trying and reports each send.
+        n = o.count or 1
+        for _ in range(n):
+            fail_line(connect_error[0])
+        transmitted = n
+    if transmitted is None:
+        transmitted = received + send_failures
+    stats_name = "ping6 statistics" if fam == 6 else "ping statistics"
+    out.write(f"\n--- {addr} {stats_name} ---\n")
+    loss = ((transmitted - received) * 100.0 / transmitted) if transmitted else 0.0
+    dup_s = f"+{dups} duplicates, " if dups else ""
+    out.write(f"{transmitted} packets transmitted, {received} packets received, {dup_s}{loss:.1f}% packet loss\n")
+    if received and rtts and size >= 8:
+        avg = sum(rtts) / len(rtts)
+        var = sum(x * x for x in rtts) / len(rtts) - avg * avg
+        sd = math.sqrt(var) if var > 0 else 0.0
+        label = "std-dev" if fam == 6 else "stddev"
+        out.write(f"round-trip min/avg/max/{label} = {min(rtts):.3f}/{avg:.3f}/{max(rtts):.3f}/{sd:.3f} ms\n")
+    out.flush()
+    if received:
+        return 0
+    if fam == 6 and transmitted and send_failures >= transmitted:
+        return EX_OSERR
+    return 2
+
+
+def main(argv: list[str]) -> int:
+    return main_for(os.environ.get("TWIN_PING_ARGV0") or "ping", argv)
+
+
+if __name__ == "__main__":
+    c.run_main(main)
