@@ -1,0 +1,74 @@
+"""Reboot of one appliance through the supervisor: state reset, root/ kept, same SSH port."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from twin.lab import alive, available_components, control_request
+from twin.runtime import RunDir, read_json
+
+from .conftest import needs_root
+from .test_lifecycle import twin, up
+
+pytestmark = [
+    needs_root,
+    pytest.mark.skipif(not {"engine", "sshd"} <= set(available_components()),
+                       reason="needs twin.engine and twin.sshd (not installed yet)"),
+]
+
+
+def ssh_run(run: RunDir, port: int, command: str) -> tuple[int, str]:
+    import paramiko
+    c = paramiko.SSHClient()
+    c.load_host_keys(str(run.known_hosts))
+    c.set_missing_host_key_policy(paramiko.RejectPolicy())
+    c.connect("127.0.0.1", port=port, username="root", key_filename=str(run.client_key),
+              look_for_keys=False, allow_agent=False, timeout=10)
+    try:
+        _, out, _ = c.exec_command(command, timeout=20)
+        text = out.read().decode()
+        return out.channel.recv_exit_status(), text
+    finally:
+        c.close()
+
+
+def test_reboot_resets_state_keeps_root(small_topology, fresh_prefix):
+    out = up(small_topology, fresh_prefix)
+    run = RunDir(out["run_dir"])
+    try:
+        hd = run.host_dir("dut3300")
+        conf = hd.rootpath("/usr/local/etc/swanctl/swanctl.conf")
+        conf.write_text("connections {\n}\n")
+        before = read_json(run.lab_json)["hosts"]["dut3300"]
+        state0 = read_json(hd.state_json)
+        port = before["ssh_port"]
+        assert ssh_run(run, port, "echo up")[1].strip() == "up"
+        r = twin("reboot", "--prefix", fresh_prefix, "dut3300")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["boot_id"] == 2
+        after = read_json(run.lab_json)["hosts"]["dut3300"]
+        for comp, rec in before["components"].items():
+            assert not alive(rec), f"{comp} of the old boot still runs"
+            assert alive(after["components"][comp]) and after["components"][comp] != rec
+        assert after["ssh_port"] == port
+        assert conf.read_text() == "connections {\n}\n"  # root/ survives a reboot
+        state = read_json(hd.state_json)
+        assert state["boot_id"] == 2 and state["boot_time"] > state0["boot_time"]
+        assert state["driver"]["loaded"]
+        assert read_json(hd.host_json)["boot_id"] == 2
+        status = control_request(hd.engine_sock, {"op": "status"})
+        assert status["ok"] and status["pid"] == after["components"]["engine"]["pid"]
+        counters = control_request(hd.engine_sock, {"op": "counters"})
+        assert counters["ok"] and not any(counters["driver"].values())
+        # the same known_hosts still authenticates the rebooted appliance
+        assert ssh_run(run, port, "echo back")[1].strip() == "back"
+        # the other appliance was not touched
+        peer = read_json(run.lab_json)["hosts"]["peer3300"]
+        assert all(alive(r) for r in peer["components"].values())
+        assert read_json(run.host_dir("peer3300").state_json)["boot_id"] == 1
+        r = twin("reboot", "--prefix", fresh_prefix, "bench")
+        assert r.returncode == 1 and "unknown appliance" in r.stderr
+    finally:
+        twin("down", "--prefix", fresh_prefix)
