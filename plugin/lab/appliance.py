@@ -164,7 +164,7 @@ class ShellCommands:
     def iperf3_server(self, port: int = 5201, bind: str | None = None, ready_timeout: float = 10.0) -> IperfServer:
         """Start a one-off (``-1``) iperf3 server in the background and wait until it listens."""
         logp = f"/tmp/hil-iperf3-{port}-{int(time.time() * 1000) % 10**9}.log"
-        cmd = ["iperf3", "-s", "-1", "-p", port]
+        cmd = ["iperf3", "-s", "-1", "--forceflush", "-p", port]  # flushed: we wait for "Server listening"
         if bind:
             cmd += ["-B", bind]
         tries = int(ready_timeout / 0.1)

@@ -286,36 +286,19 @@ def plot_stream_rates(series: Mapping[str, Series], path: str | os.PathLike[str]
 
 
 def iperf_series(result: Any) -> dict[str, list[tuple[float, float, float]]]:
-    """Per-stream interval rates from parsers.iperf3's IperfResult.
+    """Per-stream interval rates from parsers.iperf3's IperfResult (omitted intervals skipped).
 
-    Accepts ``result.intervals`` as a list per stream of (start, end, bps) tuples, or a list
-    of intervals each holding per-stream (start, end, bps) -- whichever the parser gives,
-    told apart by the number of streams.
+    ``result.intervals`` holds ``Interval(start, end, bps, stream_bps, omitted)``; each
+    stream becomes one series of (start, end, bits per second).
     """
-    iv = list(getattr(result, "intervals", None) or [])
-    n = int(getattr(result, "num_streams", 0) or 0)
-    if not iv:
-        return {}
-
-    def triple(x: Any) -> tuple[float, float, float]:
-        if isinstance(x, Mapping):
-            return float(x["start"]), float(x["end"]), float(x["bits_per_second"] if "bits_per_second" in x else x["bps"])
-        if hasattr(x, "start"):
-            return float(x.start), float(x.end), float(getattr(x, "bps", getattr(x, "bits_per_second", 0.0)))
-        s, e, b = x
-        return float(s), float(e), float(b)
-
-    first = iv[0]
-    per_stream_lists = isinstance(first, (list, tuple)) and first and not isinstance(first[0], (int, float))
-    if per_stream_lists and n and len(iv) == n:
-        return {f"stream {i + 1}": [triple(p) for p in pts] for i, pts in enumerate(iv)}
-    if per_stream_lists:  # list of intervals, each a list of per-stream points
-        out: dict[str, list[tuple[float, float, float]]] = {}
-        for interval in iv:
-            for i, p in enumerate(interval):
-                out.setdefault(f"stream {i + 1}", []).append(triple(p))
-        return out
-    return {"stream 1": [triple(p) for p in iv]}
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for iv in getattr(result, "intervals", None) or ():
+        if getattr(iv, "omitted", False):
+            continue
+        per_stream = tuple(getattr(iv, "stream_bps", ()) or ()) or (iv.bps,)
+        for i, bps in enumerate(per_stream):
+            out.setdefault(f"stream {i + 1}", []).append((float(iv.start), float(iv.end), float(bps)))
+    return out
 
 
 def plot_iperf(result: Any, path: str | os.PathLike[str], title: str) -> Path:

@@ -95,11 +95,18 @@ def test_plot_png_written(tmp_path):
         plot_stream_rates({}, tmp_path / "y.png", "none")
 
 
-def test_iperf_series_shapes():
-    class R:
-        num_streams = 2
-        intervals = [[(0, 1, 1.0), (1, 2, 2.0)], [(0, 1, 3.0), (1, 2, 4.0)]]
-    assert iperf_series(R()) == {"stream 1": [(0, 1, 1.0), (1, 2, 2.0)], "stream 2": [(0, 1, 3.0), (1, 2, 4.0)]}
+def test_iperf_series_from_the_real_parser(tmp_path):
+    iperf3 = pytest.importorskip("plugin.lab.parsers.iperf3")
+    Interval = iperf3.Interval
+    r = iperf3.IperfResult(num_streams=2, intervals=(
+        Interval(0.0, 1.0, 3.0e8, (1.0e8, 2.0e8), True),
+        Interval(1.0, 2.0, 4.0e8, (1.5e8, 2.5e8), False),
+        Interval(2.0, 3.0, 5.0e8, (2.0e8, 3.0e8), False),
+    ))
+    assert iperf_series(r) == {"stream 1": [(1.0, 2.0, 1.5e8), (2.0, 3.0, 2.0e8)],
+                               "stream 2": [(1.0, 2.0, 2.5e8), (2.0, 3.0, 3.0e8)]}
+    from plugin.lab.report import plot_iperf
+    assert plot_iperf(r, tmp_path / "i.png", "t").stat().st_size > 1000
 
 
 def test_classify():
