@@ -1,0 +1,133 @@
+"""`swanctl --load-all [--noprompt]` (strongSwan 5.9.8 src/swanctl/commands/load_*.c).
+
+stdout: `loaded connection 'x'`, `loaded ike secret 'x'`, `loaded pool 'x'`,
+`successfully loaded N connections, M unloaded`, `no pools found, 0 unloaded`.
+stderr (non-zero exit): `loading connection 'x' failed: why`,
+`loaded a of b connections, c failed to load, d unloaded`, `parsing 'file' failed`,
+`connecting to 'default' URI failed: ...`. Lines are classified whatever stream they
+arrive on. The per-kind summary must agree with the per-item lines and with the status.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from ._base import fail, numbered_lines
+
+COMMAND = "swanctl --load-all"
+_PLURAL = {"connection": "connections", "pool": "pools", "authority": "authorities"}
+_SINGULAR = {v: k for k, v in _PLURAL.items()}
+
+
+@dataclass(frozen=True)
+class Summary:
+    kind: str  # connection | pool | authority
+    loaded: int
+    total: int
+    failed: int
+    unloaded: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str  # connection | pool | authority | secret | ...
+    name: str
+    message: str
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    status: int
+    connections: tuple[str, ...] = ()  # names loaded, in order
+    pools: tuple[str, ...] = ()
+    authorities: tuple[str, ...] = ()
+    secrets: tuple[tuple[str, str], ...] = ()  # (type, id) e.g. ("ike", "ike-lab"); never the secret
+    credentials: tuple[str, ...] = ()  # "loaded certificate from '...'" etc., verbatim
+    summaries: tuple[Summary, ...] = ()
+    failures: tuple[Failure, ...] = ()
+    config_errors: tuple[str, ...] = ()
+    charon_error: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0 and not self.failures and not self.config_errors and self.charon_error is None
+
+    def summary(self, kind: str) -> Optional[Summary]:
+        return next((s for s in self.summaries if s.kind == kind), None)
+
+
+_LOADED = re.compile(r"loaded (?P<kind>connection|pool|authority) '(?P<name>[^']*)'")
+_SECRET = re.compile(r"loaded (?P<type>[A-Za-z0-9]+) secret '(?P<name>[^']*)'")
+_CRED = re.compile(r"loaded (?:certificate|[A-Za-z0-9]+ key) from '[^']*'")
+_FAILED = re.compile(r"loading (?P<kind>[a-z0-9 ]+?) (?:'(?P<name>[^']*)' )?failed: (?P<why>.+)")
+_UNLOAD_FAILED = re.compile(r"unloading (?P<kind>[a-z]+) '(?P<name>[^']*)' failed: (?P<why>.+)")
+_OK = re.compile(r"successfully loaded (?P<n>[0-9]+) (?P<kinds>connections|pools|authorities), (?P<u>[0-9]+) unloaded")
+_NONE = re.compile(r"no (?P<kinds>connections|pools|authorities) found, (?P<u>[0-9]+) unloaded")
+_PARTIAL = re.compile(
+    r"loaded (?P<n>[0-9]+) of (?P<t>[0-9]+) (?P<kinds>connections|pools|authorities), "
+    r"(?P<f>[0-9]+) failed to load, (?P<u>[0-9]+) unloaded"
+)
+_PARSING = re.compile(r"parsing '(?P<file>[^']*)' failed")
+_CONF_DETAIL = re.compile(r"\S+:[0-9]+(?::[0-9]+)?: .+")
+_DOWN = re.compile(r"(?:error: )?connecting to '[^']*' URI failed: .+")
+
+
+def parse(stdout: str, stderr: str = "", status: int = 0) -> LoadResult:
+    names: dict[str, list[str]] = {"connection": [], "pool": [], "authority": []}
+    secrets: list[tuple[str, str]] = []
+    creds: list[str] = []
+    summaries: dict[str, Summary] = {}
+    failures: list[Failure] = []
+    config_errors: list[str] = []
+    charon: Optional[str] = None
+    free_text: list[tuple[int, str, str]] = []
+    lines = [("stdout", no, l) for no, l in numbered_lines(stdout)] + [("stderr", no, l) for no, l in numbered_lines(stderr)]
+    last = ("stdout", 0, "")
+    for stream, no, line in lines:
+        if not line.strip():
+            continue
+        last = (stream, no, line)
+        if m := _LOADED.fullmatch(line):
+            names[m["kind"]].append(m["name"])
+        elif m := _SECRET.fullmatch(line):
+            secrets.append((m["type"], m["name"]))
+        elif _CRED.fullmatch(line):
+            creds.append(line)
+        elif m := (_OK.fullmatch(line) or _NONE.fullmatch(line) or _PARTIAL.fullmatch(line)):
+            kind = _SINGULAR[m["kinds"]]
+            if kind in summaries:
+                fail(COMMAND, no, line, f"{stream}: second summary for {m['kinds']}")
+            n = int(m.groupdict().get("n") or 0)
+            f = int(m.groupdict().get("f") or 0)
+            t = int(m.groupdict().get("t") or n)
+            if n + f != t:
+                fail(COMMAND, no, line, f"{stream}: loaded + failed != total")
+            summaries[kind] = Summary(kind, n, t, f, int(m["u"]))
+        elif m := (_FAILED.fullmatch(line) or _UNLOAD_FAILED.fullmatch(line)):
+            failures.append(Failure(m["kind"], m["name"] or "", m["why"]))
+        elif m := _PARSING.fullmatch(line):
+            config_errors.append(line)
+        elif _DOWN.fullmatch(line):
+            charon = line.removeprefix("error: ")
+        elif _CONF_DETAIL.fullmatch(line):
+            config_errors.append(line)
+        else:
+            free_text.append((no, line, stream))
+    if charon is None and free_text:  # usage text accompanies only the connect error
+        no, line, stream = free_text[0]
+        fail(COMMAND, no, line, f"{stream}: unexpected line")
+    if charon is None and not config_errors and "connection" not in summaries:
+        fail(COMMAND, last[1], last[2], "no connections summary (output truncated?)")
+    for kind, summary in summaries.items():
+        if len(names[kind]) != summary.loaded:
+            fail(COMMAND, 0, f"{summary}", f"{len(names[kind])} 'loaded {kind}' lines but the summary says {summary.loaded}")
+    bad = charon is not None or config_errors or failures or any(s.failed for s in summaries.values())
+    if bool(bad) != (status != 0):
+        fail(COMMAND, last[1], last[2], f"exit status {status} contradicts the output")
+    return LoadResult(
+        status=status, connections=tuple(names["connection"]), pools=tuple(names["pool"]),
+        authorities=tuple(names["authority"]), secrets=tuple(secrets), credentials=tuple(creds),
+        summaries=tuple(summaries.values()), failures=tuple(failures), config_errors=tuple(config_errors),
+        charon_error=charon,
+    )
