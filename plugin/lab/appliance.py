@@ -300,7 +300,7 @@ class Appliance(ShellCommands):
     def swanctl_load(self) -> Any:
         """``swanctl --load-all --noprompt`` -> parsers.swanctl_load result."""
         r = self._run("swanctl --load-all --noprompt")
-        return _parse3(parser("swanctl_load"), r)
+        return parser("swanctl_load").parse(r.stdout, r.stderr, r.status)
 
     def swanctl_initiate(self, child: str, ike: str | None = None, timeout: float = 30) -> Any:
         """``swanctl --initiate --child X [--ike Y] --timeout S`` -> parsers.swanctl_initiate outcome."""
@@ -436,14 +436,6 @@ class Appliance(ShellCommands):
     def _boottime(self) -> str | None:
         r = self._run("sysctl -n kern.boottime", timeout=20)
         return r.stdout.strip() if r.status == 0 and r.stdout.strip() else None
-
-
-def _parse3(mod: Any, r: RunResult) -> Any:
-    """Call a parser that takes (stdout, stderr, status) -- or (text) for older versions."""
-    try:
-        return mod.parse(r.stdout, r.stderr, r.status)
-    except TypeError:
-        return mod.parse(r.stdout)
 
 
 def _esp_counts(esp: Any) -> dict[str, int]:

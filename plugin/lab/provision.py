@@ -107,6 +107,11 @@ class EndPlan:
     lan_if: Mapping[str, str]  # family -> interface address with prefix on `lan`
     port_if: Mapping[str, str] = field(default_factory=dict)  # family -> address/prefix on `port`
     cipher: str = "offload"  # kernel | offload (the topology's hint; rendering ignores it)
+    ifname: str | None = None  # the OS's name of `port` (topology `ifname`), else the port name
+
+    @property
+    def port_ifname(self) -> str:
+        return self.ifname or self.port
 
     def lan_net(self, family: str) -> str:
         try:
@@ -183,6 +188,7 @@ class TunnelPlan:
                     lan_if=lan_if,
                     port_if=port_if,
                     cipher=str(getattr(end, "cipher", "offload") or "offload"),
+                    ifname=getattr(port, "ifname", None),
                 )
             )
         ch = getattr(t, "children", 1)
@@ -386,3 +392,308 @@ def check_grammar(text: str, source: str = "<rendered>") -> None:
             raise ProvisionError(f"{source}:{no}: not one 'key = value' per line (near {key!r})")
     if depth != 0:
         raise ProvisionError(f"{source}: {depth} section(s) not closed")
+
+
+# --------------------------------------------------------------------------- the transaction
+
+
+@dataclass
+class BringUp:
+    """What bring-up found: children established, each initiate outcome, both ends' SAs."""
+
+    conn: str
+    children_total: int
+    children_up: int
+    outcomes: dict[str, Any]  # child -> parsers.swanctl_initiate InitiateResult
+    sas: dict[str, Any] = field(default_factory=dict)  # appliance -> parsers SaList
+
+    @property
+    def all_up(self) -> bool:
+        return self.children_up == self.children_total
+
+    def failures(self) -> list[tuple[str, str]]:
+        return [(c, _outcome_name(r)) for c, r in self.outcomes.items() if not getattr(r, "ok", False)]
+
+
+def _outcome_name(r: Any) -> str:
+    o = getattr(r, "outcome", None)
+    name = getattr(o, "value", None) or str(o)
+    err = getattr(r, "error", None)
+    return f"{name} ({err})" if err else str(name)
+
+
+@dataclass(frozen=True)
+class Undo:
+    """One change outside the files (route, interface flag, address) and how to revert it."""
+
+    appliance: str
+    what: str  # human text for logs and the report
+    kind: str  # route | ifconfig
+    args: tuple[str, ...]
+
+
+class TunnelProvisioner:
+    """Install one tunnel config on both ends as a transaction, bring it up, undo it.
+
+    ``up()``: for each end, back up swanctl.conf and the tunnel's conf.d file
+    (``files.Transaction``: sha256 + a journal on the appliance, so a crashed run is
+    restored by the next one), make sure swanctl.conf includes ``conf.d/*.conf``, write the
+    rendered file atomically (mode 0600), verify it byte for byte, ``swanctl --load-all``;
+    initiate every child from the initiator end; for an IPv6 inner family make the
+    association's port speak IPv6 (``-ifdisabled``, an address if it has none) and route the
+    peer's inner network out of it (the 000 page's two raises); read both ends' SAs.
+    Not all children up -> teardown, then ``ProvisionError`` naming each child and outcome.
+
+    ``down()``: terminate, undo routes/flags/addresses, restore the files (sha256-checked by
+    files.restore), load again so charon forgets the connection. ``keep=True`` skips all of
+    it, loudly (the journal stays on the appliance for the next run's recovery).
+    """
+
+    def __init__(
+        self,
+        appliances: Mapping[str, Any] | Sequence[Any],
+        tunnel: TunnelPlan,
+        config: Any,
+        psk: Secret | str | bytes,
+        *,
+        run_id: str,
+        keep: bool = False,
+        initiator: str = "local",
+        initiate_timeout: float = 30.0,
+        transaction_factory: Any = None,
+    ) -> None:
+        if not isinstance(appliances, Mapping):
+            appliances = {a.name: a for a in appliances}
+        self.apps = dict(appliances)
+        for e in (tunnel.local, tunnel.remote):
+            if e.host not in self.apps:
+                raise ProvisionError(f"tunnel {tunnel.name}: no appliance {e.host!r} given (have {sorted(self.apps)})")
+        self.tunnel = tunnel
+        self.config = config
+        self._psk = as_secret(psk)
+        self.run_id = run_id
+        self.keep = keep
+        if initiator not in ("local", "remote"):
+            raise ProvisionError(f"initiator must be 'local' or 'remote', not {initiator!r}")
+        self.initiator = initiator
+        self.initiate_timeout = initiate_timeout
+        self._tx_factory = transaction_factory
+        self.conn = conn_name(tunnel, config)
+        self.path = conf_path(tunnel)
+        self._txs: list[tuple[str, Any]] = []  # (appliance, open Transaction)
+        self._undo: list[Undo] = []
+        self.bringup: BringUp | None = None
+        self.log: list[str] = []  # what was done, in order (no secrets) -- for the report
+
+    def __repr__(self) -> str:
+        return f"TunnelProvisioner({self.tunnel.name!r}, {self.conn!r}, psk={self._psk!r})"
+
+    # -- helpers
+    def _app(self, end: str) -> Any:
+        return self.apps[self.tunnel.end(end).host]
+
+    def _note(self, text: str) -> None:
+        self.log.append(text)
+        log.info("%s", text)
+
+    def _transaction(self, app: Any) -> Any:
+        if self._tx_factory is not None:
+            return self._tx_factory(app.host, self.run_id)
+        from plugin.lab.files import Transaction
+
+        return Transaction(app.host, self.run_id)
+
+    # -- bring-up
+    def __enter__(self) -> BringUp:
+        return self.up()
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def up(self) -> BringUp:
+        try:
+            for end in ("local", "remote"):
+                self._install(end)
+            for end in ("local", "remote"):
+                self._load(end)
+            bu = self._initiate()
+            if self.config.inner == "ipv6":
+                for end in ("local", "remote"):
+                    self._inner_v6_prerequisites(end)
+            bu.sas = {a.name: a.list_sas() for a in self._ends_apps()}
+            self.bringup = bu
+        except BaseException:
+            self._teardown_after_failure()
+            raise
+        if not bu.all_up:
+            self._teardown_after_failure()
+            raise ProvisionError(
+                f"tunnel {self.tunnel.name} ({self.conn}): {bu.children_up} of {bu.children_total} children "
+                "established -- the run stops here (002 page); "
+                + "; ".join(f"child {c}: {o}" for c, o in bu.failures())
+            )
+        return bu
+
+    def _ends_apps(self) -> list[Any]:
+        return [self._app("local"), self._app("remote")]
+
+    def _install(self, end: str) -> None:
+        app = self._app(end)
+        tx = self._transaction(app)
+        tx.__enter__()
+        self._txs.append((app.name, tx))
+        tx.backup(SWANCTL_CONF)
+        tx.backup(self.path)
+        self._ensure_include(app)
+        text = render_swanctl(self.tunnel, self.config, end, self._psk)
+        data = text.encode("utf-8")
+        app.host.run(f"mkdir -p {_q(CONF_DIR)}", timeout=30).check(f"mkdir -p {CONF_DIR}")
+        app.host.write_file_atomic(self.path, data, mode=0o600)
+        back = app.host.read_file(self.path)
+        if hashlib.sha256(back).digest() != hashlib.sha256(data).digest():
+            raise ProvisionError(f"{app.name}: {self.path} does not read back as written ({len(back)} bytes)")
+        self._note(f"{app.name}: wrote {self.path} ({len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:12]})")
+
+    def _ensure_include(self, app: Any) -> None:
+        """OPNsense's swanctl.conf ends with ``include conf.d/*.conf``; add it if it does not."""
+        try:
+            current = app.host.read_file(SWANCTL_CONF)
+        except (FileNotFoundError, OSError, LabError):
+            current = None
+        if current is not None and any(l.strip() == INCLUDE_LINE for l in current.decode("utf-8", "replace").splitlines()):
+            return
+        base = current or b""
+        if base and not base.endswith(b"\n"):
+            base += b"\n"
+        app.host.write_file_atomic(SWANCTL_CONF, base + (INCLUDE_LINE + "\n").encode(), mode=0o600)
+        self._note(f"{app.name}: added '{INCLUDE_LINE}' to {SWANCTL_CONF}")
+
+    def _load(self, end: str) -> None:
+        app = self._app(end)
+        res = app.swanctl_load()
+        if not getattr(res, "ok", False) or self.conn not in getattr(res, "connections", (self.conn,)):
+            errs = list(getattr(res, "config_errors", ())) + [
+                f"{f.kind} {f.name}: {f.message}" for f in getattr(res, "failures", ())
+            ]
+            if getattr(res, "charon_error", None):
+                errs.append(f"charon: {res.charon_error}")
+            raise ProvisionError(
+                f"{app.name}: swanctl --load-all did not load {self.conn} (status {getattr(res, 'status', '?')}): "
+                + ("; ".join(errs) or "no error printed")
+            )
+        self._note(f"{app.name}: swanctl --load-all loaded {self.conn}")
+
+    def _initiate(self) -> BringUp:
+        app = self._app(self.initiator)
+        kids = child_plans(self.tunnel, self.config)
+        outcomes: dict[str, Any] = {}
+        for child in kids:
+            res = app.swanctl_initiate(child.name, ike=self.conn, timeout=self.initiate_timeout)
+            outcomes[child.name] = res
+            self._note(f"{app.name}: initiate {child.name}: {_outcome_name(res)}")
+        up = sum(1 for r in outcomes.values() if getattr(r, "ok", False))
+        return BringUp(self.conn, len(kids), up, outcomes)
+
+    def _inner_v6_prerequisites(self, end: str) -> None:
+        """The 000 page: the association's port must speak IPv6 and route the peer's inner net."""
+        app = self._app(end)
+        me, peer = self.tunnel.end(end), self.tunnel.other(end)
+        ifname = me.port_ifname
+        iface = app.interface(ifname)
+        if getattr(iface, "ifdisabled", False):
+            app.ifconfig(ifname, "inet6", "-ifdisabled")
+            self._undo.append(Undo(app.name, f"{ifname} inet6 ifdisabled again", "ifconfig", (ifname, "inet6", "ifdisabled")))
+            self._note(f"{app.name}: ifconfig {ifname} inet6 -ifdisabled")
+        if not _has_global_inet6(iface) and "ipv6" in me.port_if:
+            addr = me.port_if["ipv6"]
+            app.ifconfig(ifname, "inet6", addr, "alias")
+            self._undo.append(Undo(app.name, f"{ifname} inet6 {addr} removed", "ifconfig", (ifname, "inet6", addr, "-alias")))
+            self._note(f"{app.name}: ifconfig {ifname} inet6 {addr} alias")
+        net = peer.lan_net("ipv6")
+        probe = str(next(ipaddress.ip_network(net).hosts()))
+        route = app.route_get(probe, family="ipv6")
+        if route is None or getattr(route, "interface", None) != ifname:
+            app.route_add(net, interface=ifname, family="ipv6")
+            self._undo.append(Undo(app.name, f"route {net} via {ifname} removed", "route", (net, "ipv6")))
+            self._note(f"{app.name}: route -6 add -net {net} -interface {ifname}")
+
+    # -- teardown
+    def _teardown_after_failure(self) -> None:
+        try:
+            self.down()
+        except LabError as e:  # the original error is the one to report; this one is logged
+            log.error("teardown after a failed bring-up also failed: %s", e)
+            self.log.append(f"teardown after failure also failed: {e}")
+
+    def down(self) -> list[str]:
+        """Undo everything ``up`` did (reverse order); returns what was done. Idempotent."""
+        if self.keep:
+            msg = (
+                f"KEEPING tunnel {self.tunnel.name} ({self.conn}) as asked (--keep-tunnels): "
+                f"{self.path} stays on {', '.join(sorted({a for a, _ in self._txs}))}, "
+                f"{len(self._undo)} route/interface change(s) stay; the journal restores them on the next run"
+            )
+            log.warning("%s", msg)
+            self.log.append(msg)
+            self._txs.clear()
+            self._undo.clear()
+            return [msg]
+        done: list[str] = []
+        errors: list[str] = []
+        if self._txs:
+            for end in (self.initiator, "remote" if self.initiator == "local" else "local"):
+                app = self._app(end)
+                try:
+                    r = app.swanctl_terminate(ike=self.conn, timeout=15)
+                    done.append(f"{app.name}: terminate {self.conn} (status {r.status})")
+                except LabError as e:
+                    errors.append(f"{app.name}: terminate {self.conn}: {e}")
+        while self._undo:
+            u = self._undo.pop()
+            app = self.apps[u.appliance]
+            try:
+                if u.kind == "route":
+                    app.route_delete(u.args[0], family=u.args[1])
+                else:
+                    app.ifconfig(*u.args)
+                done.append(f"{u.appliance}: {u.what}")
+            except LabError as e:
+                errors.append(f"{u.appliance}: {u.what}: {e}")
+        reloaded = []
+        while self._txs:
+            name, tx = self._txs.pop()
+            try:
+                tx.__exit__(None, None, None)
+                done.append(f"{name}: restored {SWANCTL_CONF} and {self.path} (sha256 verified)")
+                reloaded.append(name)
+            except LabError as e:
+                errors.append(f"{name}: restoring files: {e}")
+        for name in reloaded:
+            try:
+                res = self.apps[name].swanctl_load()
+                done.append(f"{name}: swanctl --load-all (status {getattr(res, 'status', '?')})")
+            except LabError as e:
+                errors.append(f"{name}: swanctl --load-all after restore: {e}")
+        for d in done:
+            self._note(d)
+        if errors:
+            raise ProvisionError(f"teardown of {self.conn} incomplete: " + "; ".join(errors))
+        return done
+
+
+def _has_global_inet6(iface: Any) -> bool:
+    for a in getattr(iface, "inet6", ()) or ():
+        addr = getattr(a, "address", a)
+        try:
+            ip = ipaddress.IPv6Address(str(addr).split("%", 1)[0])
+        except ValueError:
+            continue
+        if not ip.is_link_local:
+            return True
+    return False
+
+
+def _q(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
