@@ -171,6 +171,12 @@ def _parse_text(text: str, file: str, root: Section, depth: int) -> None:
         if kind != "NAME":
             raise ConfSyntaxError(file, line, f"syntax error, unexpected {_describe(kind)}")
         nkind, _, _ = toks[i + 1]
+        if val != "include" or nkind != "NAME":
+            # strongSwan's grammar lets newlines stand between a name and its `{`/`=`;
+            # an error is reported at the next real token (measured with 5.9.8)
+            while toks[i + 1][0] == "NL":
+                del toks[i + 1]
+            nkind = toks[i + 1][0]
         if val == "include" and nkind == "NAME":
             # the pattern is the rest of the line
             pat_parts = []
