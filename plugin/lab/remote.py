@@ -113,7 +113,7 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-def _wrap(body: str, stdin_path: str | None) -> bytes:
+def _wrap(body: str, stdin_path: str | None, pid_file: str | None = None) -> bytes:
     """Enclose the script in a `{ ...; }` group with its own stdin.
 
     Why: sh -s reads the script from stdin as it goes, so a command in the script that
@@ -121,12 +121,36 @@ def _wrap(body: str, stdin_path: str | None) -> bytes:
     is parsed completely before it runs, and its redirection gives the commands
     /dev/null (or the caller's data file) instead. A syntax error anywhere means nothing
     runs at all (sh exits 2), which is what we want on an appliance.
+
+    `pid_file`: the shell records its pid there (removed on exit) so that a timed-out
+    command's process group can be killed from a second session: closing an SSH channel
+    does not stop the remote processes (measured: `sleep` kept running under sshd).
     """
     if not body.endswith("\n"):
         body += "\n"
     src = shlex.quote(stdin_path) if stdin_path else "/dev/null"
+    head = ""
+    if pid_file:
+        q = shlex.quote(pid_file)
+        head = f"trap 'rm -f {q}' EXIT\n(umask 077; echo $$ > {q}) 2>/dev/null\n"
     prologue = f"rm -f {src}\n" if stdin_path else ""
-    return ("{\n" + prologue + body + "} < " + src + "\n").encode("utf-8", "surrogateescape")
+    return (head + "{\n" + prologue + body + "} < " + src + "\n").encode("utf-8", "surrogateescape")
+
+
+def _kill_script(pid_file: str) -> str:
+    """sh that kills the process group of the shell whose pid is in pid_file (sshd puts
+    each session in its own session/process group: login shell, sh, and children)."""
+    q = shlex.quote(pid_file)
+    return (
+        f"p=$(cat {q} 2>/dev/null) || exit 0\n"
+        f"rm -f {q}\n"
+        'case "$p" in ""|*[!0-9]*) exit 0;; esac\n'
+        'g=$(ps -o pgid= -p "$p" | tr -d " ")\n'
+        'case "$g" in ""|0|1|*[!0-9]*) exit 0;; esac\n'
+        '[ "$g" = "$(ps -o pgid= -p $$ | tr -d " ")" ] && exit 0\n'
+        'kill -s KILL -- "-$g" 2>/dev/null\n'
+        "exit 0\n"
+    )
 
 
 def _random_token(n: int = 6) -> str:
@@ -322,7 +346,8 @@ class SshHost:
         if stdin is not None:
             data_path = f"/tmp/.ipsec-hil-stdin-{_random_token()}"
             self._put(data_path, stdin, 0o600)
-        payload = _wrap(script, data_path)
+        pid_file = f"/tmp/.ipsec-hil-run-{_random_token()}"
+        payload = _wrap(script, data_path, pid_file)
         t0 = time.monotonic()
         chan = self._open_session()
         try:
@@ -331,6 +356,8 @@ class SshHost:
             chan.shutdown_write()
             out, err, status = self._drain(chan, t0 + timeout, timeout)
         except CommandTimeout:
+            chan.close()
+            self._kill_remote(pid_file)
             raise
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise TransportError(f"{self.name}: command channel failed: {type(e).__name__}: {e}") from e
@@ -346,11 +373,32 @@ class SshHost:
                   script.count("\n") + 1, status, dur)
         return RunResult(_decode(out), _decode(err), status, dur, self.name)
 
+    def _kill_remote(self, pid_file: str) -> None:
+        """Best effort: stop what a timed-out command left running on the host."""
+        try:
+            chan = self._open_session()
+            try:
+                chan.exec_command(SH_COMMAND)
+                chan.sendall(_wrap(_kill_script(pid_file), None))
+                chan.shutdown_write()
+                self._drain(chan, time.monotonic() + 10, 10)
+            finally:
+                chan.close()
+            log.debug("%s: killed the timed-out command's process group", self.name)
+        except TransportError as e:
+            log.warning("%s: could not stop a timed-out command: %s", self.name, e)
+
     def _drain(self, chan: paramiko.Channel, deadline: float, timeout: float) -> tuple[bytes, bytes, int]:
-        """Read stdout and stderr together until the exit status arrives."""
+        """Read stdout and stderr together until EOF and the exit status have arrived.
+
+        Not "until the exit status": OpenSSH sends exit-status when the child exits,
+        while output may still sit in the pipes (session.c, session_exit_message), so
+        stopping at the status loses the tail of the output (seen as a rare short read
+        of 3 MiB). EOF comes only after both pipes are drained.
+        """
         out: list[bytes] = []
         err: list[bytes] = []
-        fd = chan.fileno()  # a pipe paramiko sets when either stream has data
+        fd = chan.fileno()  # a pipe paramiko sets when either stream has data or at EOF
         while True:
             progressed = False
             while chan.recv_ready():
@@ -359,9 +407,8 @@ class SshHost:
             while chan.recv_stderr_ready():
                 err.append(chan.recv_stderr(_CHUNK))
                 progressed = True
-            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                break
-            if chan.closed and not progressed:
+            ended = (chan.eof_received or chan.closed) and not (chan.recv_ready() or chan.recv_stderr_ready())
+            if ended and chan.exit_status_ready():  # also true once closed
                 break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -369,9 +416,11 @@ class SshHost:
                 log.debug("%s: command timed out after %.1fs", self.name, timeout)
                 raise CommandTimeout(f"{self.name}: command did not finish within {timeout:g}s "
                                      f"(channel closed)")
-            if not progressed:
+            if ended:
+                chan.status_event.wait(min(remaining, 0.2))  # EOF seen, status on its way
+            elif not progressed:
                 select.select([fd], [], [], min(remaining, 0.2))
-        status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+        status = chan.exit_status if chan.status_event.is_set() else -1
         return b"".join(out), b"".join(err), status
 
     # ---- files (SFTP, one session per thread: SFTPClient is not thread-safe)
