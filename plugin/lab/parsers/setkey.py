@@ -40,11 +40,17 @@ _BYTES = re.compile(
 )
 _ALLOC = re.compile(r"\tallocated: (?P<alloc>[0-9]+)\thard: (?P<hard>[0-9]+)\tsoft: (?P<soft>[0-9]+)\s*")
 _TAIL = re.compile(r"\tsadb_seq=(?P<seq>[0-9]+) pid=(?P<pid>[0-9]+) refcnt=(?P<ref>[0-9]+)\s*")
-_HEX = re.compile(r"[0-9a-f]{2,}")
+_KEY_PREFIX = re.compile(r"(?P<keep>\s*[EA]:\s*\S*).*")
+_HEXISH = re.compile(r"[\s0-9a-fA-Fx]+")
 
 
 def _masked(line: str) -> str:
-    return _HEX.sub("<hex>", line)
+    """LINE for an error message: key material replaced, the rest kept."""
+    if m := _KEY_PREFIX.fullmatch(line):
+        return m["keep"] + " <key masked>"
+    if _HEXISH.fullmatch(line):
+        return "<hex masked>"
+    return line
 
 
 @dataclass(frozen=True)
