@@ -3,7 +3,7 @@ engine's own tests and the benchmark (twin.bench).
 
 Why its own builder: the engine is proven without the full lab (twin.lab), with SAs
 installed directly over engine.sock.  Everything is named with a per-run prefix
-(`e` + 4 hex) and removed by `close()` on success and failure.
+(`en` + 4 hex) and removed by `close()` on success and failure.
 
 Addresses: hostA lan 198.51.100.10/26 fd00:a::10/64 -- gwA lan .1 / ::1;
 gwA wan 192.0.2.1/24 2001:db8:0:1::1/64 -- gwB wan .2 / ::2;
@@ -47,7 +47,7 @@ def _sysctl(ns: str, items: list[str]) -> None:
 
 @dataclass
 class MiniLab:
-    prefix: str = field(default_factory=lambda: "e" + secrets.token_hex(2))
+    prefix: str = field(default_factory=lambda: "en" + secrets.token_hex(2))
     mtu: int = 1500
     wan_rate_mbit: float | None = None
     driver: dict[str, str] = field(default_factory=lambda: {"gA": "octep", "gB": "octep"})

@@ -1,0 +1,353 @@
+"""The engine in namespaces: real ESP on the wire decrypted by scapy, conservation under
+iperf3, FreeBSD's PMTU rules, counters per personality, and every engine fault."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from scapy.layers.inet import ICMP, IP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.ipsec import ESP, SecurityAssociation
+from scapy.layers.l2 import Ether
+
+from plugin.lab import esp_math
+from twin.engine.minilab import ADDR
+
+from .conftest import Capture, needs_root, settle
+
+pytestmark = needs_root
+
+H = {role: {p: tuple(c.split("/")[0] for c in a) for p, a in ports.items()} for role, ports in ADDR.items()}
+HB = {"ipv4": H["hB"]["lan"][0], "ipv6": H["hB"]["lan"][1]}
+HA = {"ipv4": H["hA"]["lan"][0], "ipv6": H["hA"]["lan"][1]}
+GB_LAN = {"ipv4": H["gB"]["lan"][0], "ipv6": H["gB"]["lan"][1]}  # own traffic at both ends
+WAN = {gw: {"ipv4": H[gw]["wan"][0], "ipv6": H[gw]["wan"][1]} for gw in ("gA", "gB")}
+CIPHERS = ["aes-gcm-16", "aes-cbc-hmac-sha256"]
+FAMS = ["ipv4", "ipv6"]
+
+INJECT = ("import socket,sys\n"
+          "fam=socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET\n"
+          "s=socket.socket(fam,socket.SOCK_RAW,50)\n"
+          "s.sendto(bytes.fromhex(sys.argv[2]),(sys.argv[1],0))\n")
+
+
+def fresh(lab, *gws):
+    for gw in gws or ("gA", "gB"):
+        lab.call(gw, "reset")
+        lab.write_faults(gw, {})
+        lab.write_sysctl(gw, {})
+    for role in ("hA", "hB", "gA", "gB"):
+        lab.run(role, ["ip", "-6", "route", "flush", "cache"])
+        lab.run(role, ["ip", "route", "flush", "cache"])
+
+
+def delta(before: dict, after: dict, key: str, section: str = "driver") -> int:
+    return after[section][key] - before[section][key]
+
+
+def ping(lab, role, fam, dst, size=56, count=1, df=True, interval="0.2", wait="1"):
+    argv = ["ping", "-4" if fam == "ipv4" else "-6", "-c", str(count), "-i", interval, "-W", wait,
+            "-s", str(size)]
+    if df:
+        argv += ["-M", "do"]
+    return lab.run(role, argv + [dst], timeout=30)
+
+
+def scapy_sa(sa: dict, outer: str):
+    hdr = (IP(src=sa["src"], dst=sa["dst"]) if outer == "ipv4" else IPv6(src=sa["src"], dst=sa["dst"]))
+    if sa["cipher"] == "aes-gcm-16":
+        return SecurityAssociation(ESP, spi=sa["spi"], crypt_algo="AES-GCM",
+                                   crypt_key=bytes.fromhex(sa["enc_key"]), tunnel_header=hdr)
+    return SecurityAssociation(ESP, spi=sa["spi"], crypt_algo="AES-CBC",
+                               crypt_key=bytes.fromhex(sa["enc_key"]), auth_algo="SHA2-256-128",
+                               auth_key=bytes.fromhex(sa["auth_key"]), tunnel_header=hdr)
+
+
+# --- independent decryption ------------------------------------------------------------
+@pytest.mark.parametrize("cipher", CIPHERS)
+@pytest.mark.parametrize("outer", FAMS)
+@pytest.mark.parametrize("inner", FAMS)
+def test_wire_esp_decrypts_independently_and_byte_identical(lab, cipher, outer, inner):
+    fresh(lab)
+    sas = lab.tunnel(cipher, outer)
+    wan = Capture(lab, "gA", "wan", "ip proto 50 or ip6 proto 50")
+    tun = Capture(lab, "gA", "esp0", "")
+    r = ping(lab, "hA", inner, HB[inner], size=300, count=3, df=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    frames, inner_pkts = wan.stop(), tun.stop()
+    by_spi = {sas["gA_out"]["spi"]: scapy_sa(sas["gA_out"], outer),
+              sas["gB_out"]["spi"]: scapy_sa(sas["gB_out"], outer)}
+    decrypted = []
+    for f in frames:
+        pkt = Ether(f).payload
+        assert isinstance(pkt, IP if outer == "ipv4" else IPv6), "only the chosen outer family on the wire"
+        esp = pkt[ESP]
+        assert esp.spi in by_spi, f"unexpected SPI {esp.spi:#x}"
+        plain = bytes(by_spi[esp.spi].decrypt(pkt))
+        esp_len = len(bytes(esp))
+        assert esp_len == esp_math.esp_payload_len(cipher, len(plain)), "ESP length differs from the formula"
+        decrypted.append(plain)
+    assert len(decrypted) == 6  # 3 requests out, 3 replies in
+    assert sorted(decrypted) == sorted(p for p in inner_pkts if p[0] >> 4 == (4 if inner == "ipv4" else 6))
+
+
+@pytest.mark.parametrize("cipher", CIPHERS)
+def test_scapy_encrypted_accepted_replay_and_flipped_icv_rejected(lab, cipher):
+    fresh(lab)
+    sas = lab.tunnel(cipher, "ipv4")
+    ssa = scapy_sa(sas["gB_in"], "ipv4")
+    inner = IP(src=HA["ipv4"], dst=HB["ipv4"]) / ICMP(id=4242, seq=1) / (b"scapy" * 20)
+    e500 = bytes(ssa.encrypt(inner, seq_num=500))[20:]
+    e501 = bytes(ssa.encrypt(inner, seq_num=501))[20:]
+    bad = e501[:-1] + bytes([e501[-1] ^ 0x01])
+    dst = WAN["gB"]["ipv4"]
+    steps = [(e500, "rx_done"), (e500, "CRYPTO_DROP_REPLAY_OOW"), (bad, "rx_bad"), (e501, "rx_done")]
+    for data, counter in steps:
+        before = settle(lab, "gB")
+        lab.run("gA", [sys.executable, "-c", INJECT, dst, data.hex()], check=True)
+        after = settle(lab, "gB")
+        assert delta(before, after, "FROM_WIRE_TO_IPSEC_DECR") == 1
+        moved = {k: v for k in before["driver"] if (v := delta(before, after, k))}
+        want = {"FROM_WIRE_TO_IPSEC_DECR": 1, counter: 1}
+        if counter == "rx_done":  # delivered: hostB's echo reply goes back through the tunnel
+            want.update(tx_encrypt=1, FROM_KN_TO_IPSEC_ENCR=1)
+        assert moved == want, moved
+
+
+def test_unknown_spi_counts_no_tdb_and_idle_counters_do_not_move(lab):
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", "ipv4")
+    before = settle(lab, "gB")
+    lab.run("gA", [sys.executable, "-c", INJECT, WAN["gB"]["ipv4"], (b"\x00\x00\x99\x99" + bytes(60)).hex()],
+            check=True)
+    after = settle(lab, "gB")
+    assert delta(before, after, "dropped-no-tdb", "esp") == 1
+    assert after["driver"] == before["driver"]
+    time.sleep(0.5)
+    assert lab.call("gB", "counters") == after  # idle: equal reads
+
+
+def test_kernel_cipher_end_counts_freebsd_esp_statistics(lab):
+    fresh(lab)
+    lab.tunnel("aes-cbc-hmac-sha256", "ipv4", offload=(True, False))
+    a0, b0 = settle(lab, "gA"), settle(lab, "gB")
+    assert b0["driver"]["sa_count"] == 0 and a0["driver"]["sa_count"] == 2
+    assert ping(lab, "hA", "ipv4", HB["ipv4"], count=5, interval="0.05").returncode == 0
+    a1, b1 = settle(lab, "gA"), settle(lab, "gB")
+    sent = delta(a0, a1, "tx_encrypt")
+    assert sent == 5 == delta(b0, b1, "received-packets", "esp")
+    assert delta(b0, b1, "sent-packets", "esp") == 5 == delta(a0, a1, "FROM_WIRE_TO_IPSEC_DECR")
+    assert b1["histogram"] == {"aes-cbc": 10}
+    assert b1["esp"]["sent-bytes"] == b1["esp"]["receieve-bytes"] > 0
+    assert b1["driver"] == b0["driver"]
+
+
+# --- FreeBSD's size rules ----------------------------------------------------------------
+def test_pmtu_own_exact_and_forwarded_ptb_ipv6(lab):
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", "ipv4")
+    own_max = esp_math.ping_data_for_inner(esp_math.max_inner("aes-gcm-16", "ipv4", 1500), "ipv6")
+    fwd_limit = esp_math.forwarded_ipv6_limit(1500, "ipv4")
+    fwd_max = esp_math.ping_data_for_inner(fwd_limit, "ipv6")
+    assert (own_max, fwd_max, fwd_limit) == (1398, 1335, 1383)  # the 000 page, by formula
+    assert ping(lab, "gA", "ipv6", GB_LAN["ipv6"], size=own_max).returncode == 0
+    r = ping(lab, "gA", "ipv6", GB_LAN["ipv6"], size=own_max + 1)
+    assert r.returncode != 0 and re.search(r"too long|mtu", r.stdout + r.stderr, re.I), r.stdout + r.stderr
+    assert ping(lab, "hA", "ipv6", HB["ipv6"], size=fwd_max).returncode == 0
+    g0 = settle(lab, "gA")
+    cap = Capture(lab, "hA", "lan", "icmp6 and ip6[40] == 2")
+    r = ping(lab, "hA", "ipv6", HB["ipv6"], size=fwd_max + 1)
+    ptbs = cap.stop()
+    assert r.returncode != 0
+    assert ptbs, "no ICMPv6 Packet Too Big reached hostA"
+    mtus = {int.from_bytes(Ether(f).payload.payload.original[4:8], "big") for f in ptbs}
+    assert mtus == {fwd_limit}
+    g1 = settle(lab, "gA")
+    assert g1["driver"] == g0["driver"], "a refused packet must not move the driver's counters"
+
+
+def test_forwarded_ipv4_passes_with_dfbit_0_gated_with_dfbit_1(lab):
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", "ipv4")
+    exact = esp_math.ping_data_for_inner(esp_math.max_inner("aes-gcm-16", "ipv4", 1500), "ipv4")
+    assert ping(lab, "hA", "ipv4", HB["ipv4"], size=exact).returncode == 0  # 1,446 with DF passes
+    lab.write_sysctl("gA", {"net.inet.ipsec.dfbit": 1})
+    limit = esp_math.forwarded_ipv6_limit(1500, "ipv4")
+    r = ping(lab, "hA", "ipv4", HB["ipv4"], size=esp_math.ping_data_for_inner(limit, "ipv4") + 1)
+    assert r.returncode != 0 and f"mtu = {limit}" in r.stdout.replace("mtu=", "mtu = "), r.stdout
+    lab.run("hA", ["ip", "route", "flush", "cache"])
+    lab.write_sysctl("gA", {})
+    assert ping(lab, "hA", "ipv4", HB["ipv4"], size=exact).returncode == 0
+
+
+# --- conservation ---------------------------------------------------------------------
+def test_conservation_iperf3_10s(lab):
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", "ipv4")
+    srv = lab.popen("hB", ["iperf3", "-s", "-1", "-B", HB["ipv4"]], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    a0, b0 = settle(lab, "gA"), settle(lab, "gB")
+    r = lab.run("hA", ["iperf3", "-c", HB["ipv4"], "-t", "10", "-J"], timeout=40)
+    srv.wait(10)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    mbit = res["end"]["sum_received"]["bits_per_second"] / 1e6
+    a1, b1 = settle(lab, "gA"), settle(lab, "gB")
+    fwd_sent, fwd_got = delta(a0, a1, "tx_encrypt"), delta(b0, b1, "FROM_WIRE_TO_IPSEC_DECR")
+    rev_sent, rev_got = delta(b0, b1, "tx_encrypt"), delta(a0, a1, "FROM_WIRE_TO_IPSEC_DECR")
+    print(f"iperf3 {mbit:.0f} Mbit/s; A->B encrypted {fwd_sent} decrypted-input {fwd_got}; "
+          f"B->A {rev_sent}/{rev_got}; retransmits {res['end']['sum_sent'].get('retransmits')}")
+    assert fwd_sent == fwd_got and rev_sent == rev_got
+    assert fwd_sent > 10000
+    for end in (a1, b1):
+        assert end["driver"]["rx_bad"] == end["driver"]["CRYPTO_DROP_REPLAY_OOW"] == 0
+    assert delta(b0, b1, "rx_done") == fwd_got
+
+
+# --- faults -------------------------------------------------------------------------------
+def _pings(lab, n=10, fam="ipv4"):
+    a0, b0 = settle(lab, "gA"), settle(lab, "gB")
+    r = ping(lab, "hA", fam, HB[fam], count=n, interval="0.02", wait="1", df=False)
+    return r, a0, b0, settle(lab, "gA"), settle(lab, "gB")
+
+
+@pytest.mark.parametrize("fault,params,check", [
+    ("drop_every", {"n": 5}, lambda a0, b0, a1, b1: delta(a0, a1, "tx_encrypt") - delta(b0, b1, "FROM_WIRE_TO_IPSEC_DECR") == 2),
+    ("count_extra", {}, lambda a0, b0, a1, b1: delta(a0, a1, "tx_encrypt") == delta(b0, b1, "FROM_WIRE_TO_IPSEC_DECR") + 1),
+    ("corrupt_icv", {"every": 2}, lambda a0, b0, a1, b1: delta(b0, b1, "rx_bad") == 5),
+    ("replay", {"every": 2}, lambda a0, b0, a1, b1: delta(b0, b1, "CRYPTO_DROP_REPLAY_OOW") == 5),
+    ("wrong_next_header", {}, lambda a0, b0, a1, b1: delta(b0, b1, "rx_bad") == 10),
+])
+def test_counting_faults_show_and_leave_no_trace(lab, fault, params, check):
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", "ipv4")
+    lab.write_faults("gA", {fault: params})
+    _r, a0, b0, a1, b1 = _pings(lab)
+    assert check(a0, b0, a1, b1), (fault, a1["driver"], b1["driver"])
+    lab.write_faults("gA", {})
+    r, a0, b0, a1, b1 = _pings(lab)
+    assert r.returncode == 0 and "10 received" in r.stdout
+    for x0, x1, y0, y1 in ((a0, a1, b0, b1), (b0, b1, a0, a1)):
+        assert delta(x0, x1, "tx_encrypt") == delta(y0, y1, "FROM_WIRE_TO_IPSEC_DECR") == 10
+        assert delta(y0, y1, "rx_bad") == delta(y0, y1, "CRYPTO_DROP_REPLAY_OOW") == 0
+
+
+def test_decline_ipv6_sa(lab):
+    fresh(lab)
+    lab.write_faults("gA", {"decline_ipv6_sa": {}})
+    sas_v6 = lab.tunnel("aes-gcm-16", "ipv6")
+    listed = {s["spi"]: s["offloaded"] for s in lab.call("gA", "list_sas")["sas"]}
+    assert listed == {sas_v6["gA_out"]["spi"]: False, sas_v6["gA_in"]["spi"]: False}
+    c = lab.call("gA", "counters")["driver"]
+    assert (c["sa_count"], c["sa_inet6"]) == (0, 0)
+    r, a0, _b0, a1, _b1 = _pings(lab, 4)
+    assert r.returncode == 0 and delta(a0, a1, "sent-packets", "esp") == 4 and delta(a0, a1, "tx_encrypt") == 0
+    lab.call("gA", "flush")
+    lab.call("gB", "flush")
+    lab.write_faults("gA", {})
+    lab.tunnel("aes-gcm-16", "ipv6")
+    c = lab.call("gA", "counters")["driver"]
+    assert (c["sa_count"], c["sa_inet6"], c["sa_inet"]) == (2, 2, 0)
+
+
+def test_ptb_faults_fragment_instead_and_wrong_mtu(lab):
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", "ipv4")
+    limit = esp_math.forwarded_ipv6_limit(1500, "ipv4")
+    too_big = esp_math.ping_data_for_inner(limit, "ipv6") + 1
+    lab.write_faults("gA", {"wrong_ptb_mtu": {"delta": -8}})
+    r = ping(lab, "hA", "ipv6", HB["ipv6"], size=too_big)
+    assert f"mtu={limit - 8}" in r.stdout.replace(": ", "="), r.stdout
+    lab.run("hA", ["ip", "-6", "route", "flush", "cache"])
+    for gw in ("gA", "gB"):  # both ends: the echo reply is forwarded too-big IPv6 as well
+        lab.write_faults(gw, {"fragment_instead_of_ptb": {}})
+    e0 = lab.call("gA", "status")["engine"]["tx_ptb"]
+    a0 = settle(lab, "gA")
+    wan = Capture(lab, "gA", "wan", "ip[6:2] & 0x3fff != 0")  # outer fragments
+    assert ping(lab, "hA", "ipv6", HB["ipv6"], size=1452, df=True).returncode == 0  # 1,500 inner
+    assert len(wan.stop()) >= 4  # request and reply, each in two outer fragments
+    assert lab.call("gA", "status")["engine"]["tx_ptb"] == e0
+    assert delta(a0, settle(lab, "gA"), "tx_encrypt") == 1
+    for gw in ("gA", "gB"):
+        lab.write_faults(gw, {})
+    r = ping(lab, "hA", "ipv6", HB["ipv6"], size=too_big)
+    assert r.returncode != 0 and f"mtu={limit}" in r.stdout.replace(": ", "="), r.stdout
+
+
+def test_own_too_big_fragmented(lab):
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", "ipv4")
+    big = esp_math.ping_data_for_inner(esp_math.max_inner("aes-gcm-16", "ipv4", 1500), "ipv6") + 1
+    lab.write_faults("gA", {"own_too_big_fragmented": {}})
+    time.sleep(0.3)
+    assert ping(lab, "gA", "ipv6", GB_LAN["ipv6"], size=big).returncode == 0
+    assert lab.call("gA", "status")["engine"]["tx_too_big_own"] >= 1
+    lab.write_faults("gA", {})
+    time.sleep(0.3)
+    lab.run("gA", ["ip", "-6", "route", "flush", "cache"])
+    assert ping(lab, "gA", "ipv6", GB_LAN["ipv6"], size=big).returncode != 0
+
+
+def _iperf_mbit(lab, seconds=2):
+    srv = lab.popen("hB", ["iperf3", "-s", "-1", "-B", HB["ipv4"]], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    r = lab.run("hA", ["iperf3", "-c", HB["ipv4"], "-t", str(seconds), "-J"], timeout=30)
+    srv.wait(10)
+    return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def test_slow_first_stream_after_reset_only(lab):
+    fresh(lab)
+    lab.write_faults("gA", {"slow_first_stream": {"mbit": 20, "seconds": 30}})
+    lab.tunnel("aes-gcm-16", "ipv4")
+    slow = _iperf_mbit(lab)
+    assert slow < 30, slow
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", "ipv4")
+    fast = _iperf_mbit(lab)
+    assert fast > 60, fast
+
+
+# --- routes and personalities ----------------------------------------------------------
+def test_ipv6_inner_needs_freebsd_route(lab):
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", "ipv4", v6_routes=False)
+    r = ping(lab, "gA", "ipv6", HB["ipv6"])
+    assert r.returncode != 0 and "unreachable" in (r.stdout + r.stderr).lower()
+    lab.call("gA", "route", action="add", dest="fd00:b::/64")
+    lab.call("gB", "route", action="add", dest="fd00:a::/64")
+    assert ping(lab, "gA", "ipv6", HB["ipv6"]).returncode == 0
+    lab.call("gA", "route", action="delete", dest="fd00:b::/64")
+    assert ping(lab, "gA", "ipv6", HB["ipv6"]).returncode != 0
+
+
+def test_npuep_personality(lab):
+    fresh(lab)
+    lab.stop_engine("gB")
+    host = json.loads((lab.host_dir("gB") / "host.json").read_text())
+    host.update(driver="npuep", model="xgs136")
+    (lab.host_dir("gB") / "host.json").write_text(json.dumps(host))
+    try:
+        lab.start_engine("gB")
+        lab.tunnel("aes-gcm-16", "ipv4")
+        b0 = settle(lab, "gB")
+        assert set(b0["driver"]) == {"tx_taken", "tx_accel", "rx_done", "rx_v6", "rx_bad", "rx_nosa",
+                                     "tx_nonhop", "tx_drop", "sa_count", "sa_inet", "sa_inet6"}
+        assert ping(lab, "hA", "ipv4", HB["ipv4"], count=3, interval="0.05").returncode == 0
+        assert ping(lab, "hA", "ipv6", HB["ipv6"], count=2, interval="0.05").returncode == 0
+        assert ping(lab, "gB", "ipv4", HA["ipv4"], count=1).returncode == 0
+        lab.run("gA", [sys.executable, "-c", INJECT, WAN["gB"]["ipv4"], (b"\x00\x00\x77\x77" + bytes(60)).hex()])
+        b1 = settle(lab, "gB")
+        moved = {k: v for k in b0["driver"] if (v := delta(b0, b1, k))}
+        assert moved == {"rx_done": 4, "rx_v6": 2, "tx_taken": 5, "tx_accel": 1, "rx_nosa": 1}, moved
+    finally:
+        lab.stop_engine("gB")
+        host.update(driver="octep", model="xgs3300")
+        (lab.host_dir("gB") / "host.json").write_text(json.dumps(host))
+        lab.start_engine("gB")
