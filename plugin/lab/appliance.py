@@ -363,16 +363,17 @@ class Appliance(ShellCommands):
         family = family or _family_of(dst)
         cmd = ["route"] + (["-6"] if family == "ipv6" else []) + ["-n", "get", dst]
         r = self._run(argv(*cmd))
-        if "route to:" not in r.stdout:
-            if "not been found" in r.stderr or "not in table" in r.stderr or r.status != 0:
-                return None
-        return parser("route_get").parse(r.stdout)
+        res = parser("route_get").parse(r.stdout, r.stderr, r.status)
+        return res if getattr(res, "found", True) else None
 
     def interface(self, name: str) -> Any:
         """``ifconfig NAME`` -> parsers.ifconfig result (incl. ``ifdisabled``)."""
         r = self._run(argv("ifconfig", name))
         r.check(f"ifconfig {name}")
-        return _first_interface(parser("ifconfig").parse(r.stdout), name)
+        try:
+            return parser("ifconfig").parse(r.stdout).get(name)
+        except KeyError:
+            raise ParseError("ifconfig", 0, r.stdout[:80], f"interface {name} not in the output") from None
 
     def ifconfig(self, name: str, *args: str) -> RunResult:
         """``ifconfig NAME ARGS...`` (e.g. ``inet6 -ifdisabled``); raises on a non-zero status."""
@@ -400,7 +401,7 @@ class Appliance(ShellCommands):
         kld = parser("kldstat").parse(sec["kldstat"])
         md5 = None
         if sec.get("md5", "").strip():
-            md5 = _md5_value(parser("md5").parse(sec["md5"]))
+            md5 = parser("md5").parse(sec["md5"]).digest()
         size = int(sec["size"].strip()) if sec.get("size", "").strip() else None
         loaded = fname in _kld_names(kld)
         return ModuleInfo(name=str(getattr(self.profile, "driver", fname)), path=path, loaded=loaded, md5=md5,
@@ -451,40 +452,5 @@ def _esp_counts(esp: Any) -> dict[str, int]:
     return out
 
 
-def _first_interface(parsed: Any, name: str) -> Any:
-    if isinstance(parsed, Mapping):
-        if name in parsed:
-            return parsed[name]
-        raise ParseError("ifconfig", 0, "", f"interface {name} not in the output")
-    for attr in ("interfaces",):
-        seq = getattr(parsed, attr, None)
-        if seq is not None:
-            if isinstance(seq, Mapping):
-                return seq[name]
-            for i in seq:
-                if getattr(i, "name", None) == name:
-                    return i
-            raise ParseError("ifconfig", 0, "", f"interface {name} not in the output")
-    return parsed
-
-
-def _md5_value(parsed: Any) -> str:
-    for attr in ("hash", "digest", "md5"):
-        v = getattr(parsed, attr, None)
-        if isinstance(v, str):
-            return v
-    if isinstance(parsed, str):
-        return parsed
-    if isinstance(parsed, (list, tuple)) and parsed:
-        return _md5_value(parsed[0])
-    raise ParseError("md5", 0, repr(parsed)[:80], "no hash in the parsed md5 output")
-
-
 def _kld_names(kld: Any) -> set[str]:
-    rows = getattr(kld, "modules", None) or getattr(kld, "files", None) or getattr(kld, "rows", None) or kld
-    names = set()
-    for row in rows:
-        n = getattr(row, "name", None)
-        if n:
-            names.add(n)
-    return names
+    return {f.name for f in kld.files}

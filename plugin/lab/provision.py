@@ -480,7 +480,9 @@ class TunnelProvisioner:
         self._tx_factory = transaction_factory
         self.conn = conn_name(tunnel, config)
         self.path = conf_path(tunnel)
-        self._txs: list[tuple[str, Any]] = []  # (appliance, open Transaction)
+        # (appliance, open Transaction for the conf.d file, kind) with kind "conf" or "main"
+        # (swanctl.conf, only opened when its include line had to be added)
+        self._txs: list[tuple[str, Any, str]] = []
         self._undo: list[Undo] = []
         self.bringup: BringUp | None = None
         self.log: list[str] = []  # what was done, in order (no secrets) -- for the report
@@ -539,12 +541,11 @@ class TunnelProvisioner:
 
     def _install(self, end: str) -> None:
         app = self._app(end)
+        self._ensure_include(app)
         tx = self._transaction(app)
         tx.__enter__()
-        self._txs.append((app.name, tx))
-        tx.backup(SWANCTL_CONF)
+        self._txs.append((app.name, tx, "conf"))
         tx.backup(self.path)
-        self._ensure_include(app)
         text = render_swanctl(self.tunnel, self.config, end, self._psk)
         data = text.encode("utf-8")
         app.host.run(f"mkdir -p {_q(CONF_DIR)}", timeout=30).check(f"mkdir -p {CONF_DIR}")
@@ -555,13 +556,18 @@ class TunnelProvisioner:
         self._note(f"{app.name}: wrote {self.path} ({len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:12]})")
 
     def _ensure_include(self, app: Any) -> None:
-        """OPNsense's swanctl.conf ends with ``include conf.d/*.conf``; add it if it does not."""
-        try:
-            current = app.host.read_file(SWANCTL_CONF)
-        except (FileNotFoundError, OSError, LabError):
-            current = None
+        """OPNsense's swanctl.conf ends with ``include conf.d/*.conf``; add it if it does not.
+
+        Only then is swanctl.conf itself backed up (its own transaction, restored last, after
+        charon has been told to forget our connection while the include still stood).
+        """
+        current = app.host.read_file(SWANCTL_CONF) if app.host.exists(SWANCTL_CONF) else None
         if current is not None and any(l.strip() == INCLUDE_LINE for l in current.decode("utf-8", "replace").splitlines()):
             return
+        tx = self._transaction(app)
+        tx.__enter__()
+        self._txs.append((app.name, tx, "main"))
+        tx.backup(SWANCTL_CONF)
         base = current or b""
         if base and not base.endswith(b"\n"):
             base += b"\n"
@@ -618,6 +624,18 @@ class TunnelProvisioner:
             self._note(f"{app.name}: route -6 add -net {net} -interface {ifname}")
 
     # -- teardown
+    def _reload(self, name: str) -> str:
+        """Best effort: charon forgets the connection whose file is gone (the files and the
+        SAs are what must be right; the next load or boot reconciles a failed reload)."""
+        app = self.apps[name]
+        try:
+            if not app.host.exists(SWANCTL_CONF):
+                return f"{name}: WARNING no {SWANCTL_CONF}; charon keeps {self.conn} loaded (no SAs)"
+            res = app.swanctl_load()
+            return f"{name}: swanctl --load-all (status {getattr(res, 'status', '?')})"
+        except LabError as e:
+            return f"{name}: WARNING swanctl --load-all after restore failed: {e}"
+
     def _teardown_after_failure(self) -> None:
         try:
             self.down()
@@ -630,7 +648,7 @@ class TunnelProvisioner:
         if self.keep:
             msg = (
                 f"KEEPING tunnel {self.tunnel.name} ({self.conn}) as asked (--keep-tunnels): "
-                f"{self.path} stays on {', '.join(sorted({a for a, _ in self._txs}))}, "
+                f"{self.path} stays on {', '.join(sorted({t[0] for t in self._txs}))}, "
                 f"{len(self._undo)} route/interface change(s) stay; the journal restores them on the next run"
             )
             log.warning("%s", msg)
@@ -659,21 +677,20 @@ class TunnelProvisioner:
                 done.append(f"{u.appliance}: {u.what}")
             except LabError as e:
                 errors.append(f"{u.appliance}: {u.what}: {e}")
-        reloaded = []
-        while self._txs:
-            name, tx = self._txs.pop()
-            try:
-                tx.__exit__(None, None, None)
-                done.append(f"{name}: restored {SWANCTL_CONF} and {self.path} (sha256 verified)")
-                reloaded.append(name)
-            except LabError as e:
-                errors.append(f"{name}: restoring files: {e}")
-        for name in reloaded:
-            try:
-                res = self.apps[name].swanctl_load()
-                done.append(f"{name}: swanctl --load-all (status {getattr(res, 'status', '?')})")
-            except LabError as e:
-                errors.append(f"{name}: swanctl --load-all after restore: {e}")
+        # 1. the tunnel's own file, 2. load (the include still stands: charon drops the
+        # connection), 3. swanctl.conf if we had to touch it.
+        for kind in ("conf", "main"):
+            for name, tx, k in reversed([t for t in self._txs if t[2] == kind]):
+                what = self.path if kind == "conf" else SWANCTL_CONF
+                try:
+                    tx.__exit__(None, None, None)
+                    done.append(f"{name}: restored {what} (sha256 verified)")
+                except LabError as e:
+                    errors.append(f"{name}: restoring {what}: {e}")
+                    continue
+                if kind == "conf":
+                    done.append(self._reload(name))
+        self._txs.clear()
         for d in done:
             self._note(d)
         if errors:
