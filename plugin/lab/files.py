@@ -1,0 +1,305 @@
+"""File transactions on a Host: backup with sha256, journal on the host, verified restore.
+
+Why on the host: a run can die anywhere (power, Ctrl-C, lost link). The backup copy and
+a JSON journal entry live on the appliance itself (default /var/db/ipsec-hil/journal),
+so the next run -- from any machine -- finds what a dead run changed and restores it
+before touching anything (`recover`). Every step is a POSIX sh script through
+Host.run (never csh), with every path quoted by shlex.quote; checksums are computed on
+the host (`sha256 -q` on FreeBSD, `sha256sum` on Linux), never trusted from the client.
+
+The journal directory is 0700: backups of swanctl.conf hold pre-shared keys. File
+contents are never logged.
+
+Library code: no pytest import.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+from plugin.lab.errors import ParseError, ProvisionError
+from plugin.lab.remote import Host
+
+log = logging.getLogger(__name__)
+
+DEFAULT_JOURNAL_DIR = "/var/db/ipsec-hil/journal"
+
+#: sh function printing the sha256 (hex) of "$1": FreeBSD's sha256 -q, else sha256sum.
+SHA256_FN = (
+    "_sha256() {\n"
+    "  if command -v sha256 >/dev/null 2>&1; then sha256 -q \"$1\"\n"
+    "  elif command -v sha256sum >/dev/null 2>&1; then sha256sum < \"$1\" | cut -d ' ' -f 1\n"
+    "  else echo 'neither sha256 nor sha256sum found' >&2; return 127; fi\n"
+    "}\n"
+)
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class Backup:
+    """One file saved before a change. `sha256`/`size` describe the original (None/0 if
+    it did not exist); `backup_path` is the copy on the host; `journal_path` the entry."""
+
+    path: str
+    existed: bool
+    sha256: str | None
+    size: int
+    backup_path: str
+    journal_path: str
+    run_id: str
+    created: float = field(default_factory=time.time)
+    host: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> "Backup":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ParseError(where, 1, text, f"journal entry is not JSON ({e})") from e
+        if not isinstance(d, dict):
+            raise ParseError(where, 1, text, f"journal entry: expected an object, found {type(d).__name__}")
+        want = {"path": str, "existed": bool, "size": int, "backup_path": str,
+                "journal_path": str, "run_id": str}
+        for k, t in want.items():
+            if not isinstance(d.get(k), t):
+                raise ParseError(where, 1, text, f"journal entry field {k}: expected {t.__name__}, "
+                                 f"found {d.get(k)!r}")
+        if d["existed"] and not (isinstance(d.get("sha256"), str) and _HEX64.match(d["sha256"])):
+            raise ParseError(where, 1, text, "journal entry field sha256: expected 64 hex digits")
+        return cls(path=d["path"], existed=d["existed"], sha256=d.get("sha256"), size=d["size"],
+                   backup_path=d["backup_path"], journal_path=d["journal_path"], run_id=d["run_id"],
+                   created=float(d.get("created", 0.0)), host=str(d.get("host", "")))
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.created))
+        state = f"{self.size} bytes, sha256 {self.sha256}" if self.existed else "absent before"
+        return f"{self.path} ({state}; backed up {when} by run {self.run_id})"
+
+
+def _q(s: str) -> str:
+    return shlex.quote(s)
+
+
+def _kv(stdout: str, host: str, what: str) -> dict[str, str]:
+    """Parse `key=value` lines our own scripts print."""
+    out: dict[str, str] = {}
+    for n, line in enumerate(stdout.splitlines(), 1):
+        if "=" not in line:
+            raise ParseError(f"{host}: {what}", n, line, "expected key=value")
+        k, v = line.split("=", 1)
+        out[k] = v
+    return out
+
+
+def remote_sha256(host: Host, path: str, timeout: float = 60) -> str | None:
+    """sha256 of a file on the host, or None if it does not exist."""
+    r = host.run(SHA256_FN + f"p={_q(path)}\n[ -e \"$p\" ] || exit 3\n_sha256 \"$p\"\n", timeout=timeout)
+    if r.status == 3:
+        return None
+    r.check(f"sha256 of {path}")
+    digest = r.stdout.strip()
+    if not _HEX64.match(digest):
+        raise ParseError(f"{host.name}: sha256 of {path}", 1, digest, "expected 64 hex digits")
+    return digest
+
+
+def backup(host: Host, path: str, journal_dir: str = DEFAULT_JOURNAL_DIR, run_id: str = "manual",
+           timeout: float = 60) -> Backup:
+    """Copy `path` (cp -p) into the journal dir, checksum it, and record a journal entry.
+
+    Returns only after the entry exists: from then on a dead run is recoverable.
+    A missing file is recorded too (restore then removes whatever was created).
+    """
+    if not path.startswith("/"):
+        raise ProvisionError(f"{host.name}: backup needs an absolute path, got {path!r}")
+    stamp = f"{time.time_ns()}-{_SAFE.sub('_', run_id)[:40]}-{os.urandom(3).hex()}"
+    stem = f"{journal_dir}/{stamp}-{_SAFE.sub('_', os.path.basename(path))[:60]}"
+    bpath, jpath = stem + ".bak", stem + ".json"
+    r = host.run(
+        SHA256_FN
+        + f"p={_q(path)}; j={_q(journal_dir)}; b={_q(bpath)}\n"
+        + "umask 077\n"
+        + 'mkdir -p "$j" && chmod 700 "$j" || exit 4\n'
+        + 'if [ ! -e "$p" ] && [ ! -L "$p" ]; then echo existed=0; exit 0; fi\n'
+        + '[ -f "$p" ] || { echo "$p: not a regular file" >&2; exit 5; }\n'
+        + 'cp -p "$p" "$b" || exit 6\n'
+        + 'a=$(_sha256 "$p") && c=$(_sha256 "$b") || exit 7\n'
+        + '[ "$a" = "$c" ] || { echo "$p changed while being copied" >&2; rm -f "$b"; exit 8; }\n'
+        + 'echo existed=1; echo sha256=$c; echo size=$(wc -c < "$b" | tr -d " ")\n',
+        timeout=timeout,
+    )
+    r.check(f"backup of {path}")
+    kv = _kv(r.stdout, host.name, f"backup of {path}")
+    existed = kv.get("existed") == "1"
+    digest = kv.get("sha256") if existed else None
+    if existed and not (digest and _HEX64.match(digest) and kv.get("size", "").isdigit()):
+        raise ParseError(f"{host.name}: backup of {path}", 1, r.stdout, "expected existed=1, sha256=HEX, size=N")
+    b = Backup(path=path, existed=existed, sha256=digest, size=int(kv.get("size", "0")),
+               backup_path=bpath if existed else "", journal_path=jpath, run_id=run_id,
+               host=host.name)
+    # The entry is written to a temp name and renamed: a half-written entry never exists.
+    host.run(
+        "umask 077\n"
+        + f"printf '%s\\n' {_q(b.to_json())} > {_q(jpath + '.tmp')} && mv -f {_q(jpath + '.tmp')} {_q(jpath)}\n",
+        timeout=timeout,
+    ).check(f"journal entry for {path}")
+    log.info("%s: backed up %s", host.name, b.describe())
+    return b
+
+
+def verify(host: Host, b: Backup, timeout: float = 60) -> bool:
+    """True if the backup copy on the host still has the recorded sha256 (or, for a file
+    that did not exist, there is nothing to verify)."""
+    if not b.existed:
+        return True
+    return remote_sha256(host, b.backup_path, timeout) == b.sha256
+
+
+def restore(host: Host, b: Backup, timeout: float = 60) -> None:
+    """Put the original back atomically (copy next to it, then rename over it), or
+    remove the file if it did not exist before. Checks the result's sha256 on the host.
+    The journal entry is kept; `discard` removes it."""
+    p = _q(b.path)
+    if b.existed:
+        tmp = _q(f"{os.path.dirname(b.path)}/.{os.path.basename(b.path)}.restore-{os.urandom(4).hex()}")
+        r = host.run(
+            SHA256_FN
+            + f"p={p}; b={_q(b.backup_path)}; t={tmp}; want={_q(b.sha256 or '')}\n"
+            + '[ -f "$b" ] || { echo "backup copy $b is missing" >&2; exit 3; }\n'
+            + '[ "$(_sha256 "$b")" = "$want" ] || { echo "backup copy $b does not match its recorded sha256" >&2; exit 4; }\n'
+            + 'cp -p "$b" "$t" && mv -f "$t" "$p" || { rm -f "$t"; exit 5; }\n'
+            + 'got=$(_sha256 "$p")\n'
+            + '[ "$got" = "$want" ] || { echo "restored $p has sha256 $got, expected $want" >&2; exit 6; }\n',
+            timeout=timeout,
+        )
+    else:
+        r = host.run(f"p={p}\nrm -f \"$p\"\n[ ! -e \"$p\" ] || {{ echo \"cannot remove $p\" >&2; exit 6; }}\n",
+                     timeout=timeout)
+    if r.status != 0:
+        raise ProvisionError(f"{host.name}: restore of {b.path} failed (status {r.status}): "
+                             f"{r.stderr.strip()[-500:]}; journal entry kept at {b.journal_path}")
+    log.info("%s: restored %s", host.name, b.describe())
+
+
+def discard(host: Host, b: Backup, timeout: float = 60) -> None:
+    """Forget a backup: remove its journal entry and copy (after restore, or to keep the
+    change deliberately)."""
+    host.run(argv_rm(b.journal_path, b.backup_path), timeout=timeout).check(f"discard journal entry for {b.path}")
+
+
+def argv_rm(*paths: str) -> str:
+    return "rm -f " + " ".join(_q(p) for p in paths if p) + "\n"
+
+
+def pending(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float = 60) -> list[Backup]:
+    """Every journal entry on the host, oldest first."""
+    r = host.run(
+        f"j={_q(journal_dir)}\n"
+        + '[ -d "$j" ] || exit 0\n'
+        + 'for f in "$j"/*.json; do [ -f "$f" ] || continue; printf "%s\\t" "$f"; head -n 1 "$f"; done\n',
+        timeout=timeout,
+    ).check(f"list journal {journal_dir}")
+    entries = []
+    for line in r.stdout.splitlines():
+        fname, _, text = line.partition("\t")
+        entries.append(Backup.from_json(text, f"{host.name}:{fname}"))
+    entries.sort(key=lambda e: (e.created, e.journal_path))
+    return entries
+
+
+def recover(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float = 60) -> list[str]:
+    """Restore everything dead runs left, newest first (so the oldest backup of a file
+    wins), and remove their entries. Returns one line per restored file for the report.
+    Call it while holding the appliance lock. If some restore fails, the others are
+    still done and a ProvisionError lists the failures (their entries are kept)."""
+    done: list[str] = []
+    failed: list[str] = []
+    for b in reversed(pending(host, journal_dir, timeout)):
+        try:
+            restore(host, b, timeout)
+            discard(host, b, timeout)
+            done.append(b.describe())
+        except Exception as e:  # noqa: BLE001 -- collect, then report all
+            failed.append(f"{b.path}: {e}")
+    if failed:
+        raise ProvisionError(f"{host.name}: recovery incomplete; restored {len(done)}, failed:\n  "
+                             + "\n  ".join(failed))
+    if done:
+        log.warning("%s: recovered %d file(s) a dead run left changed:\n  %s", host.name, len(done),
+                    "\n  ".join(done))
+    return done
+
+
+class Transaction:
+    """`with Transaction(host, run_id) as tx: tx.backup(path); <change files>` -- on exit,
+    normal or not (exceptions, KeyboardInterrupt), every backed-up file is restored
+    (newest backup first) and the journal cleared. `keep=True` leaves the changes and the
+    journal in place (logged loudly, so the next `recover` can still undo them)."""
+
+    def __init__(self, host: Host, run_id: str, journal_dir: str = DEFAULT_JOURNAL_DIR,
+                 keep: bool = False, timeout: float = 60) -> None:
+        self.host = host
+        self.run_id = run_id
+        self.journal_dir = journal_dir
+        self.keep = keep
+        self.timeout = timeout
+        self.backups: list[Backup] = []
+        self.restored: list[str] = []
+
+    def backup(self, path: str) -> Backup:
+        for b in self.backups:
+            if b.path == path:
+                return b  # the first backup is the original state
+        b = backup(self.host, path, self.journal_dir, self.run_id, self.timeout)
+        self.backups.append(b)
+        return b
+
+    def __enter__(self) -> "Transaction":
+        return self
+
+    def rollback(self) -> list[str]:
+        failed: list[str] = []
+        for b in reversed(self.backups):
+            try:
+                restore(self.host, b, self.timeout)
+                discard(self.host, b, self.timeout)
+                self.restored.append(b.describe())
+            except Exception as e:  # noqa: BLE001 -- try every file, then report
+                failed.append(f"{b.path}: {e}")
+        self.backups = []
+        if failed:
+            raise ProvisionError(f"{self.host.name}: rollback incomplete (journal kept for recover):\n  "
+                                 + "\n  ".join(failed))
+        return self.restored
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self.keep:
+            if self.backups:
+                log.warning("%s: keep=True: NOT restoring %d file(s); journal left in %s for a later "
+                            "recover:\n  %s", self.host.name, len(self.backups), self.journal_dir,
+                            "\n  ".join(b.describe() for b in self.backups))
+            return
+        try:
+            self.rollback()
+        except ProvisionError:
+            if exc is None:
+                raise
+            log.error("%s: rollback failed while handling %s", self.host.name, type(exc).__name__,
+                      exc_info=True)
+            # the original exception propagates; the journal keeps what was not restored
+
+
+def paths(backups: Iterable[Backup]) -> list[str]:
+    return [b.path for b in backups]
