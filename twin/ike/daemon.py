@@ -814,6 +814,9 @@ class Daemon:
 
     async def flush(self) -> None:
         """Daemon shutdown (a reboot): all SAs gone from the engine."""
+        for t in list(self.tasks):
+            if t is not asyncio.current_task():
+                t.cancel()
         for sa in list(self.sas.values()):
             for c in sa.children:
                 await self.uninstall(sa, c)
@@ -898,6 +901,10 @@ class Daemon:
                 send({"ok": True, "sas": await self.list_sas(req.get("ike"), req.get("child"))})
             elif op == "list_conns":
                 send({"ok": True, "conns": self.list_conns()})
+            elif op == "reset":  # the supervisor's/tests' "as after a reboot": no SAs, no config
+                await self.flush()
+                self.conns, self.secrets = [], []
+                send({"ok": True})
             elif op == "status":
                 send({"ok": True, "pid": os.getpid(), "ike_sas": len(self.sas), "uptime": time.time() - self.started})
             elif op in ("initiate", "terminate", "rekey"):

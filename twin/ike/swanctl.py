@@ -220,8 +220,13 @@ def resolve_conf(hd: HostDir, path: str | None) -> str:
 def cmd_load_all(hd: HostDir, args: argparse.Namespace) -> int:
     file = resolve_conf(hd, args.file)
     res = one(hd, {"op": "load", "file": file})
+    root = str(hd.root)
+
+    def shown(text: str) -> str:
+        """Paths as the appliance sees them (`/usr/local/etc/...`), not the host's root/."""
+        return text.replace(root + "/", "/")
     if res.get("syntax_error"):
-        print(res["syntax_error"], file=sys.stderr)
+        print(shown(res["syntax_error"]), file=sys.stderr)
         print(f"invalid config file '{args.file or SWANCTL_CONF}'", file=sys.stderr)
     for s in res.get("secrets", []):
         print(f"loaded ike secret '{s}'")
@@ -231,10 +236,10 @@ def cmd_load_all(hd: HostDir, args: argparse.Namespace) -> int:
         print(f"warning: {w}", file=sys.stderr)
     for e in res.get("errors", []):
         if e["kind"] == "secret":
-            print(f"{e['where']}: {e['why']}", file=sys.stderr)
+            print(f"{shown(e['where'])}: {e['why']}", file=sys.stderr)
             print(f"loading shared secret '{e['name']}' failed", file=sys.stderr)
             continue
-        print(f"{e['where']}: {e['why']} (connection '{e['name']}')", file=sys.stderr)
+        print(f"{shown(e['where'])}: {e['why']} (connection '{e['name']}')", file=sys.stderr)
         print(f"loading connection '{e['name']}' failed: {e['why']}, config discarded", file=sys.stderr)
     for name in res.get("loaded", []):
         print(f"loaded connection '{name}'")
