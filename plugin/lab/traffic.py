@@ -102,6 +102,27 @@ class BenchHost(ShellCommands):
         return parse_probe_output(name, r.stdout, r.stderr, r.status)
 
 
+    def esp_decrypt(self, pcap: str, spi: int | str, cipher: str, enc_key: bytes, auth_key: bytes | None = None,
+                    timeout: float = 300.0) -> dict:
+        """Decrypt ``pcap`` (on the bench) for one SPI with the given keys via the esp_decrypt probe.
+
+        The keys go into a 0600 file on the bench (never argv, never a log) that is removed
+        afterwards whatever happens.
+        """
+        spi_hex = spi if isinstance(spi, str) else f"0x{spi:08x}"
+        sa = {"cipher": cipher, "enc_key": enc_key.hex(), "auth_key": auth_key.hex() if auth_key else None}
+        path = f"/tmp/.hil-sa-{os.getpid()}-{os.urandom(4).hex()}.json"
+        self.host.write_file_atomic(path, json.dumps(sa).encode(), mode=0o600)
+        try:
+            return self.probe("esp_decrypt", timeout=timeout, pcap=pcap, spi=spi_hex, sa_file=path)
+        finally:
+            self.host.remove(path)
+
+
+#: the brief's name for the bench side
+Bench = BenchHost
+
+
 def parse_probe_output(name: str, stdout: str, stderr: str, status: int) -> dict:
     """The probe's last stdout line as JSON; ProbeError carrying its error otherwise."""
     lines = [l for l in stdout.splitlines() if l.strip()]

@@ -134,3 +134,29 @@ def test_parse_probe_output():
         parse_probe_output("x", "Traceback...\n", "", 1)
     with pytest.raises(ProbeError, match="no output"):
         parse_probe_output("x", "", "killed", 137)
+
+
+def test_bench_esp_decrypt_end_to_end_through_the_host_api(tmp_path):
+    """Keys travel in a 0600 file that is gone afterwards; the probe decrypts a real pcap."""
+    import glob
+
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.ipsec import ESP, SecurityAssociation
+    from scapy.packet import Raw
+    from scapy.utils import wrpcap
+
+    from plugin.lab.remote import LocalHost
+    from plugin.lab.traffic import Bench
+
+    ek = os.urandom(36)
+    sa = SecurityAssociation(ESP, spi=0xC1F2A3B4, crypt_algo="AES-GCM", crypt_key=ek, auth_algo="NULL",
+                             tunnel_header=IP(src="192.0.2.1", dst="192.0.2.2"))
+    pkts = [sa.encrypt(IP(src="198.51.100.10", dst="198.51.100.70") / UDP() / Raw(bytes([i]) * 50)) for i in range(5)]
+    pcap = tmp_path / "c.pcap"
+    wrpcap(str(pcap), [IP(bytes(p)) for p in pkts])
+    before = set(glob.glob("/tmp/.hil-sa-*"))
+    r = Bench("bench", LocalHost("bench")).esp_decrypt(str(pcap), 0xC1F2A3B4, "aes-gcm-16", ek)
+    assert (r["esp_packets"], r["decrypted"], r["failed"]) == (5, 5, 0)
+    assert r["inner_lengths"] == [20 + 8 + 50] * 5
+    assert set(glob.glob("/tmp/.hil-sa-*")) == before
+    assert ek.hex() not in json.dumps(r)
