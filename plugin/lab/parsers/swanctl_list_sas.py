@@ -60,6 +60,7 @@ class _Builder:
         self.children: list[ChildSa] = []
         self.child: Optional[dict[str, Any]] = None
         self.child_at = (0, "")
+        self.ike_at = (0, "")
 
     def close_child(self) -> None:
         if self.child is None:
@@ -74,6 +75,8 @@ class _Builder:
         self.close_child()
         if self.ike is None:
             return
+        if "remote_id" not in self.ike:
+            fail(COMMAND, *self.ike_at, "IKE_SA without its 'local' and 'remote' lines")
         self.ike_sas.append(IkeSa(children=tuple(self.children), **self.ike))
         self.ike, self.children = None, []
 
@@ -94,6 +97,7 @@ def parse(text: str) -> SaList:
                 name=m["name"], uniqueid=int(m["uniqueid"]), state=m["state"], version=int(m["version"]),
                 initiator_spi=m["ispi"], responder_spi=m["rspi"], initiator=bool(m["istar"]),
             )
+            b.ike_at = (no, line)
             continue
         if b.ike is None:
             fail(COMMAND, no, line, "expected an IKE_SA header '<name>: #<id>, <state>, IKEv2, ...'")
