@@ -88,7 +88,11 @@ def private_mounts(host_dir: Path, netns: str | None) -> None:
             except NsExecError:
                 pass
     root = host_dir / "root"
+    keep_visible = [os.path.realpath(host_dir), os.path.realpath(sys.executable)]
     for target in APPLIANCE_MOUNTS:
+        if any(k == target or k.startswith(target + "/") for k in keep_visible):
+            # e.g. a host dir under /tmp in tests: hiding it would hide bin/ and the sockets
+            continue
         src = root / target.lstrip("/")
         if not src.is_dir():
             src.mkdir(parents=True, exist_ok=True)

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 
 from twin.fbsd import _common as c
+
+IP = next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if os.path.exists(p)), "/sbin/ip")
+"""iproute2 by absolute path: PATH starts with DIR/bin (never recurse into a wrapper)."""
 
 HIDDEN = {"esp0"}
 ND6_PERFORMNUD, ND6_IFDISABLED, ND6_AUTO_LINKLOCAL = 0x1, 0x8, 0x20
 
 
 def _ip_json(args: list[str]) -> list[dict]:
-    r = subprocess.run(["ip", "-j"] + args, capture_output=True, text=True)
+    r = subprocess.run([IP, "-j"] + args, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip())
     return json.loads(r.stdout or "[]")
@@ -166,13 +170,13 @@ def configure(args: list[str]) -> int:
             return 1
         return 0
     if rest and rest[0] in ("up", "down"):
-        r = subprocess.run(["ip", "link", "set", ifname, rest[0]], capture_output=True, text=True)
+        r = subprocess.run([IP, "link", "set", ifname, rest[0]], capture_output=True, text=True)
         if r.returncode:
             c.err("ifconfig", f"interface {args[0]} does not exist")
             return 1
         return 0
     if rest and rest[0] == "mtu" and len(rest) == 2:
-        r = subprocess.run(["ip", "link", "set", ifname, "mtu", rest[1]], capture_output=True, text=True)
+        r = subprocess.run([IP, "link", "set", ifname, "mtu", rest[1]], capture_output=True, text=True)
         if r.returncode:
             c.err("ifconfig", f"ioctl SIOCSIFMTU (set mtu): Invalid argument")
             return 1

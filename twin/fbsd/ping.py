@@ -21,6 +21,9 @@ import time
 
 from twin.fbsd import _common as c
 
+LINUX_PING = next((p for p in ("/usr/bin/ping", "/bin/ping") if os.path.exists(p)), "/bin/ping")
+"""The real iputils ping, by absolute path: PATH starts with DIR/bin, where `ping` is us."""
+
 EX_USAGE = 64
 EX_NOHOST = 68
 EX_OSERR = 71
@@ -185,7 +188,7 @@ def main_for(prog: str, argv: list[str]) -> int:
         return 1
     hd = c.host_dir()
     fragment = "own_too_big_fragmented" in c.active_faults(hd)
-    cmd = ["ping", "-n", f"-{fam}", "-s", str(size), "-M", "dont" if fragment else "do",
+    cmd = [LINUX_PING, "-n", f"-{fam}", "-s", str(size), "-M", "dont" if fragment else "do",
            "-i", f"{o.interval:g}"]
     if o.count is not None:
         cmd += ["-c", str(o.count)]
@@ -263,9 +266,14 @@ def run_ping(prog: str, fam: int, addr: str, size: int, o: Opts, cmd: list[str])
     received = dups = 0
     transmitted: int | None = None
     assert proc.stdout is not None
+    header_seen = False
     try:
         for line in proc.stdout:
             line = line.rstrip("\n")
+            if not header_seen and line.startswith("PING "):
+                header_seen = True
+                t0 = time.monotonic()  # iputils prints its header right before the first send
+                continue
             m = REPLY_RE.match(line)
             if m:
                 seq = int(m.group("seq")) - 1

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 
 from twin.fbsd import _common as c
+
+IP = next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if os.path.exists(p)), "/sbin/ip")
+"""iproute2 by absolute path: PATH starts with DIR/bin (never recurse into a wrapper)."""
 
 PROG = "route"
 
@@ -25,7 +29,7 @@ def usage() -> int:
 
 
 def _ip(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip"] + args, capture_output=True, text=True)
+    return subprocess.run([IP] + args, capture_output=True, text=True)
 
 
 def _family(flag: int | None, *addrs: str) -> int:
