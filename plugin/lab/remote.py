@@ -17,6 +17,7 @@ Library code: no pytest import.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import select
@@ -113,14 +114,22 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-def _wrap(body: str, stdin_path: str | None, pid_file: str | None = None) -> bytes:
+_STDIN_EOF = "__IPSEC_HIL_STDIN_EOF__"
+
+
+def _wrap(body: str, stdin: bytes | None = None, pid_file: str | None = None) -> bytes:
     """Enclose the script in a `{ ...; }` group with its own stdin.
 
     Why: sh -s reads the script from stdin as it goes, so a command in the script that
     reads stdin (cat, read, ssh...) would swallow the rest of the script. A brace group
     is parsed completely before it runs, and its redirection gives the commands
-    /dev/null (or the caller's data file) instead. A syntax error anywhere means nothing
+    /dev/null (or the caller's data) instead. A syntax error anywhere means nothing
     runs at all (sh exits 2), which is what we want on an appliance.
+
+    `stdin` data travels inside the script as a base64 here-document (csh never sees
+    it), decoded on the host (`b64decode -r` on FreeBSD, `base64 -d` elsewhere) into a
+    mktemp file that the group reads and removes first. Not via SFTP: the virtual lab's
+    SFTP root and its shell's /tmp are different directories.
 
     `pid_file`: the shell records its pid there (removed on exit) so that a timed-out
     command's process group can be killed from a second session: closing an SSH channel
@@ -128,13 +137,24 @@ def _wrap(body: str, stdin_path: str | None, pid_file: str | None = None) -> byt
     """
     if not body.endswith("\n"):
         body += "\n"
-    src = shlex.quote(stdin_path) if stdin_path else "/dev/null"
     head = ""
     if pid_file:
         q = shlex.quote(pid_file)
         head = f"trap 'rm -f {q}' EXIT\n(umask 077; echo $$ > {q}) 2>/dev/null\n"
-    prologue = f"rm -f {src}\n" if stdin_path else ""
-    return (head + "{\n" + prologue + body + "} < " + src + "\n").encode("utf-8", "surrogateescape")
+    if stdin is None:
+        return (head + "{\n" + body + "} < /dev/null\n").encode("utf-8", "surrogateescape")
+    b64 = base64.encodebytes(stdin).decode("ascii")  # 76-column lines, newline-terminated
+    return (
+        head
+        + "__hil_in=$(mktemp /tmp/.ipsec-hil-stdin-XXXXXXXX) || exit 125\n"
+        + "if command -v b64decode >/dev/null 2>&1; then __hil_d='b64decode -r'; else __hil_d='base64 -d'; fi\n"
+        + f"$__hil_d > \"$__hil_in\" <<'{_STDIN_EOF}' || {{ rm -f \"$__hil_in\"; echo 'cannot decode stdin data' >&2; exit 125; }}\n"
+        + b64
+        + f"{_STDIN_EOF}\n"
+        + "{\nrm -f \"$__hil_in\"\nunset __hil_d\n"
+        + body
+        + "} < \"$__hil_in\"\n"
+    ).encode("utf-8", "surrogateescape")
 
 
 def _kill_script(pid_file: str) -> str:
@@ -338,16 +358,11 @@ class SshHost:
     def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
         """Run a POSIX sh script: sent on stdin to the literal `/bin/sh -s`.
 
-        `stdin` data (if any) is uploaded by SFTP to a private temp file that the script's
-        brace group reads and removes first; it is never logged.
+        `stdin` data (if any) becomes the script's stdin (see _wrap); it is never logged.
         """
         timeout = self.command_timeout if timeout is None else timeout
-        data_path = None
-        if stdin is not None:
-            data_path = f"/tmp/.ipsec-hil-stdin-{_random_token()}"
-            self._put(data_path, stdin, 0o600)
         pid_file = f"/tmp/.ipsec-hil-run-{_random_token()}"
-        payload = _wrap(script, data_path, pid_file)
+        payload = _wrap(script, stdin, pid_file)
         t0 = time.monotonic()
         chan = self._open_session()
         try:
@@ -363,11 +378,6 @@ class SshHost:
             raise TransportError(f"{self.name}: command channel failed: {type(e).__name__}: {e}") from e
         finally:
             chan.close()
-            if data_path is not None:
-                try:
-                    self.remove(data_path)
-                except TransportError:
-                    pass
         dur = time.monotonic() - t0
         log.debug("%s: sh script (%d lines) status=%d in %.3fs", self.name,
                   script.count("\n") + 1, status, dur)
@@ -542,12 +552,6 @@ class LocalHost:
 
     def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
         timeout = self.command_timeout if timeout is None else timeout
-        data_path = None
-        if stdin is not None:
-            data_path = f"/tmp/.ipsec-hil-stdin-{_random_token()}"
-            fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(stdin)
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -557,7 +561,7 @@ class LocalHost:
         except OSError as e:
             raise TransportError(f"{self.name}: cannot start {self._cmd()}: {e}") from e
         try:
-            out, err = proc.communicate(_wrap(script, data_path), timeout=timeout)
+            out, err = proc.communicate(_wrap(script, stdin), timeout=timeout)
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -566,9 +570,6 @@ class LocalHost:
             proc.communicate()
             raise CommandTimeout(f"{self.name}: command did not finish within {timeout:g}s "
                                  f"(process group killed)") from None
-        finally:
-            if data_path is not None and os.path.exists(data_path):
-                os.unlink(data_path)
         dur = time.monotonic() - t0
         log.debug("%s: sh script (%d lines) status=%d in %.3fs", self.name,
                   script.count("\n") + 1, proc.returncode, dur)

@@ -113,7 +113,7 @@ def test_argv_and_script_helpers():
 
 
 def test_stdin_data_and_script_reading_stdin(ssh_host):
-    data = b"line1\n\x00\x01\\1 $x `id`\n\xff" * 1000
+    data = b"line1\n\x00\x01\\1 $x `id`\n\xff__IPSEC_HIL_STDIN_EOF__\n" * 1000 + os.urandom(1 << 20)
     r = ssh_host.run("cat; echo after", timeout=10, stdin=data)
     assert r.stdout.encode("utf-8", "surrogateescape") == data + b"after\n"
     # a command that reads stdin must not swallow the rest of the script
