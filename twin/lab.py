@@ -78,8 +78,9 @@ def alive(rec: dict[str, Any] | None) -> bool:
     """True if the recorded process still exists (same pid AND same start time)."""
     if not rec or not rec.get("pid"):
         return False
-    start = proc_start(int(rec["pid"]))
-    return start is not None and (rec.get("start") is None or start == rec["start"])
+    if rec.get("start") is None:
+        return False  # it had exited when recorded: never guess (pids are recycled fast)
+    return proc_start(int(rec["pid"])) == rec["start"]
 
 
 def kill_record(rec: dict[str, Any] | None, timeout: float = 3.0) -> None:
@@ -131,7 +132,8 @@ def kill_netns_processes(ns_names: list[str]) -> None:
     inodes = set()
     for ns in ns_names:
         try:
-            inodes.add(os.stat(tn.NETNS_RUN_DIR / ns).st_ino)
+            st = os.stat(tn.NETNS_RUN_DIR / ns)
+            inodes.add((st.st_dev, st.st_ino))
         except FileNotFoundError:
             pass
     if not inodes:
@@ -142,7 +144,8 @@ def kill_netns_processes(ns_names: list[str]) -> None:
         if not entry.isdigit() or int(entry) == me:
             continue
         try:
-            if os.stat(f"/proc/{entry}/ns/net").st_ino in inodes:
+            st = os.stat(f"/proc/{entry}/ns/net")
+            if (st.st_dev, st.st_ino) in inodes:
                 victims.append(int(entry))
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue

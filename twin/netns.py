@@ -319,7 +319,8 @@ def destroy_prefix(prefix: str) -> list[str]:
             pr_netns.remove(name)
             removed.append(name)
         except OSError as exc:
-            if exc.errno != errno.ENOENT:
+            # another cleaner (a concurrent `down --all-dead`) may have won the race
+            if exc.errno != errno.ENOENT and name in pr_netns.listnetns():
                 raise NetnsError(f"remove namespace {name}: {exc}") from None
     leftovers = root_links(prefix)
     if leftovers:

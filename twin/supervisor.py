@@ -38,14 +38,25 @@ class Supervisor:
         self.lab = lab
         self.stop = False
         self.pending: list[tuple[str, socket.socket | None]] = []
+        self._wake: tuple[int, int] | None = None
+        self._pid = os.getpid()
+
+    def install_signals(self) -> None:
+        """From now on SIGTERM/SIGINT/SIGHUP mean: stop serving, tear down."""
+        if getattr(self, "_wake", None) is None:
+            rfd, wfd = os.pipe()
+            os.set_blocking(wfd, False)
+            os.set_blocking(rfd, False)
+            self._wake = (rfd, wfd)
+            self._old_wakeup = signal.set_wakeup_fd(wfd)
+            self._prev = {s: signal.signal(s, self._on_signal)
+                          for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
 
     def serve(self) -> None:
         """Run until SIGTERM/SIGINT, a `down` request or the owner's death; then tear down."""
-        rfd, wfd = os.pipe()
-        os.set_blocking(wfd, False)
-        os.set_blocking(rfd, False)
-        old = signal.set_wakeup_fd(wfd)
-        prev = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        self.install_signals()
+        rfd, wfd = self._wake
+        old, prev = self._old_wakeup, self._prev
         sock_path = self.lab.run.supervisor_sock
         sock_path.unlink(missing_ok=True)
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -81,8 +92,11 @@ class Supervisor:
                 signal.signal(s, h)
             os.close(rfd)
             os.close(wfd)
+            self._wake = None
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
+        if os.getpid() != self._pid:
+            _default_action(signum)
         self.stop = True
 
     def _log(self, msg: str) -> None:
@@ -146,6 +160,15 @@ class Supervisor:
         if conn is not None:
             self._reply(conn, answer)
             conn.close()
+
+
+def _default_action(signum: int) -> None:
+    """In a forked child that inherited our handlers (pyroute2 forks helpers and stops
+    them with SIGTERM), behave as if no handler were installed: die of the signal."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)
 
 
 def request(run: RunDir, obj: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
@@ -268,15 +291,29 @@ def run(topology: str, prefix: str, run_dir: str | None, components: list[str] |
             os.write(ready_fd, line.encode())
             os.close(ready_fd)
 
+    me = os.getpid()
+
+    def abort_build(signum: int, _frame: Any) -> None:
+        if os.getpid() != me:
+            _default_action(signum)
+        raise KeyboardInterrupt(f"signal {signum} while building")
+
+    # While building, SIGTERM/SIGINT/SIGHUP abort the build (Lab.up removes what it made);
+    # afterwards they only set the supervisor's stop flag (installed before readiness is
+    # reported, so a signal right after `up` returns is never lost).
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, abort_build)
     try:
         lab = Lab.up(topology, prefix=prefix, run_dir=run_dir, components=components,
                      starter_pid=starter_pid, owner_pid=owner_pid)
+        sup = Supervisor(lab)
+        sup.install_signals()
     except BaseException as exc:  # the starter prints the reason
         report({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
         return 1
     report({"ok": True, "resolved": str(lab.resolved), "prefix": lab.prefix,
             "run_dir": str(lab.run.path), "supervisor_pid": os.getpid()})
-    Supervisor(lab).serve()
+    sup.serve()
     return 0
 
 

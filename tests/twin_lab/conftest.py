@@ -30,7 +30,13 @@ def fresh_prefix():
 
     prefix = _free_prefix()
     yield prefix
+    from twin.lab import LabBuildError
+    from twin.supervisor import down
+
     leftovers = tn.list_namespaces(prefix) + tn.root_links(prefix)
-    rd = RunDir.for_prefix(prefix)
-    teardown(rd, prefix, None)
+    try:
+        down(prefix=prefix)  # a supervisor a failed test left running
+    except LabBuildError:
+        pass
+    teardown(RunDir.for_prefix(prefix), prefix, None)
     assert not leftovers, f"lab {prefix} left {leftovers} behind"

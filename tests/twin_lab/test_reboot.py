@@ -45,6 +45,9 @@ def test_reboot_resets_state_keeps_root(small_topology, fresh_prefix):
         state0 = read_json(hd.state_json)
         port = before["ssh_port"]
         assert ssh_run(run, port, "echo up")[1].strip() == "up"
+        topology = pytest.importorskip("plugin.lab.topology")
+        resolved = topology.load_topology(out["resolved"])  # what the suite will read
+        assert resolved.hosts["dut3300"].mgmt.port == port
         r = twin("reboot", "--prefix", fresh_prefix, "dut3300")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["boot_id"] == 2
