@@ -173,6 +173,8 @@ def _parse_text(text: str, sparse: bool) -> EspStats:
                 fail(COMMAND, no, line, "expected the title line 'esp:'")
             state = "counters"
             continue
+        if not line.strip():
+            continue  # a trailing empty line is not a counter
         if state in ("counters",) and line == "\tESP output histogram:":
             state = "histogram"
             continue
