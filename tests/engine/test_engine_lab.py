@@ -216,25 +216,60 @@ def _pings(lab, n=10, fam="ipv4"):
     return r, a0, b0, settle(lab, "gA"), settle(lab, "gB")
 
 
-@pytest.mark.parametrize("fault,params,check", [
-    ("drop_every", {"n": 5}, lambda a0, b0, a1, b1: delta(a0, a1, "tx_encrypt") - delta(b0, b1, "FROM_WIRE_TO_IPSEC_DECR") == 2),
-    ("count_extra", {}, lambda a0, b0, a1, b1: delta(a0, a1, "tx_encrypt") == delta(b0, b1, "FROM_WIRE_TO_IPSEC_DECR") + 1),
-    ("corrupt_icv", {"every": 2}, lambda a0, b0, a1, b1: delta(b0, b1, "rx_bad") == 5),
-    ("replay", {"every": 2}, lambda a0, b0, a1, b1: delta(b0, b1, "CRYPTO_DROP_REPLAY_OOW") == 5),
-    ("wrong_next_header", {}, lambda a0, b0, a1, b1: delta(b0, b1, "rx_bad") == 10),
+@pytest.mark.parametrize("fault,params,fam,check", [
+    ("drop_every", {"n": 5}, "ipv4",
+     lambda a0, b0, a1, b1: delta(a0, a1, "tx_encrypt") - delta(b0, b1, "FROM_WIRE_TO_IPSEC_DECR") == 2),
+    ("count_extra", {}, "ipv4",
+     lambda a0, b0, a1, b1: delta(a0, a1, "tx_encrypt") == delta(b0, b1, "FROM_WIRE_TO_IPSEC_DECR") + 1),
+    ("corrupt_icv", {"every": 2}, "ipv4", lambda a0, b0, a1, b1: delta(b0, b1, "rx_bad") == 5),
+    ("replay", {"every": 2}, "ipv4", lambda a0, b0, a1, b1: delta(b0, b1, "CRYPTO_DROP_REPLAY_OOW") == 5),
+    ("wrong_next_header", {}, "ipv6",
+     lambda a0, b0, a1, b1: delta(b0, b1, "rx_bad") == 10 and delta(b0, b1, "rx_v6") == 0),
 ])
-def test_counting_faults_show_and_leave_no_trace(lab, fault, params, check):
+def test_counting_faults_show_and_leave_no_trace(lab, fault, params, fam, check):
     fresh(lab)
     lab.tunnel("aes-gcm-16", "ipv4")
     lab.write_faults("gA", {fault: params})
-    _r, a0, b0, a1, b1 = _pings(lab)
+    _r, a0, b0, a1, b1 = _pings(lab, fam=fam)
     assert check(a0, b0, a1, b1), (fault, a1["driver"], b1["driver"])
     lab.write_faults("gA", {})
-    r, a0, b0, a1, b1 = _pings(lab)
+    r, a0, b0, a1, b1 = _pings(lab, fam=fam)
     assert r.returncode == 0 and "10 received" in r.stdout
     for x0, x1, y0, y1 in ((a0, a1, b0, b1), (b0, b1, a0, a1)):
         assert delta(x0, x1, "tx_encrypt") == delta(y0, y1, "FROM_WIRE_TO_IPSEC_DECR") == 10
         assert delta(y0, y1, "rx_bad") == delta(y0, y1, "CRYPTO_DROP_REPLAY_OOW") == 0
+
+
+def test_inbound_policy_blocks_inner_outside_selectors(lab):
+    fresh(lab)
+    sas = lab.tunnel("aes-gcm-16", "ipv4")
+    ssa = scapy_sa(sas["gB_in"], "ipv4")
+    stray = IP(src="10.9.9.9", dst=HB["ipv4"]) / ICMP() / b"outside"
+    data = bytes(ssa.encrypt(stray, seq_num=77))[20:]
+    before = settle(lab, "gB")
+    lab.run("gA", [sys.executable, "-c", INJECT, WAN["gB"]["ipv4"], data.hex()], check=True)
+    after = settle(lab, "gB")
+    moved = {k: v for k in before["driver"] if (v := delta(before, after, k))}
+    assert moved == {"FROM_WIRE_TO_IPSEC_DECR": 1, "rx_blocked": 1}, moved
+
+
+def test_selectors_with_ports_pick_the_child(lab):
+    fresh(lab)
+    one = lab.tunnel("aes-gcm-16", "ipv4", local_ts=["198.51.100.0/26[tcp]"], remote_ts=["203.0.113.0/24[tcp/5201]"])
+    two = lab.tunnel("aes-gcm-16", "ipv4", local_ts=["198.51.100.0/26[tcp]"], remote_ts=["203.0.113.0/24[tcp/5202]"])
+    for port in (5201, 5202, 5202):
+        srv = lab.popen("hB", ["iperf3", "-s", "-1", "-p", str(port), "-B", HB["ipv4"]],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.3)
+        r = lab.run("hA", ["iperf3", "-c", HB["ipv4"], "-p", str(port), "-n", "200K"], timeout=20)
+        srv.wait(10)
+        assert r.returncode == 0, r.stderr
+    pk = {s["spi"]: s["packets"] for s in lab.call("gA", "list_sas")["sas"]}
+    p1, p2 = pk[one["gA_out"]["spi"]], pk[two["gA_out"]["spi"]]
+    assert p1 > 50 and p2 > 2 * 50 and p1 < p2, (p1, p2)
+    e0 = lab.call("gA", "status")["engine"]["tx_no_sa"]
+    assert ping(lab, "hA", "ipv4", HB["ipv4"]).returncode != 0  # ICMP: no child selects it
+    assert lab.call("gA", "status")["engine"]["tx_no_sa"] == e0 + 1
 
 
 def test_decline_ipv6_sa(lab):

@@ -45,6 +45,7 @@ class Installed:
     spec: SaSpec
     slot: int
     offloaded: bool
+    created: float = 0.0
 
 
 class EngineState:
@@ -168,8 +169,8 @@ class EngineState:
                 raise ValueError(f"sa: table full ({MAX_SA} SAs)")
             slot = self.free.pop()
             b = self.c.sa_slot(slot)
-            self.c.a[b] = self.c.a[b + 1] = self.c.a[b + 2] = 0
-            inst = Installed(spec, slot, self._offload(spec))
+            self.c.a[b] = self.c.a[b + 1] = self.c.a[b + 2] = self.c.a[b + 3] = 0
+            inst = Installed(spec, slot, self._offload(spec), time.time())
             self.sas[spec.key] = inst
             self.publish()
             return {"ok": True, "offloaded": inst.offloaded}
@@ -200,9 +201,9 @@ class EngineState:
         with self.lock:
             for inst in self.sas.values():
                 b = self.c.sa_slot(inst.slot)
-                d = inst.spec.public()
+                d = inst.spec.model_dump()  # keys included: setkey -D shows them to root
                 d.update(packets=self.c.a[b], bytes=self.c.a[b + 1], last_use=self.c.a[b + 2],
-                         offloaded=inst.offloaded)
+                         seq=self.c.a[b + 3], offloaded=inst.offloaded, created=inst.created)
                 out.append(d)
         return {"ok": True, "sas": out}
 
@@ -251,16 +252,19 @@ class EngineState:
 
     def op_route(self, req: dict) -> dict:
         action = req.get("action")
+        raw = req.get("dest", req.get("dst"))  # twin.fbsd.route sends "dst"
         try:
-            dest = str(ipaddress.ip_network(str(req.get("dest")), strict=False))
+            dest = str(ipaddress.ip_network(str(raw), strict=False))
         except ValueError:
-            raise ValueError(f"route: dest: expected a prefix, found {req.get('dest')!r}") from None
+            raise ValueError(f"route: dest: expected a prefix, found {raw!r}") from None
         with self.lock:
             if action == "add":
+                if dest in self.fbsd_routes:
+                    return {"ok": False, "error": f"route: {dest}: route already exists"}
                 self.fbsd_routes.add(dest)
             elif action == "delete":
                 if dest not in self.fbsd_routes:
-                    return {"ok": False, "error": f"route: not in table: {dest}"}
+                    return {"ok": False, "error": f"route: {dest}: not found"}
                 self.fbsd_routes.discard(dest)
             else:
                 raise ValueError(f"route: action: expected add or delete, found {action!r}")

@@ -6,7 +6,8 @@ process (tx counters by the tx loop, rx counters by the rx loop, sa_* by control
 no locking is needed; an aligned 8-byte store is atomic on the platforms we run on.
 
 Layout: DRIVER_NAMES, ESP_KEYS, HIST_ALGS, ENGINE_NAMES, GEN_NAMES, then MAX_SA
-per-SA records (packets, bytes, last_use).
+per-SA records of SA_STRIDE slots (packets, bytes, last_use, seq: the last sequence
+number sent (out) or the highest accepted (in)).
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ _NAMES = DRIVER_NAMES + tuple("esp:" + k for k in ESP_KEYS) + tuple("hist:" + a 
     + tuple("eng:" + k for k in ENGINE_NAMES) + tuple("gen:" + k for k in GEN_NAMES)
 INDEX = {n: i for i, n in enumerate(_NAMES)}
 SA_BASE = len(_NAMES)
-SLOTS = SA_BASE + 3 * MAX_SA
+SA_STRIDE = 4
+SLOTS = SA_BASE + SA_STRIDE * MAX_SA
 
 
 class CounterBlock:
@@ -84,7 +86,7 @@ class CounterBlock:
     def sa_slot(self, slot: int) -> int:
         if not 0 <= slot < MAX_SA:
             raise ValueError(f"SA slot {slot} outside 0..{MAX_SA - 1}")
-        return SA_BASE + 3 * slot
+        return SA_BASE + SA_STRIDE * slot
 
     def zero(self, keep_gens: bool = True) -> None:
         """Reset (reboot): every counter and per-SA record to 0, generations kept."""

@@ -16,16 +16,16 @@ Counting (DESIGN.md "Hardware profiles"), per packet, for offloaded SAs:
   octep  tx: tx_encrypt + FROM_KN_TO_IPSEC_ENCR (+ out_taken for own packets); send
              failure -> TX_DROP_QUEUE_FULL.
          rx: FROM_WIRE_TO_IPSEC_DECR per frame of a known SA; replay -> CRYPTO_DROP_REPLAY_OOW;
-             ICV/malformed -> rx_bad; IPv6 inner -> rx_v6; written to esp0 -> rx_done,
-             refused -> rx_queuefail.  Unknown SPI: no driver SA, so the kernel's
+             ICV/malformed -> rx_bad; inner outside the SA's selectors -> rx_blocked;
+             IPv6 inner -> rx_v6; written to esp0 -> rx_done, refused -> rx_queuefail.  Unknown SPI: no driver SA, so the kernel's
              dropped-no-tdb.
   npuep  tx: forwarded -> tx_taken, own -> tx_accel; send failure -> tx_drop.
-         rx: IPv4 inner delivered -> rx_done, IPv6 -> rx_v6; ICV/malformed/replay -> rx_bad;
-             unknown SPI -> rx_nosa.
+         rx: IPv4 inner delivered -> rx_done, IPv6 -> rx_v6; ICV/malformed/replay/outside
+             the selectors -> rx_bad; unknown SPI -> rx_nosa.
 SAs not offloaded (offload:false, declined, driver not loaded) count FreeBSD's espstat:
 sent-packets/sent-bytes, received-packets (every frame of a known SA, before checks, as
 esp_input does)/receieve-bytes, dropped-bad-auth, possible-replay-detected,
-dropped-bad-length (malformed inner) and the histogram by algorithm.  Byte counters
+dropped-bad-length (malformed inner), dropped-policy-violation and the histogram.  Byte counters
 count the ESP plaintext (inner + padding + trailer) on both sides, so sent == received.
 A packet that no outbound SA selects is counted only as the engine's `tx_no_sa`: no
 driver counter represents it (FreeBSD would not have handed it to the driver).
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from . import netio
-from .counters import ALG_OF_CIPHER, INDEX, SA_BASE as _SA_BASE, CounterBlock
+from .counters import ALG_OF_CIPHER, INDEX, SA_BASE as _SA_BASE, SA_STRIDE, CounterBlock
 from .esp import EspError, ReplayWindow, make_suite
 from .faultview import JsonWatch, dfbit, fault_params
 from .selectors import Selector, parse_selector
@@ -97,8 +97,24 @@ class InSa:
     slot: int
     offloaded: bool
     alg_idx: int
-    window_ok: bool = True
-    extra: dict = field(default_factory=dict)
+    local: list[Selector] = field(default_factory=list)
+    remote: list[Selector] = field(default_factory=list)
+    policy_cache: dict = field(default_factory=dict)
+
+    def allowed(self, inner: bytes) -> bool:
+        """Inbound policy: inner source inside remote_ts, destination inside local_ts."""
+        f = _flow(inner)
+        if f is None:
+            return False
+        ok = self.policy_cache.get(f)
+        if ok is None:
+            _v, s, d, proto, sp, dp = f
+            ok = (_sel_match(self.remote, ipaddress.ip_address(s), proto, sp)
+                  and _sel_match(self.local, ipaddress.ip_address(d), proto, dp))
+            if len(self.policy_cache) > 65536:
+                self.policy_cache.clear()
+            self.policy_cache[f] = ok
+        return ok
 
 
 def _flow(pkt: bytes) -> tuple[int, bytes, bytes, int, int, int] | None:
@@ -317,8 +333,8 @@ class TxLoop:
                     time.sleep(-self.tokens / osa.rate_Bps)
             if f_slow is not None and pkt[9 if v == 4 else 6] == 6:
                 self._slow(f_slow, n)
-            if f_nh is not None:
-                nh = 45 - nh  # 4 <-> 41
+            if f_nh is not None and nh == 41:
+                nh = 4  # IPv6 inner announced as IPv4: the peer cannot deliver it
             osa.seq += 1
             seq = osa.seq
             esp = osa.seal(pkt, nh, seq)
@@ -330,20 +346,21 @@ class TxLoop:
                 a[incs[0]] += 1
             if osa.ibytes >= 0:
                 a[osa.ibytes] += len(esp) - osa.fixed  # ESP plaintext: inner + pad + 2
-            b = 3 * osa.slot + _SA_BASE
+            b = SA_STRIDE * osa.slot + _SA_BASE
             a[b] += 1
             a[b + 1] += n
             a[b + 2] = int(time.time())
+            a[b + 3] = seq
             if f_drop is not None or f_icv is not None or f_replay is not None:
                 self.fault_n += 1
                 k = self.fault_n
                 if f_drop is not None and k % max(1, int(f_drop.get("n", 100))) == 0:
                     a[i_faulted] += 1
                     continue
-                if f_icv is not None and k % max(1, int(f_icv.get("every", 100))) == 0:
+                if f_icv is not None and k % max(1, int(f_icv.get("every", 50))) == 0:
                     esp = esp[:-1] + bytes((esp[-1] ^ 0x01,))
                     a[i_faulted] += 1
-                if f_replay is not None and k % max(1, int(f_replay.get("every", 100))) == 0:
+                if f_replay is not None and k % max(1, int(f_replay.get("every", 50))) == 0:
                     self._send(osa, esp)
                     a[i_faulted] += 1
             self._send(osa, esp)
@@ -415,7 +432,9 @@ class RxLoop:
             replay = old.replay if old is not None and old.replay is not None else (ReplayWindow(w) if w else None)
             new[key] = InSa(spi=e["spi"], dst=e["dst"], open_=suite.open_, replay=replay,
                             slot=e["slot"], offloaded=e["offloaded"],
-                            alg_idx=INDEX["hist:" + ALG_OF_CIPHER[e["cipher"]]])
+                            alg_idx=INDEX["hist:" + ALG_OF_CIPHER[e["cipher"]]],
+                            local=[parse_selector(t) for t in e.get("local_ts", [])],
+                            remote=[parse_selector(t) for t in e.get("remote_ts", [])])
         self.sas = new
 
     def run(self) -> None:
@@ -491,11 +510,19 @@ class RxLoop:
             return
         if rp is not None:
             rp.update(seq)
+        if not sa.allowed(inner):
+            if off:
+                a[I["rx_blocked"] if octep else I["rx_bad"]] += 1
+            else:
+                a[I["esp:dropped-policy-violation"]] += 1
+            return
         n = len(inner)
-        b = _SA_BASE + 3 * sa.slot
+        b = _SA_BASE + SA_STRIDE * sa.slot
         a[b] += 1
         a[b + 1] += n
         a[b + 2] = int(time.time())
+        if rp is not None:
+            a[b + 3] = rp.top
         if not off:
             a[I["esp:receieve-bytes"]] += len(esp) - (32 if sa.alg_idx == I["hist:aes-gcm-16"] else 40)
         if off and octep and nh == 41:

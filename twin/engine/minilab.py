@@ -176,7 +176,7 @@ class MiniLab:
             self.call(name[:2], "add_sa", sa=sa)
         if v6_routes:
             for gw, other in (("gA", "gB"), ("gB", "gA")):
-                self.call(gw, "route", action="add", dest=LAN[other][1])
+                self.call(gw, "route", check=False, action="add", dest=LAN[other][1])  # may exist
         return sas
 
     # -- running things ----------------------------------------------------------------
