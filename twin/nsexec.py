@@ -88,11 +88,8 @@ def private_mounts(host_dir: Path, netns: str | None) -> None:
             except NsExecError:
                 pass
     root = host_dir / "root"
-    keep_visible = [os.path.realpath(host_dir), os.path.realpath(sys.executable)]
+    keep = keep_visible(host_dir)
     for target in APPLIANCE_MOUNTS:
-        if any(k == target or k.startswith(target + "/") for k in keep_visible):
-            # e.g. a host dir under /tmp in tests: hiding it would hide bin/ and the sockets
-            continue
         src = root / target.lstrip("/")
         if not src.is_dir():
             src.mkdir(parents=True, exist_ok=True)
@@ -100,7 +97,29 @@ def private_mounts(host_dir: Path, netns: str | None) -> None:
                 src.chmod(0o1777)
         # Debian has no /var/db: create the (empty) mount point once; harmless on the host.
         os.makedirs(target, exist_ok=True)
-        _mount(str(src), target, None, MS_BIND | MS_REC)
+        # Host paths under target that must stay reachable (the host dir in a test's /tmp,
+        # the Python behind the venv under /root/.pyenv): hold them open, re-bind after.
+        subs = sorted({target + "/" + k[len(target) + 1:].split("/")[0]
+                       for k in keep if k.startswith(target + "/")})
+        held = [(s, os.open(s, os.O_PATH | os.O_CLOEXEC)) for s in subs if os.path.exists(s)]
+        try:
+            _mount(str(src), target, None, MS_BIND | MS_REC)
+            for s, fd in held:
+                if os.path.isdir(f"/proc/self/fd/{fd}"):
+                    os.makedirs(s, exist_ok=True)
+                elif not os.path.exists(s):
+                    open(s, "a").close()
+                _mount(f"/proc/self/fd/{fd}", s, None, MS_BIND | MS_REC)
+        finally:
+            for _, fd in held:
+                os.close(fd)
+
+
+def keep_visible(host_dir: Path) -> list[str]:
+    """Host paths the appliance's commands need even where an appliance mount covers them."""
+    paths = {os.path.realpath(host_dir), os.path.abspath(sys.executable), os.path.realpath(sys.executable),
+             os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
+    return sorted(paths)
 
 
 def enter(host_dir: Path, netns: str | None) -> None:
