@@ -17,7 +17,7 @@ import time
 import pytest
 
 from plugin.lab.parsers import swanctl_initiate, swanctl_list_sas
-from tests.twin_ike.harness import A4, A6, B4, B6, IkePair, conf
+from twin.ike.pairlab import A4, A6, B4, B6, IkePair, conf
 
 pytestmark = pytest.mark.needs_root
 

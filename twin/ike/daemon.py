@@ -245,9 +245,11 @@ class Daemon:
         if isinstance(kc, dict):
             if conn in kc:
                 return not bool(kc[conn])
-            for name, flag in kc.items():
-                if conn.startswith(f"{name}-") or conn.startswith(f"hil-{name}"):
-                    return not bool(flag)
+            # the suite names connections `hil-<tunnel>-<tags>`; the longest tunnel name wins
+            hits = [(len(n), f) for n, f in kc.items()
+                    if conn.startswith(f"hil-{n}-") or conn.startswith(f"{n}-") or conn == f"hil-{n}"]
+            if hits:
+                return not bool(max(hits)[1])
         return True
 
     def replay_window(self) -> int:

@@ -1,4 +1,6 @@
-"""Two appliance namespaces joined by a veth, each with a twin.ike daemon, for the tests.
+"""Two appliance namespaces joined by a veth, each with a twin.ike daemon (tests, benchmark).
+
+Not part of the lab (twin.lab builds that); this is the control plane's own test bed.
 
 `RecordingEngineDouble` is a TEST DOUBLE of the ESP engine's control socket: it keeps the
 associations it is given (add_sa/del_sa/flush/list_sas) so a test can compare both ends'
