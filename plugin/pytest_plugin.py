@@ -149,10 +149,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 break
 
 
-# Fixtures (lab, appliances, bench, tunnels) are defined in plugin/fixtures.py by the
-# fixtures part; they are made available here so `pytest_plugins` needs one entry only.
-try:
-    from plugin.fixtures import *  # noqa: F401,F403,E402
-except ModuleNotFoundError as _exc:  # plugin/fixtures.py not written yet
-    if _exc.name != "plugin.fixtures":
-        raise
+# Fixtures and run-level glue are plugins of their own (root conftest's pytest_plugins):
+# plugin.fixtures (lab, appliances, bench, tunnels), plugin.session (the virtual lab's life,
+# the page), plugin.records (what each test measured).

@@ -1,0 +1,141 @@
+"""Capture on an appliance's port with tcpdump, and read the ESP that crossed the wire.
+
+Why on the appliance: between two appliances there is no bench port to listen on; both
+FreeBSD and the virtual lab have tcpdump, so the capture runs where the wire is, writes a
+pcap there, and the suite fetches it over SFTP and analyses it locally with scapy.
+Decryption keys come from ``setkey -D`` and stay in memory: never logged, never attached.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from plugin.lab.errors import LabError
+from plugin.lab.remote import argv
+
+log = logging.getLogger(__name__)
+
+
+class CaptureError(LabError):
+    """tcpdump did not start, or its file could not be read."""
+
+
+class WireCapture:
+    """``with WireCapture(appliance.host, "wan10g") as cap: ...`` then ``cap.pcap`` (bytes)."""
+
+    def __init__(self, host: Any, ifname: str, bpf: str = "not tcp port 22", snaplen: int = 0) -> None:
+        self.host, self.ifname, self.bpf, self.snaplen = host, ifname, bpf, snaplen
+        self.path = f"/tmp/hil-capture-{ifname}-{int(time.time() * 1000) % 10**9}.pcap"
+        self.pid: int | None = None
+        self.pcap: bytes = b""
+
+    def __enter__(self) -> "WireCapture":
+        log_path = self.path + ".log"
+        cmd = argv("tcpdump", "-n", "-U", "-s", str(self.snaplen), "-i", self.ifname, "-w", self.path, *shlex.split(self.bpf))
+        s = "\n".join([
+            f"nohup {cmd} > {shlex.quote(log_path)} 2>&1 < /dev/null &",
+            "pid=$!",
+            "i=0",
+            "while [ $i -lt 50 ]; do",
+            f"  if grep -q 'listening on' {shlex.quote(log_path)} 2>/dev/null; then echo \"$pid\"; exit 0; fi",
+            "  kill -0 $pid 2>/dev/null || break",
+            "  sleep 0.1; i=$((i+1))",
+            "done",
+            f"cat {shlex.quote(log_path)} >&2; kill $pid 2>/dev/null; exit 3",
+        ])
+        r = self.host.run(s, timeout=30)
+        if r.status != 0:
+            raise CaptureError(f"{self.host.name}: tcpdump on {self.ifname} did not start: {r.stderr.strip()[-300:]}")
+        self.pid = int(r.stdout.strip().splitlines()[-1])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.5)  # let the last packets reach the file (-U writes per packet)
+        self.host.run(f"kill -INT {self.pid} 2>/dev/null; sleep 0.3; kill {self.pid} 2>/dev/null; true", timeout=30)
+        try:
+            self.pcap = self.host.read_file(self.path)
+        except Exception as e:
+            if exc[0] is None:
+                raise CaptureError(f"{self.host.name}: cannot read {self.path}: {e}") from None
+        finally:
+            self.host.run(argv("rm", "-f", self.path, self.path + ".log"), timeout=30)
+
+
+@dataclass(frozen=True)
+class WirePacket:
+    """One captured IP packet: who, what protocol, how long, and the raw bytes."""
+
+    src: str
+    dst: str
+    proto: int  # IP protocol / IPv6 next header (50 = ESP, 17 = UDP, 58 = ICMPv6, 1 = ICMP)
+    length: int  # the IP packet's length (header included)
+    dport: int | None
+    raw: bytes
+    fragment: bool = False
+
+
+def packets(pcap: bytes) -> list[WirePacket]:
+    """Every IP packet in a pcap (Ethernet or raw), in order."""
+    import io
+
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment
+    from scapy.utils import PcapReader
+
+    out = []
+    with PcapReader(io.BytesIO(pcap)) as reader:
+        for pkt in reader:
+            if IP in pkt:
+                ip = pkt[IP]
+                frag = bool(ip.flags.MF) or ip.frag > 0
+                dport = pkt[UDP].dport if UDP in pkt else None
+                out.append(WirePacket(ip.src, ip.dst, ip.proto, ip.len, dport, bytes(ip), frag))
+            elif IPv6 in pkt:
+                ip6 = pkt[IPv6]
+                frag = IPv6ExtHdrFragment in pkt
+                nh = ip6.nh if not frag else pkt[IPv6ExtHdrFragment].nh
+                dport = pkt[UDP].dport if UDP in pkt else None
+                out.append(WirePacket(ip6.src, ip6.dst, nh, ip6.plen + 40, dport, bytes(ip6), frag))
+    return out
+
+
+SCAPY_ALGS = {
+    "aes-gcm-16": ("AES-GCM", None),
+    "aes-cbc": ("AES-CBC", "SHA2-256-128"),
+}
+
+
+def decrypt(packet: WirePacket, entry: Any) -> Any:
+    """Decrypt one ESP packet with a ``setkey -D`` entry's algorithms and keys -> inner scapy packet."""
+    from scapy.layers.inet import IP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.ipsec import ESP, SecurityAssociation
+
+    try:
+        crypt, auth = SCAPY_ALGS[entry.enc_alg]
+    except KeyError:
+        raise CaptureError(f"no scapy algorithm for {entry.enc_alg!r}") from None
+    kwargs: dict[str, Any] = dict(crypt_algo=crypt, crypt_key=bytes.fromhex(entry.enc_key))
+    if auth:
+        kwargs.update(auth_algo=auth, auth_key=bytes.fromhex(entry.auth_key))
+    outer_cls = IPv6 if ":" in packet.src else IP
+    sa = SecurityAssociation(ESP, spi=entry.spi, tunnel_header=outer_cls(src=packet.src, dst=packet.dst), **kwargs)
+    return sa.decrypt(outer_cls(packet.raw))
+
+
+def is_ike(p: WirePacket) -> bool:
+    return p.proto == 17 and p.dport in (500, 4500)
+
+
+def addresses(*nets: str) -> list[Any]:
+    return [ipaddress.ip_network(n, strict=False) for n in nets]
+
+
+def inside(addr: str, nets: Iterable[Any]) -> bool:
+    a = ipaddress.ip_address(addr)
+    return any(a in n for n in nets if n.version == a.version)

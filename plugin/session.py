@@ -1,0 +1,164 @@
+"""Run-level glue: the virtual lab's life, the active topology, the page and Allure files.
+
+Why a module of its own: these are the hooks that run once per run in the controller
+(pytest without xdist, or xdist's controller), and they must stay out of the workers:
+- ``pytest_configure``: if the topology is a virtual lab, start it (once, also under xdist)
+  and from then on use its resolved lab file; hand that path to xdist workers.
+- ``pytest_unconfigure``: stop it (unless ``--keep-tunnels``).
+- ``pytest_sessionfinish``: collect every test's record (written by workers as JSON files)
+  into the measurement page in ``reports/``, and write Allure's environment, executor and
+  categories files (controller-side, after the workers: see the reference on
+  ``--clean-alluredir`` wiping files written earlier).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from plugin import virtual_lab
+from plugin.lab.errors import LabError, TopologyError
+from plugin.lab.topology import Topology, load_topology
+
+log = logging.getLogger(__name__)
+
+ACTIVE_TOPOLOGY_KEY = pytest.StashKey[Topology]()
+VIRTUAL_LAB_KEY = pytest.StashKey["virtual_lab.VirtualLab | None"]()
+RECORDS_DIR_KEY = pytest.StashKey[Path]()
+STARTED_KEY = pytest.StashKey[_dt.datetime]()
+
+#: Exit code when the lab cannot be brought up (pytest uses 0-6).
+LAB_UP_FAILED = 17
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _wants_lab(config: pytest.Config) -> bool:
+    """Only a run that executes tests needs a lab (not --help, --markers, --collect-only)."""
+    opt = config.option
+    return not any(getattr(opt, name, False) for name in ("help", "markers", "collectonly", "showfixtures", "version"))
+
+
+def reports_dir(config: pytest.Config) -> Path:
+    return Path(config.rootpath) / "reports"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    from plugin.pytest_plugin import TOPOLOGY_KEY, TOPOLOGY_PATH_KEY
+
+    config.stash[STARTED_KEY] = _dt.datetime.now(_dt.timezone.utc)
+    config.stash[VIRTUAL_LAB_KEY] = None
+    topology = config.stash.get(TOPOLOGY_KEY, None)
+    if topology is None:
+        return
+    if _is_worker(config):
+        wi = config.workerinput
+        config.stash[RECORDS_DIR_KEY] = Path(wi["hil_records"])
+        resolved = wi.get("hil_resolved")
+        config.stash[ACTIVE_TOPOLOGY_KEY] = load_topology(Path(resolved)) if resolved else topology
+        return
+    run = _dt.datetime.now().strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
+    records = reports_dir(config) / ".records" / run
+    config.stash[RECORDS_DIR_KEY] = records
+    active = topology
+    if topology.lab.virtual and _wants_lab(config):
+        try:
+            lab = virtual_lab.start(config.stash[TOPOLOGY_PATH_KEY], owner_pid=os.getpid())
+        except LabError as exc:
+            pytest.exit(f"virtual lab: {exc}", returncode=LAB_UP_FAILED)
+        config.stash[VIRTUAL_LAB_KEY] = lab
+        try:
+            active = load_topology(lab.resolved)
+        except TopologyError as exc:
+            virtual_lab.stop(lab)
+            pytest.exit(f"virtual lab: its resolved lab file is invalid:\n{exc}", returncode=LAB_UP_FAILED)
+    config.stash[ACTIVE_TOPOLOGY_KEY] = active
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    lab = node.config.stash.get(VIRTUAL_LAB_KEY, None)
+    if lab is not None:
+        node.workerinput["hil_resolved"] = str(lab.resolved)
+    node.workerinput["hil_records"] = str(node.config.stash[RECORDS_DIR_KEY])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _is_worker(config):
+        return
+    lab = config.stash.get(VIRTUAL_LAB_KEY, None)
+    if lab is None:
+        return
+    if config.getoption("--keep-tunnels", False):
+        sys.stderr.write(
+            f"\n*** --keep-tunnels: the virtual lab {lab.prefix} keeps running "
+            f"(run dir {lab.run_dir}); remove it with: python -m twin down --prefix {lab.prefix}\n"
+        )
+        return
+    try:
+        virtual_lab.stop(lab)
+    except LabError as exc:
+        sys.stderr.write(f"\nvirtual lab teardown failed: {exc}\n")
+
+
+def active_topology(config: pytest.Config) -> Topology:
+    """The topology tests run against (for a virtual lab: its resolved lab file)."""
+    from plugin.pytest_plugin import TOPOLOGY_KEY
+
+    return config.stash.get(ACTIVE_TOPOLOGY_KEY, None) or config.stash[TOPOLOGY_KEY]
+
+
+def virtual_lab_of(config: pytest.Config) -> "virtual_lab.VirtualLab | None":
+    """The running virtual lab, known to the controller and (by its resolved file) workers."""
+    lab = config.stash.get(VIRTUAL_LAB_KEY, None)
+    if lab is not None:
+        return lab
+    wi = getattr(config, "workerinput", None)
+    if wi and wi.get("hil_resolved"):
+        resolved = Path(wi["hil_resolved"])
+        run_dir = resolved.parent
+        return virtual_lab.VirtualLab(Path(""), resolved, run_dir.name, run_dir)
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lab = config.stash.get(VIRTUAL_LAB_KEY, None)
+    if lab is None:
+        return []
+    return [f"virtual lab: {lab.prefix} (run dir {lab.run_dir})"]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if _is_worker(config):
+        return
+    records_dir = config.stash.get(RECORDS_DIR_KEY, None)
+    if records_dir is None or not records_dir.is_dir():
+        return
+    from plugin import records
+
+    try:
+        records.write_page_and_allure_files(config, records_dir, config.stash[STARTED_KEY])
+    except Exception as exc:  # the run's verdict stands; the page's failure is said loudly
+        sys.stderr.write(f"\nmeasurement page not written: {type(exc).__name__}: {exc}\n")
+
+
+def command_line(config: pytest.Config) -> str:
+    return " ".join(shlex.quote(a) for a in ["pytest", *config.invocation_params.args])
+
+
+def dump_json(path: Path, obj: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, path)

@@ -1,0 +1,93 @@
+"""Start and stop the virtual lab from the plugin -- as a process, never as an import.
+
+Why a subprocess: the plugin must talk to the twin exactly as to hardware (over SSH and
+the network), so it may not import ``twin``. This module is the one place that knows a
+lab is virtual: it runs ``python -m twin up TOPOLOGY --owner-pid PID`` and reads back the
+resolved lab file (management access filled in), which the rest of the suite loads like
+any hardware lab file. ``--owner-pid`` makes the twin's supervisor tear the lab down if
+pytest dies without calling :func:`stop` (SIGKILL, crash), so no namespace outlives a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from plugin.lab.errors import LabError
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class VirtualLabError(LabError):
+    """The virtual lab did not come up (or down); the message carries the twin's stderr."""
+
+
+@dataclass(frozen=True)
+class VirtualLab:
+    """A running virtual lab: where its resolved lab file is and how to name it."""
+
+    topology: Path
+    resolved: Path
+    prefix: str
+    run_dir: Path
+
+    def twin(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
+        """Run ``python -m twin ARGS --run-dir RUN_DIR`` (fault, reboot, status)."""
+        return _twin([*args[:1], "--run-dir", str(self.run_dir), *args[1:]], timeout=timeout)
+
+
+def _twin(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "twin", *args],
+        cwd=str(REPO_ROOT),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start(topology: Path, *, owner_pid: int | None = None, timeout: float = 180.0) -> VirtualLab:
+    """Build the lab of ``topology`` and return it once every component answers."""
+    if os.geteuid() != 0:
+        raise VirtualLabError(
+            "the virtual lab needs root (network namespaces, TUN devices): run as root, "
+            "or point --topology at a hardware lab file"
+        )
+    args = ["up", str(topology), "--timeout", str(timeout)]
+    if owner_pid:
+        args += ["--owner-pid", str(owner_pid)]
+    try:
+        res = _twin(args, timeout=timeout + 30)
+    except subprocess.TimeoutExpired as exc:
+        raise VirtualLabError(f"python -m twin up {topology}: no answer within {exc.timeout:.0f} s") from None
+    if res.returncode != 0:
+        raise VirtualLabError(
+            f"python -m twin up {topology} failed (exit {res.returncode}): "
+            + (res.stderr.strip() or res.stdout.strip() or "no message")
+        )
+    try:
+        info = json.loads(res.stdout.strip().splitlines()[-1])
+        lab = VirtualLab(Path(topology), Path(info["resolved"]), info["prefix"], Path(info["run_dir"]))
+    except (ValueError, IndexError, KeyError) as exc:
+        raise VirtualLabError(f"python -m twin up printed no lab description ({exc}): {res.stdout[-500:]!r}") from None
+    log.info("virtual lab %s up (run dir %s)", lab.prefix, lab.run_dir)
+    return lab
+
+
+def stop(lab: VirtualLab, timeout: float = 120.0) -> None:
+    """Tear the lab down; raise if the twin says it could not."""
+    res = _twin(["down", "--run-dir", str(lab.run_dir)], timeout=timeout)
+    if res.returncode != 0:
+        raise VirtualLabError(f"python -m twin down {lab.prefix} failed: {res.stderr.strip()}")
+    log.info("virtual lab %s down", lab.prefix)

@@ -1,0 +1,61 @@
+"""Six children at once (the 002 page): 6 of 6 up, six streams at once, each tunnel carries.
+
+"six iperf3 streams from the PC's adapter on F1 at once, for 30 seconds, one to each port -
+encrypted by the 136's engine and decrypted by the 3300's"; "frames the 136's host handed
+its engine 2,358,711, frames the 3300's engine decrypted from it 2,358,288" -- equal within
+the topology's tolerance on a congested link.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from plugin.lab.errors import LabError
+from plugin.lab.expect import decrypted_refs, encrypted_refs, throughput_floor
+from plugin.lab.measure import expect_at_least, expect_within
+from plugin.lab.traffic import iperf_run
+
+pytestmark = [pytest.mark.page("002"), pytest.mark.forwarded]
+
+
+@pytest.mark.throughput
+@pytest.mark.tunnels(children="many")
+def test_six_streams_each_tunnel_carries(tunnel, record, meter, bench_route, traffic_seconds):
+    """Six streams at once, one per child's TCP port: each carries, the total holds the floor."""
+    npu, peer, bench = tunnel.local, tunnel.remote, tunnel.lab.bench
+    target, src = tunnel.inner_address("remote"), tunnel.bench_inner_address("local")
+    assert src, f"the bench has no {tunnel.config.inner} address on {npu.name}'s LAN"
+    bench_route(f"{target}/{32 if tunnel.config.inner == 'ipv4' else 128}", tunnel.inner_address("local"))
+    ports = [c.port for c in tunnel.children]
+    seconds = traffic_seconds(30)
+    before = {c.name: c for c in _children(peer, tunnel)}
+    with meter(npu, peer, title="six streams at once") as m:
+        with ThreadPoolExecutor(len(ports)) as pool:
+            futures = {p: pool.submit(iperf_run, bench, peer, target, seconds=seconds, port=p, bind=src) for p in ports}
+            results = {p: f.result() for p, f in futures.items()}
+    errors = {p: r.error for p, r in results.items() if not r.ok}
+    if errors:
+        raise LabError(f"iperf3 failed on port(s): {errors}")
+    rates = {p: r.received_bps / 1e6 for p, r in results.items()}
+    total = sum(rates.values())
+    record.figure("each tunnel, Mbit/s", " ".join(f"{rates[p]:.0f}" for p in ports))
+    record.figure("all six together", round(total, 1), "Mbit/s")
+    after = {c.name: c for c in _children(peer, tunnel)}
+    for child in tunnel.children:
+        moved = (after[child.name].packets_in or 0) - (before[child.name].packets_in or 0)
+        assert moved > 0 and rates[child.port] > 0, (
+            f"child {child.name} (TCP port {child.port}) carried nothing: {moved} packets in on {peer.name}, "
+            f"{rates[child.port]:.1f} Mbit/s")
+    floor = throughput_floor(tunnel.lab.topology, tunnel.case.tunnel, tunnel.config, via_bench=True)
+    expect_at_least(total, floor.mbit, f"six streams together ({floor})", unit="Mbit/s", ledger=m.ledger)
+    tol = tunnel.plan.tolerance.get("congested", 0.001)
+    handed = encrypted_refs(npu.name, npu.profile.driver)
+    decrypted = decrypted_refs(peer.name, peer.profile.driver, kernel_cipher=tunnel.plan.remote.cipher == "kernel")
+    expect_within(handed, decrypted, tol, "frames the 136 handed its engine vs frames the peer decrypted",
+                  ledger=m.ledger)
+
+
+def _children(app, tunnel):
+    return [c for ike in app.list_sas().ike_sas if ike.name == tunnel.conn for c in ike.children]
