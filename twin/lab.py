@@ -85,21 +85,24 @@ def alive(rec: dict[str, Any] | None) -> bool:
 
 def kill_record(rec: dict[str, Any] | None, timeout: float = 3.0) -> None:
     """SIGTERM the recorded process (and its group if it leads one), SIGKILL after timeout."""
-    if not alive(rec):
-        return
-    pid = int(rec["pid"])  # type: ignore[index]
-    _signal_tree(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and alive(rec):
-        _reap(pid)
-        time.sleep(0.05)
-    if alive(rec):
-        _signal_tree(pid, signal.SIGKILL)
-        for _ in range(40):
-            _reap(pid)
-            if not alive(rec):
-                break
-            time.sleep(0.05)
+    kill_records([rec], timeout)
+
+
+def kill_records(recs: list[dict[str, Any] | None], timeout: float = 3.0) -> None:
+    """Stop several recorded processes at once: SIGTERM all, wait, SIGKILL the rest."""
+    live = [r for r in recs if alive(r)]
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):
+        for r in live:
+            _signal_tree(int(r["pid"]), sig)  # type: ignore[index]
+        deadline = time.monotonic() + wait
+        while live and time.monotonic() < deadline:
+            for r in live:
+                _reap(int(r["pid"]))  # type: ignore[index]
+            live = [r for r in live if alive(r)]
+            if live:
+                time.sleep(0.02)
+        if not live:
+            return
 
 
 def _signal_tree(pid: int, sig: int) -> None:
@@ -498,16 +501,6 @@ class Lab:
         self.info["hosts"][host]["components"][comp] = c.record
         self._save()
 
-    def _stop(self, host: str, comp: str) -> None:
-        c = self.components.pop((host, comp), None)
-        rec = c.record if c else self.info.get("hosts", {}).get(host, {}).get("components", {}).get(comp)
-        kill_record(rec)
-        if c and c.proc:
-            try:
-                c.proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                pass
-
     def _wait_ready(self, hosts: list[str], comps: tuple[str, ...], timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         pending = [(h, c) for h in hosts for c in comps]
@@ -649,8 +642,11 @@ class Lab:
                 control_request(hd.engine_sock, {"op": "reset"}, timeout=2.0)
             except (OSError, ValueError):
                 pass  # a hung engine is stopped anyway
-        for comp in reversed(self.enabled):
-            self._stop(host, comp)
+        recs = []
+        for comp in self.enabled:
+            c = self.components.pop((host, comp), None)
+            recs.append(c.record if c else self.info["hosts"][host]["components"].get(comp))
+        kill_records(recs)
         kill_netns_processes([netns_name(self.prefix, host)])
         for sock in (hd.engine_sock, hd.ike_sock):
             sock.unlink(missing_ok=True)
@@ -797,11 +793,10 @@ def teardown(run: RunDir, prefix: str, info: dict[str, Any] | None,
     """Remove one run completely: processes, namespaces, links, run dir, index entry."""
     if info is None:
         info = read_json(run.lab_json, default={}) or {}
-    for (_h, _c), comp in list((own or {}).items()):
-        kill_record(comp.record)
+    recs = [comp.record for comp in (own or {}).values()]
     for h in (info.get("hosts") or {}).values():
-        for rec in (h.get("components") or {}).values():
-            kill_record(rec)
+        recs += list((h.get("components") or {}).values())
+    kill_records(recs)
     kill_netns_processes(tn.list_namespaces(prefix))
     tn.destroy_prefix(prefix)
     if run.path.exists():
