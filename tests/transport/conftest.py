@@ -59,16 +59,16 @@ def _require_env() -> None:
 
 
 @pytest.fixture(scope="session")
-def run_prefix() -> str:
+def transport_prefix() -> str:
     return "hil" + os.urandom(3).hex()
 
 
 @pytest.fixture(scope="session")
-def sshd_server(tmp_path_factory: pytest.TempPathFactory, run_prefix: str):
+def sshd_server(tmp_path_factory: pytest.TempPathFactory, transport_prefix: str):
     _require_env()
     tmp = tmp_path_factory.mktemp("sshd")
     os.chmod(tmp, 0o755)
-    user = f"{run_prefix}t"
+    user = f"{transport_prefix}t"
     home = Path(f"/tmp/{user}-home")
     subprocess.run(["useradd", "-M", "-d", str(home), "-s", TCSH, user], check=True, capture_output=True)
     proc = None

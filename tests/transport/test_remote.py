@@ -321,10 +321,10 @@ def test_localhost_timeout_kills_process_group(tmp_path):
 
 
 @pytest.fixture
-def netns(run_prefix):
+def netns(transport_prefix):
     if os.geteuid() != 0:
         pytest.skip("needs root to create a network namespace")
-    name = f"{run_prefix}-ns{os.urandom(2).hex()}"
+    name = f"{transport_prefix}-ns{os.urandom(2).hex()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
         yield name
