@@ -1,0 +1,150 @@
+"""The suite library against the virtual lab, exactly as against hardware (SSH, tcsh, files).
+
+One lab for the module (``python -m twin up``, a unique prefix, torn down after); the
+library is driven through its public API only: Appliance over SshHost, TunnelProvisioner
+with files.Transaction, settle/Ledger/expect_*, iperf_run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from plugin.lab.appliance import Appliance
+from plugin.lab.errors import ProvisionError
+from plugin.lab.measure import Ledger, collect_checks, expect_equal, expect_zero, settle
+from plugin.lab.provision import CONF_DIR, SWANCTL_CONF, Secret, TunnelPlan, TunnelProvisioner
+from plugin.lab.remote import host_from_mgmt
+from plugin.lab.topology import TunnelConfig, load_topology
+from plugin.lab.traffic import iperf_run
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.needs_root
+
+
+def _netstat_parser_rejects_libxo_version() -> bool:
+    """FreeBSD's netstat sets a libxo version, so its JSON starts {"__version": ...}; the
+    twin prints that, and parsers.netstat_esp (H3) rejected it when this was written."""
+    from plugin.lab.errors import ParseError
+    from plugin.lab.parsers import netstat_esp
+
+    try:
+        netstat_esp.parse('{"__version": "1", "statistics": {"esp-statictics": {}}}', sparse=True)
+    except ParseError:
+        return True
+    return False
+
+
+needs_netstat_fix = pytest.mark.xfail(
+    _netstat_parser_rejects_libxo_version(), strict=True,
+    reason='parsers.netstat_esp rejects libxo\'s top-level "__version" key (reported to H3)',
+)
+
+
+def _twin(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twin", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    prefix = "tw" + secrets.token_hex(2)
+    run_dir = tmp_path_factory.mktemp("lab") / prefix
+    t = time.monotonic()
+    r = _twin("up", str(REPO / "topologies" / "virtual.yaml"), "--prefix", prefix, "--run-dir", str(run_dir),
+              "--owner-pid", str(os.getpid()))
+    if r.returncode != 0:
+        _twin("down", "--prefix", prefix)
+        pytest.fail(f"twin up failed: {r.stderr.strip()[-500:]}")
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    topo = load_topology(info["resolved"])
+    apps = {
+        n: Appliance(n, host_from_mgmt(n, h.mgmt, topo.lab.known_hosts), h.hardware)
+        for n, h in topo.hosts.items()
+        if h.role == "appliance"
+    }
+    print(f"twin up {prefix}: {time.monotonic() - t:.1f} s")
+    try:
+        yield {"prefix": prefix, "run_dir": Path(info["run_dir"]), "topo": topo, "apps": apps}
+    finally:
+        for a in apps.values():
+            a.host.close()
+        d = _twin("down", "--prefix", prefix)
+        assert d.returncode == 0, d.stderr
+
+
+def _swanctl_state(lab, host: str) -> dict[str, bytes]:
+    root = lab["run_dir"] / "hosts" / host / "root"
+    out = {}
+    for p in [root / SWANCTL_CONF.lstrip("/"), *sorted((root / CONF_DIR.lstrip("/")).glob("*"))]:
+        if p.exists():
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+@needs_netstat_fix
+def test_appliance_answers_typed(lab):
+    dut = lab["apps"]["dut3300"]
+    k = dut.kernel_version()
+    assert k.osrelease and k.version.startswith("FreeBSD")
+    wan = dut.interface("wan10g")
+    assert [a.address for a in wan.inet] == ["192.0.2.1"] and wan.mtu == 1500
+    snap = dut.snapshot()
+    assert set(snap.counters) == set(dut.profile.counters)
+    assert "received-packets" in snap.esp
+
+
+@needs_netstat_fix
+def test_lab_tunnel_up_measured_and_restored(lab):
+    apps, topo = lab["apps"], lab["topo"]
+    dut, peer = apps["dut3300"], apps["peer3300"]
+    before_files = {h: _swanctl_state(lab, h) for h in ("dut3300", "peer3300")}
+    plan = TunnelPlan.from_topology(topo, "lab")
+    prov = TunnelProvisioner(apps, plan, TunnelConfig("ipv4", "ipv4", "aes-gcm-16"), Secret(secrets.token_hex(16)),
+                             run_id="suite-lib-test")
+    with prov as bu:
+        assert bu.all_up and bu.children_up == 1
+        (ike,) = bu.sas["dut3300"].ike_sas
+        assert ike.name == "hil-lab-v4v4-gcm" and ike.children[0].state == "INSTALLED"
+        before = [settle(dut, interval=0.3), settle(peer, interval=0.3)]
+        r = iperf_run(dut, peer, "198.51.100.65", seconds=2, streams=1, bind="198.51.100.1", port=5311)
+        assert r.error is None and r.sent_bps > 1e6
+        after = [settle(dut, interval=0.3), settle(peer, interval=0.3)]
+        lg = Ledger.from_snapshots(before, after, "lab tunnel, one stream up")
+        with collect_checks() as checks:
+            n = expect_equal(lg, "dut3300:tx_encrypt", "dut3300:FROM_KN_TO_IPSEC_ENCR", "tx_encrypt = FROM_KN_TO_IPSEC_ENCR")
+            expect_equal(lg, "dut3300:tx_encrypt", "peer3300:esp.received-packets", "the peer's ESP input exactly")
+            expect_zero(lg, ["rx_bad", "esp.dropped-bad-auth"], "authentication drops 0")
+        assert n > 1000 and all(c.held for c in checks)
+    assert {h: _swanctl_state(lab, h) for h in ("dut3300", "peer3300")} == before_files
+    assert not any((lab["run_dir"] / "hosts" / h / "root/var/db/ipsec-hil/journal").glob("*.json")
+                   for h in ("dut3300", "peer3300"))
+    assert not dut.list_sas().ike_sas
+    assert any("restored" in line for line in prov.log) and not any("Secret(" in l for l in prov.log)
+
+
+def test_children_not_all_up_stops_with_the_child_named(lab):
+    apps, topo = lab["apps"], lab["topo"]
+    before_files = _swanctl_state(lab, "xgs136")
+    r = _twin("fault", "--prefix", lab["prefix"], "peer3300", "child_never_up", "child=hil-many-v4v4-gcm-p5203")
+    assert r.returncode == 0, r.stderr
+    try:
+        plan = TunnelPlan.from_topology(topo, "many")
+        psk = secrets.token_hex(16)
+        prov = TunnelProvisioner(apps, plan, TunnelConfig("ipv4", "ipv4", "aes-gcm-16", 6), psk,
+                                 run_id="suite-lib-test", initiate_timeout=10)
+        with pytest.raises(ProvisionError) as ei:
+            prov.up()
+        msg = str(ei.value)
+        assert "5 of 6 children established" in msg and "child hil-many-v4v4-gcm-p5203: " in msg
+        assert psk not in msg and psk not in repr(prov)
+    finally:
+        _twin("fault", "--prefix", lab["prefix"], "peer3300", "child_never_up", "--off")
+    assert _swanctl_state(lab, "xgs136") == before_files
