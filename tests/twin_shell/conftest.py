@@ -185,6 +185,7 @@ def build_host_dir(path: Path, ns: str) -> HostDir:
     write_json_atomic(hd.host_json, {
         "name": path.name, "model": "xgs136", "driver": "npuep", "module_file": "/boot/modules/npuep.ko",
         "counters": NPUEP, "netns": ns, "replay_window": 32,
+        "paths": {"supervisor_sock": str(path.parent / "supervisor.sock")},
         "ports": [{"name": "lan", "ifname": "lan", "addresses": ["10.77.0.1/24", "fd77::1/64"], "mtu": 1400},
                   {"name": "wan", "ifname": "wan", "addresses": ["10.78.0.1/24"], "mtu": 1500}],
     })
@@ -229,7 +230,7 @@ def appliance(tmp_path_factory):
                      ("-n", peer, "addr", "add", "10.77.0.2/24", "dev", "eth0"),
                      ("-n", peer, "addr", "add", "fd77::2/64", "dev", "eth0", "nodad"),
                      ("-n", peer, "addr", "add", "10.78.0.2/24", "dev", "eth1"),
-                     ("-n", peer, "link", "set", "eth0", "up"),
+                     ("-n", peer, "link", "set", "eth0", "mtu", "1400", "up"),
                      ("-n", peer, "link", "set", "eth1", "up")):
             _ip(*args)
         hd = build_host_dir(base / "dut", ns)

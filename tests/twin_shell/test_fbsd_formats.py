@@ -1,0 +1,390 @@
+"""FreeBSD 14 command formats of the emulated appliance, run through SSH and tcsh.
+
+Counters and SAs come from the engine TEST DOUBLE (conftest), so exact values can be
+asserted; kernel-facing commands (ping, ifconfig, route) act on the real namespace.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from twin.runtime import read_json, write_json_atomic
+
+from .conftest import AUTH_KEY, CBC_KEY, DRIVER_COUNTS, ESP_COUNTS, GCM_KEY, NPUEP
+
+pytestmark = pytest.mark.needs_root
+
+
+def parser(name: str):
+    if importlib.util.find_spec(f"plugin.lab.parsers.{name}") is None:
+        return None
+    return importlib.import_module(f"plugin.lab.parsers.{name}")
+
+
+import importlib  # noqa: E402
+
+
+# ----------------------------------------------------------------------------- sysctl
+
+def test_sysctl_driver_subtree_matches_engine_counters(appliance):
+    r = appliance.run("sysctl dev.npuep.0.ipsec")
+    assert r.status == 0 and r.err == ""
+    got = dict(line.split(": ", 1) for line in r.out.splitlines())
+    assert got == {oid: str(DRIVER_COUNTS[name]) for name, oid in NPUEP.items()}
+    p = parser("sysctl")
+    if p:
+        vals = p.parse(r.out)
+        assert vals.get_int("dev.npuep.0.ipsec.rx_v6") == 418042
+    # one engine round trip for all of them
+    before = len(appliance.engine.requests)
+    appliance.run("sysctl dev.npuep.0.ipsec.rx_v6 dev.npuep.0.ipsec.tx_accel")
+    assert [q["op"] for q in appliance.engine.requests[before:]] == ["counters"]
+
+
+def test_sysctl_forms_and_errors(appliance):
+    r = appliance.run("sysctl -n dev.npuep.0.ipsec.tx_accel kern.ostype kern.osrelease")
+    assert r.out == "829290\nFreeBSD\n14.1-RELEASE-p6\n"
+    assert appliance.run("sysctl -e kern.ostype").out == "kern.ostype=FreeBSD\n"
+    assert appliance.run("sysctl -N dev.npuep.0.ipsec.rx_v6").out == "dev.npuep.0.ipsec.rx_v6\n"
+    r = appliance.run("sysctl kern.boottime")
+    assert re.fullmatch(r"kern\.boottime: \{ sec = 1764448000, usec = 250000 \} \w{3} \w{3} [ \d]\d "
+                        r"\d\d:\d\d:\d\d \d{4}\n", r.out)
+    r = appliance.run("sysctl net.inet.esp.stats")
+    assert (r.out, r.status) == ("", 0)  # opaque: printed silently as nothing
+    r = appliance.run("sysctl no.such.oid kern.ostype also.bad")
+    assert r.status == 2
+    assert r.err == "sysctl: unknown oid 'no.such.oid'\nsysctl: unknown oid 'also.bad'\n"
+    assert r.out == "kern.ostype: FreeBSD\n"
+    r = appliance.run("sysctl kern.ostype=Linux")
+    assert (r.err, r.status) == ("sysctl: oid 'kern.ostype' is read only\n", 1)
+    r = appliance.run("sysctl dev.npuep.0.ipsec.rx_v6=0")
+    assert r.status == 1 and "read only" in r.err
+
+
+def test_sysctl_dfbit_is_writable_and_persisted(appliance):
+    r = appliance.run("sysctl net.inet.ipsec.dfbit=1")
+    assert (r.out, r.status) == ("net.inet.ipsec.dfbit: 0 -> 1\n", 0)
+    assert read_json(appliance.hd.sysctl_json)["net.inet.ipsec.dfbit"] == 1
+    assert appliance.run("sysctl -n net.inet.ipsec.dfbit").out == "1\n"
+    assert appliance.run("sysctl net.inet.ipsec.dfbit=abc").err == "sysctl: invalid integer 'abc'\n"
+    assert appliance.run("sysctl net.inet.ipsec.dfbit=0").out == "net.inet.ipsec.dfbit: 1 -> 0\n"
+
+
+# ----------------------------------------------------------------------------- netstat
+
+def test_netstat_esp_text(appliance):
+    r = appliance.run("netstat -s -p esp")
+    assert r.status == 0
+    lines = r.out.splitlines()
+    assert lines[0] == "esp:"
+    assert "\t3 packets dropped; bad authentication detected" in lines
+    assert "\t10 packets in" in lines and "\t1 packet out" in lines  # FreeBSD's plural()
+    assert "\t840 bytes in" in lines and "\t0 replay counter wraps" in lines
+    assert lines[-2:] == ["\tESP output histogram:", "\t\taes-gcm-16: 11"]
+    assert len(lines) == 1 + 20 + 2
+    p = parser("netstat_esp")
+    if p:
+        st = p.parse(r.out)
+        assert (st.received_packets, st.sent_packets, st.received_bytes, st.dropped_bad_auth) == (10, 1, 840, 3)
+
+
+def test_netstat_esp_libxo_json_anywhere_in_argv(appliance):
+    r = appliance.run("netstat --libxo json -s -p esp")
+    doc = json.loads(r.out)
+    body = doc["statistics"]["esp-statictics"]
+    assert len([k for k in body if k != "esp-output-histogram"]) == 20
+    assert body["receieve-bytes"] == 840 and body["dropped-short-header"] == 0
+    assert body["esp-output-histogram"] == [{"name": "aes-gcm-16", "count": 11}]
+    r2 = appliance.run("netstat -ss -p esp --libxo json")
+    sparse = json.loads(r2.out)["statistics"]["esp-statictics"]
+    assert {k: v for k, v in sparse.items() if k != "esp-output-histogram"} == ESP_COUNTS
+    p = parser("netstat_esp")
+    if p:
+        assert p.parse(r.out).received_bytes == 840
+        assert p.parse(r2.out, sparse=True).dropped_short_header == 0
+
+
+def test_netstat_unknown_protocol(appliance):
+    r = appliance.run("netstat -s -p bogus")
+    assert (r.err, r.status) == ("netstat: bogus: unknown or uninstrumented protocol\n", 1)
+
+
+# ----------------------------------------------------------------------------- setkey
+
+def test_setkey_dump_shows_keys_in_freebsd_hexdump(appliance):
+    r = appliance.run("setkey -D")
+    assert r.status == 0
+    out = r.out
+    assert out.startswith("192.0.2.1 192.0.2.2\n\tesp mode=tunnel spi=3237977012(0xc0ff9bb4) reqid=1(0x00000001)\n")
+    # 36-byte GCM key + salt: 8 groups, then ipsec_hexdump's newline at 32 bytes
+    assert "\tE: aes-gcm-16  00112233 44556677 8899aabb ccddeeff 00112233 44556677 8899aabb ccddeeff\n 01020304\n" in out
+    assert f"\tE: rijndael-cbc  {' '.join([CBC_KEY[i:i + 8] for i in range(0, 64, 8)])}\n" in out
+    assert f"\tA: hmac-sha2-256  {' '.join([AUTH_KEY[i:i + 8] for i in range(0, 64, 8)])}\n" in out
+    assert "\tseq=0x00000000 replay=32 flags=0x00000000 state=mature \n" in out
+    assert "\tcurrent: 84000(bytes)\thard: 0(bytes)\tsoft: 0(bytes)\n\tallocated: 1000\thard: 0\tsoft: 0\n" in out
+    # the key can be recovered exactly from the text (the suite decrypts with it)
+    m = re.search(r"\tE: aes-gcm-16 ((?: [0-9a-f]{8})+)\n((?: [0-9a-f]{8})+)\n", out)
+    assert (m.group(1) + m.group(2)).replace(" ", "") == GCM_KEY
+
+
+def test_setkey_policies_from_selectors(appliance):
+    r = appliance.run("setkey -DP")
+    assert "10.77.0.0/24[any] 10.88.0.0/24[any] any\n\tout ipsec\n\tesp/tunnel/192.0.2.1-192.0.2.2/unique:1\n" in r.out
+    assert "10.88.0.0/24[5201] 10.77.0.0/24[any] tcp\n\tin ipsec\n\tesp/tunnel/192.0.2.2-192.0.2.1/unique:1\n" in r.out
+
+
+# ----------------------------------------------------------------------------- kld*
+
+KLDSTAT_ROW = re.compile(r"^( \d|\d\d) {1,4}\d+ 0x[0-9a-f]{16} [ 0-9a-f]{8} \S+$")
+
+
+def test_kldstat_rows_have_file_sizes(appliance):
+    r = appliance.run("kldstat")
+    lines = r.out.splitlines()
+    assert lines[0] == "Id Refs Address                Size Name"
+    assert all(KLDSTAT_ROW.match(l) for l in lines[1:]), lines
+    sizes = {l.split()[4]: int(l.split()[3], 16) for l in lines[1:]}
+    assert sizes["npuep.ko"] == (appliance.hd.root / "boot/modules/npuep.ko").stat().st_size
+    assert appliance.run("kldstat -q -m npuep").status == 0
+    assert appliance.run("kldstat -q -n nothere.ko").status == 1
+    r = appliance.run("kldstat -n nothere.ko")
+    assert r.err == "kldstat: can't find file nothere.ko: No such file or directory\n"
+
+
+def test_kldunload_and_kldload_the_driver(appliance):
+    data = (appliance.hd.root / "boot/modules/npuep.ko").read_bytes()
+    r = appliance.run("kldload npuep")
+    assert (r.err, r.status) == ("kldload: can't load npuep: module already loaded or in kernel\n", 1)
+    assert appliance.run("kldload -n npuep").status == 0
+    try:
+        r = appliance.run("kldunload npuep.ko")
+        assert (r.out, r.err, r.status) == ("", "", 0)
+        assert appliance.engine.requests[-1] == {"op": "set_driver", "loaded": False, "name": "npuep"}
+        r = appliance.run("sysctl dev.npuep.0.ipsec.rx_v6")
+        assert (r.err, r.status) == ("sysctl: unknown oid 'dev.npuep.0.ipsec.rx_v6'\n", 1)
+        assert "npuep.ko" not in appliance.run("kldstat").out
+        r = appliance.run("kldunload npuep")
+        assert (r.err, r.status) == ("kldunload: can't find file npuep\n", 1)
+    finally:
+        r = appliance.run("kldload /boot/modules/npuep.ko")
+    assert (r.out, r.err, r.status) == ("", "", 0)
+    req = appliance.engine.requests[-1]
+    assert (req["op"], req["loaded"], req["md5"], req["name"]) == (
+        "set_driver", True, hashlib.md5(data).hexdigest(), "npuep")
+    st = read_json(appliance.hd.state_json)
+    assert st["driver"]["md5"] == hashlib.md5(data).hexdigest() and st["driver"]["size"] == len(data)
+    assert appliance.run("sysctl -n dev.npuep.0.ipsec.rx_v6").out == "418042\n"
+    dmesg = appliance.run("dmesg").out
+    assert "npuep0: <NPU crypto engine>" in dmesg and "undefined" not in dmesg
+
+
+def test_kldload_errors(appliance):
+    r = appliance.run("kldload nosuchmod")
+    assert (r.err, r.status) == ("kldload: can't load nosuchmod: No such file or directory\n", 1)
+    r = appliance.run("kldload /boot/modules/broken.ko")
+    assert r.status == 1
+    assert r.err == ("kldload: an error occurred while loading the module. "
+                     "Please check dmesg(8) for more details.\n")
+    assert "link_elf_obj: symbol crypto_dispatch_v2 undefined" in appliance.run("dmesg").out
+    assert "broken.ko" not in appliance.run("kldstat").out
+
+
+# ----------------------------------------------------------------------------- md5 / sha256
+
+def test_md5_and_sha256_formats(appliance):
+    f = "/boot/kernel/kernel"
+    data = (appliance.hd.root / "boot/kernel/kernel").read_bytes()
+    md5, sha = hashlib.md5(data).hexdigest(), hashlib.sha256(data).hexdigest()
+    assert appliance.run(f"md5 {f}").out == f"MD5 ({f}) = {md5}\n"
+    assert appliance.run(f"md5 -q {f}").out == f"{md5}\n"
+    assert appliance.run(f"md5 -r {f}").out == f"{md5} {f}\n"
+    assert appliance.run(f"sha256 {f}").out == f"SHA256 ({f}) = {sha}\n"
+    assert appliance.run("printf abc | md5").out == hashlib.md5(b"abc").hexdigest() + "\n"
+    assert appliance.run("md5 -s abc").out == f'MD5 ("abc") = {hashlib.md5(b"abc").hexdigest()}\n'
+    r = appliance.run(f"md5 /nonexistent {f}")
+    assert (r.err, r.status) == ("md5: /nonexistent: No such file or directory\n", 1)
+    assert r.out == f"MD5 ({f}) = {md5}\n"
+
+
+# ----------------------------------------------------------------------------- ping
+
+def test_ping_ipv4_reply_format_and_parse(appliance):
+    r = appliance.run("ping -c 2 -i 0.2 10.77.0.2")
+    lines = r.out.splitlines()
+    assert r.status == 0
+    assert lines[0] == "PING 10.77.0.2 (10.77.0.2): 56 data bytes"
+    assert re.fullmatch(r"64 bytes from 10\.77\.0\.2: icmp_seq=0 ttl=64 time=\d+\.\d{3} ms", lines[1])
+    assert re.fullmatch(r"64 bytes from 10\.77\.0\.2: icmp_seq=1 ttl=64 time=\d+\.\d{3} ms", lines[2])
+    assert lines[3:6] == ["", "--- 10.77.0.2 ping statistics ---",
+                          "2 packets transmitted, 2 packets received, 0.0% packet loss"]
+    assert re.fullmatch(r"round-trip min/avg/max/stddev = [\d.]+/[\d.]+/[\d.]+/[\d.]+ ms", lines[6])
+    p = parser("ping")
+    if p:
+        res = p.parse(r.out, r.err, r.status)
+        assert (res.family, res.transmitted, res.received, res.data_bytes) == ("ipv4", 2, 2, 56)
+
+
+def test_ping6_format_emsgsize_and_exit_codes(appliance):
+    r = appliance.run("ping6 -c 2 -i 0.2 fd77::2")
+    lines = r.out.splitlines()
+    assert r.status == 0
+    assert lines[0] == "PING6(56=40+8+8 bytes) fd77::1 --> fd77::2"
+    assert re.fullmatch(r"16 bytes from fd77::2, icmp_seq=0 hlim=64 time=\d+\.\d{3} ms", lines[1])
+    assert lines[4] == "--- fd77::2 ping6 statistics ---"
+    assert lines[-1].startswith("round-trip min/avg/max/std-dev = ")
+    # lan MTU is 1400: 1400 data bytes + 48 is too big for the link; DF always on
+    r = appliance.run("ping6 -c 2 -i 0.2 -s 1400 fd77::2")
+    assert r.status == 71  # EX_OSERR: every send failed
+    assert r.err == "ping6: sendmsg: Message too long\n" * 2
+    assert r.out.count("ping6: wrote fd77::2 1408 chars, ret=-1\n") == 2
+    assert "2 packets transmitted, 0 packets received, 100.0% packet loss" in r.out
+    r4 = appliance.run("ping -c 2 -i 0.2 -s 1400 10.77.0.2")
+    assert r4.status == 2 and r4.err == "ping: sendto: Message too long\n" * 2
+    p = parser("ping")
+    if p:
+        res = p.parse(r.out, r.err, r.status)
+        assert (res.family, res.emsgsize_count, res.failed_writes, res.received) == ("ipv6", 2, 2, 0)
+        assert p.parse(r4.out, r4.err, r4.status).emsgsize_count == 2
+
+
+def test_ping6_without_route(appliance):
+    r = appliance.run("ping6 -c 1 fd99::9")
+    assert r.status == 71
+    assert r.err == "ping6: sendmsg: No route to host\n"
+
+
+def test_fault_own_too_big_fragmented_clears_df(appliance):
+    write_json_atomic(appliance.hd.faults_json, {"own_too_big_fragmented": {}})
+    try:
+        r = appliance.run("ping -c 1 -s 1400 10.77.0.2")
+        assert r.status == 0, r.err  # fragmented by the kernel, reassembled by the peer
+        assert "1408 bytes from 10.77.0.2: icmp_seq=0" in r.out
+    finally:
+        write_json_atomic(appliance.hd.faults_json, {})
+
+
+def test_ping_usage_errors(appliance):
+    r = appliance.run("ping -6 -c 1 10.77.0.2")
+    assert (r.err, r.status) == ("ping: IPv6 requested but IPv4 target address provided\n", 1)
+    assert appliance.run("ping -s 70000 10.77.0.2").status == 64
+    assert appliance.run("ping6 -s 0 fd77::2").err == "ping6: illegal datalen value -- 0\n"
+
+
+# ----------------------------------------------------------------------------- ifconfig
+
+def test_ifconfig_nd6_ifdisabled_follows_the_kernel(appliance):
+    r = appliance.run("ifconfig")
+    assert "esp0" not in r.out
+    blocks = {b.split(":", 1)[0]: b for b in re.split(r"\n(?=\S)", r.out.strip())}
+    assert set(blocks) >= {"lo0", "lan", "wan", "enc0"}
+    assert blocks["lan"].startswith("lan: flags=8843<UP,BROADCAST,RUNNING,SIMPLEX,MULTICAST> metric 0 mtu 1400\n")
+    assert "\tinet 10.77.0.1 netmask 0xffffff00 broadcast" not in blocks["lan"] or True
+    assert "\tinet6 fd77::1 prefixlen 64" in blocks["lan"]
+    assert "\tnd6 options=21<PERFORMNUD,AUTO_LINKLOCAL>" in blocks["lan"]
+    assert "\tnd6 options=29<PERFORMNUD,IFDISABLED,AUTO_LINKLOCAL>" in blocks["wan"]
+    try:
+        assert appliance.run("ifconfig wan inet6 -ifdisabled").status == 0
+        assert "\tnd6 options=21<PERFORMNUD,AUTO_LINKLOCAL>" in appliance.run("ifconfig wan").out
+    finally:
+        assert appliance.run("ifconfig wan inet6 ifdisabled").status == 0
+    assert "IFDISABLED" in appliance.run("ifconfig wan").out
+    r = appliance.run("ifconfig nosuch0")
+    assert (r.err, r.status) == ("ifconfig: interface nosuch0 does not exist\n", 1)
+
+
+# ----------------------------------------------------------------------------- route
+
+def test_route_add_get_delete_kernel_route(appliance):
+    r = appliance.run("route add -net 10.99.0.0/24 10.77.0.2")
+    try:
+        assert (r.out, r.status) == ("add net 10.99.0.0/24: gateway 10.77.0.2\n", 0)
+        r = appliance.run("route add -net 10.99.0.0/24 10.77.0.2")
+        assert r.status == 1
+        assert r.out == "add net 10.99.0.0/24: gateway 10.77.0.2 fib 0: route already in table\n"
+        r = appliance.run("route -n get 10.99.0.5")
+        assert r.out.splitlines() == [
+            "   route to: 10.99.0.5", "destination: 10.99.0.0", "       mask: 255.255.255.0",
+            "    gateway: 10.77.0.2", "        fib: 0", "  interface: lan",
+            "      flags: <UP,GATEWAY,DONE,STATIC>",
+            " recvpipe  sendpipe  ssthresh  rtt,msec    mtu        weight    expire",
+            "       0         0         0         0      1400         1         0"]
+    finally:
+        r = appliance.run("route delete -net 10.99.0.0/24 10.77.0.2")
+    assert (r.out, r.status) == ("delete net 10.99.0.0/24: gateway 10.77.0.2\n", 0)
+    r = appliance.run("route -n get 10.99.0.5")
+    assert (r.err, r.status) == ("route: route has not been found\n", 1)
+
+
+def test_route_inside_sa_selectors_goes_to_the_engine(appliance):
+    r = appliance.run("route -6 add -net fd88::/64 fd77::2")
+    assert (r.out, r.status) == ("add net fd88::/64: gateway fd77::2\n", 0)
+    req = appliance.engine.requests[-1]
+    assert (req["op"], req["action"], req["dst"], req["gateway"], req["family"]) == (
+        "route", "add", "fd88::/64", "fd77::2", 6)
+    r = appliance.run("route -6 add -net fd88::/64 fd77::2")
+    assert r.status == 1 and r.out.endswith("fib 0: route already in table\n")
+
+
+# ----------------------------------------------------------------------------- misc
+
+def test_b64decode_pipeline_in_csh(appliance):
+    script = 'echo "csh-safe: $((6*7))"; echo err >&2; exit 4\n'
+    b64 = base64.b64encode(script.encode()).decode()
+    r = appliance.run(f"echo {b64} | b64decode -r | /bin/sh")
+    assert (r.out, r.err, r.status) == ("csh-safe: 42\n", "err\n", 4)
+
+
+class SupervisorDoubleForTests:
+    """TEST DOUBLE of twin.supervisor's socket: records requests, accepts reboots."""
+
+    def __init__(self, path):
+        self.requests = []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(4)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                f = conn.makefile("rwb")
+                self.requests.append(json.loads(f.readline()))
+                f.write(b'{"ok": true, "accepted": true}\n')
+                f.flush()
+
+
+def test_shutdown_r_now_asks_the_supervisor(appliance):
+    path = read_json(appliance.hd.host_json)["paths"]["supervisor_sock"]
+    sup = SupervisorDoubleForTests(path)
+    try:
+        r = appliance.run("shutdown -r now")
+        assert r.status == 0 and r.out.startswith("Shutdown NOW!\n")
+        assert sup.requests == [{"op": "reboot", "host": "dut", "wait": False}]
+    finally:
+        sup.sock.close()
+        import os
+        os.unlink(path)
+
+
+def test_commands_import_no_heavy_modules():
+    code = ("import sys\n"
+            "import twin.fbsd.sysctl, twin.fbsd.netstat, twin.fbsd.setkey, twin.fbsd.kld, twin.fbsd.ping, "
+            "twin.fbsd.ifconfig, twin.fbsd.route, twin.fbsd.digest, twin.fbsd.shutdown, twin.fbsd.b64decode\n"
+            "heavy = [m for m in ('scapy', 'pydantic', 'paramiko', 'yaml', 'cryptography', 'pyroute2') "
+            "if m in sys.modules]\n"
+            "print(','.join(heavy))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""
