@@ -177,10 +177,18 @@ class Daemon:
     async def _client(self, local: str) -> _Endpoint:
         ep = self.clients.get(local)
         if ep is None or ep.transport is None or ep.transport.is_closing():
+            # bound to <local>:500 next to the wildcard listener (SO_REUSEADDR on both), so
+            # requests leave from port 500 as strongSwan's do; the kernel delivers datagrams
+            # for this address to this socket, and on_datagram serves them all alike
             loop = asyncio.get_running_loop()
             fam = socket.AF_INET6 if ":" in local else socket.AF_INET
-            _, ep = await loop.create_datagram_endpoint(lambda: _Endpoint(self), local_addr=(local, 0),
-                                                        family=fam)
+            sock = socket.socket(fam, socket.SOCK_DGRAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((local, self.port))
+            except OSError:
+                sock.bind((local, 0))
+            _, ep = await loop.create_datagram_endpoint(lambda: _Endpoint(self), sock=sock)
             self.clients[local] = ep
         return ep
 
