@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from pyroute2 import IPRoute, NetNS, netns as pr_netns
-
 from twin.runtime import netns_name, veth_name
 
 NETNS_RUN_DIR = Path("/run/netns")
@@ -110,6 +108,33 @@ class BuiltNetwork:
     links: list[BuiltLink] = field(default_factory=list)
 
 
+# --------------------------------------------------------------------------- pyroute2
+
+
+def _pr():
+    """pyroute2, imported on first use: it costs ~1 s under load, and `python -m twin
+    fault/status` never needs it."""
+    import pyroute2
+    from pyroute2 import netns as pr_netns
+    return pyroute2.IPRoute, pyroute2.NetNS, pr_netns
+
+
+def IPRoute():  # noqa: N802 - stands for the class
+    return _pr()[0]()
+
+
+def NetNS(name: str):  # noqa: N802
+    return _pr()[1](name)
+
+
+class _LazyNetns:
+    def __getattr__(self, name: str):
+        return getattr(_pr()[2], name)
+
+
+pr_netns = _LazyNetns()
+
+
 # --------------------------------------------------------------------------- setns
 
 
@@ -181,7 +206,10 @@ def base_sysctls(role: str) -> dict[str, str]:
 
 def list_namespaces(prefix: str | None = None) -> list[str]:
     """Named namespaces (all, or those of one lab prefix)."""
-    names = sorted(pr_netns.listnetns())
+    try:
+        names = sorted(os.listdir(NETNS_RUN_DIR))
+    except FileNotFoundError:
+        names = []
     if prefix is None:
         return names
     return [n for n in names if n.startswith(prefix + "-")]
@@ -244,7 +272,7 @@ def _configure_end(ns_name: str, old: str, port: PortSpec, rate_mbit: int | None
         ns.link("set", index=idx, state="up")
 
 
-def add_rate_limit(ns: NetNS, index: int, rate_mbit: int, where: str = "") -> None:
+def add_rate_limit(ns, index: int, rate_mbit: int, where: str = "") -> None:
     """A tbf root qdisc at `rate_mbit` (burst sized for HZ=250 plus headroom)."""
     rate_bps = rate_mbit * 1_000_000
     burst = max(rate_bps // 8 // 100, 64 * 1024)
