@@ -300,3 +300,20 @@ def test_boot_loads_swanctl_conf_and_honours_start_action(pair):
     assert len(pair.engines["a"].snapshot()) == 2 and len(pair.engines["b"].snapshot()) == 2
     (ike,) = swanctl_list_sas.parse(pair.swanctl("a", "--list-sas").stdout).ike_sas
     assert ike.name == "lab" and ike.children[0].state == "INSTALLED"
+
+
+def test_responder_reuses_the_ike_sa_for_a_child_of_its_own(pair):
+    """Either end may add children to an established IKE_SA (CREATE_CHILD_SA from the responder)."""
+    load(pair, "a", conf("lab", A4, B4, {"net": (LAN_A4, LAN_B4), "net6": (LAN_A6, LAN_B6)}))
+    load(pair, "b", conf("lab", B4, A4, {"net": (LAN_B4, LAN_A4), "net6": (LAN_B6, LAN_A6)}))
+    assert initiate(pair, "a", "net").ok
+    res = initiate(pair, "b", "net6")
+    assert res.ok, res
+    assert not any("initiating IKE_SA" in l.message for l in res.log)
+    assert any(l.message.startswith("parsed CREATE_CHILD_SA response") for l in res.log)
+    (ike_a,) = swanctl_list_sas.parse(pair.swanctl("a", "--list-sas").stdout).ike_sas
+    assert sorted(c.name for c in ike_a.children) == ["net", "net6"]
+    assert ike_a.children[1].local_ts == (LAN_A6,)
+    r = pair.swanctl("a", "--rekey", "--child", "net6")
+    assert r.stdout == "rekey completed successfully\n", r.stdout + r.stderr
+    assert len(pair.engines["a"].snapshot()) == 4 and len(pair.engines["b"].snapshot()) == 4

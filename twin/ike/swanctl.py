@@ -255,10 +255,11 @@ def cmd_load_all(hd: HostDir, args: argparse.Namespace) -> int:
     return errno.EINVAL
 
 
-def _stream(hd: HostDir, req: dict[str, Any], verb: str) -> int:
+def _stream(hd: HostDir, req: dict[str, Any], verb: str, show_log: bool = True) -> int:
     for msg in call(hd, req):
         if "log" in msg:
-            print(msg["log"], flush=True)
+            if show_log:
+                print(msg["log"], flush=True)
         elif msg.get("done"):
             if msg.get("ok"):
                 print(f"{verb} completed successfully")
@@ -289,7 +290,8 @@ def cmd_rekey(hd: HostDir, args: argparse.Namespace) -> int:
     if not args.child and not args.ike:
         print("rekey failed: please specify --child or --ike", file=sys.stderr)
         return 1
-    return _stream(hd, {"op": "rekey", "child": args.child, "ike": args.ike}, "rekey")
+    # 5.9.8's rekey command registers no log callback: only the result line is printed
+    return _stream(hd, {"op": "rekey", "child": args.child, "ike": args.ike}, "rekey", show_log=False)
 
 
 def cmd_list_sas(hd: HostDir, args: argparse.Namespace) -> int:
