@@ -619,9 +619,18 @@ class TunnelProvisioner:
         probe = str(next(ipaddress.ip_network(net).hosts()))
         route = app.route_get(probe, family="ipv6")
         if route is None or getattr(route, "interface", None) != ifname:
-            app.route_add(net, interface=ifname, family="ipv6")
-            self._undo.append(Undo(app.name, f"route {net} via {ifname} removed", "route", (net, "ipv6")))
-            self._note(f"{app.name}: route -6 add -net {net} -interface {ifname}")
+            # Out of the association's port: via the peer's IPv6 address on that link when the
+            # topology gives one (an ordinary on-link gateway), else `-interface PORT`.
+            gw = peer.port_if.get("ipv6")
+            if gw:
+                gw = str(ipaddress.ip_interface(gw).ip)
+                app.route_add(net, gateway=gw, family="ipv6")
+                how = gw
+            else:
+                app.route_add(net, interface=ifname, family="ipv6")
+                how = f"-interface {ifname}"
+            self._undo.append(Undo(app.name, f"route {net} via {how} removed", "route", (net, "ipv6")))
+            self._note(f"{app.name}: route -6 add -net {net} {how}")
 
     # -- teardown
     def _reload(self, name: str) -> str:

@@ -84,10 +84,11 @@ class BenchHost(ShellCommands):
         r = self._run(argv(*args), timeout=deadline + 15)
         return parser("ping").parse(r.stdout, r.stderr, r.status)
 
-    def probe(self, name: str, timeout: float = 120.0, **args: Any) -> dict:
+    def probe(self, name: str, run_timeout: float = 120.0, **args: Any) -> dict:
         """Run ``python -m plugin.lab.probes.<name> --key value ...`` on the bench; its JSON.
 
         Keyword ``foo_bar=v`` becomes ``--foo-bar v``; ``True`` a bare flag; ``None`` omitted.
+        ``run_timeout`` bounds the whole process (``timeout=`` is the probe's own option).
         """
         if not name.isidentifier():
             raise ProbeError(f"probe name {name!r} is not a module name")
@@ -98,7 +99,7 @@ class BenchHost(ShellCommands):
             flag = "--" + k.replace("_", "-")
             cmd += [flag] if v is True else [flag, str(v)]
         s = f"cd {shlex.quote(self.repo)} || exit 70\nexec {argv(*cmd)}"
-        r = self._run(s, timeout=timeout)
+        r = self._run(s, timeout=run_timeout)
         return parse_probe_output(name, r.stdout, r.stderr, r.status)
 
 
@@ -114,7 +115,7 @@ class BenchHost(ShellCommands):
         path = f"/tmp/.hil-sa-{os.getpid()}-{os.urandom(4).hex()}.json"
         self.host.write_file_atomic(path, json.dumps(sa).encode(), mode=0o600)
         try:
-            return self.probe("esp_decrypt", timeout=timeout, pcap=pcap, spi=spi_hex, sa_file=path)
+            return self.probe("esp_decrypt", run_timeout=timeout, pcap=pcap, spi=spi_hex, sa_file=path)
         finally:
             self.host.remove(path)
 

@@ -26,6 +26,9 @@ def test_pmtu_args():
         pmtu.parse_args(["--dst", "fd00::1"])
     with pytest.raises(ProbeUsage, match="--size must be"):
         pmtu.parse_args(["--dst", "fd00::1", "--size", "-1"])
+    assert pmtu.parse_args(["--dst", "fd00::1", "--size", "1", "--via", "fd00:a::1"]).via == "fd00:a::1"
+    with pytest.raises(ProbeUsage, match="--via must be an IPv6 address"):
+        pmtu.parse_args(["--dst", "fd00::1", "--size", "1", "--via", "198.51.100.1"])
     with pytest.raises(ProbeUsage, match="--timeout"):
         pmtu.parse_args(["--dst", "fd00::1", "--size", "1", "--timeout", "0"])
 

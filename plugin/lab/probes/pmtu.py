@@ -4,7 +4,11 @@ Reports whether the echo reply came back and the MTU carried by any ICMPv6 Packe
 that names our echo (the 000 page's forwarded-IPv6 gate: PTB at path MTU - 117/137).
 
     python -m plugin.lab.probes.pmtu --dst fd00:b::10 --size 1336 [--src ADDR] [--iface IF]
-        [--timeout 2] [--count 1]
+        [--via NEXTHOP] [--timeout 2] [--count 1]
+
+``--via`` sends the echo at layer 2 to that next hop's MAC (neighbour discovery), whatever
+the bench's own routing says -- the virtual lab's bench holds both LANs, so its kernel
+would deliver to the far LAN directly instead of through the appliance.
 
 ``--size`` is ping's data size (inner packet = 40 + 8 + size), so results compare with
 ``ping -s``. Output: {"dst", "size", "inner_len", "sent", "replies", "reply", "ptb_mtu",
@@ -27,6 +31,7 @@ def parse_args(argv: Sequence[str]):
     p.add_argument("--size", required=True, type=int, help="ICMPv6 echo data bytes (as ping -s)")
     p.add_argument("--src")
     p.add_argument("--iface")
+    p.add_argument("--via", help="next hop (IPv6) to send to at layer 2, e.g. the appliance's LAN address")
     p.add_argument("--timeout", type=positive_float, default=2.0)
     p.add_argument("--count", type=positive_int, default=1)
     a = p.parse_args(list(argv))
@@ -35,11 +40,13 @@ def parse_args(argv: Sequence[str]):
             raise ValueError
     except ValueError:
         raise ProbeUsage(f"--dst must be an IPv6 address, got {a.dst!r}") from None
-    if a.src is not None:
-        try:
-            ipaddress.IPv6Address(a.src)
-        except ValueError:
-            raise ProbeUsage(f"--src must be an IPv6 address, got {a.src!r}") from None
+    for opt in ("src", "via"):
+        v = getattr(a, opt)
+        if v is not None:
+            try:
+                ipaddress.IPv6Address(v)
+            except ValueError:
+                raise ProbeUsage(f"--{opt} must be an IPv6 address, got {v!r}") from None
     if not 0 <= a.size <= 65535 - 48:
         raise ProbeUsage(f"--size must be 0..65487, got {a.size}")
     return a
@@ -47,7 +54,9 @@ def parse_args(argv: Sequence[str]):
 
 def main(argv: Sequence[str]) -> dict:
     a = parse_args(argv)
-    from scapy.all import AsyncSniffer, conf, send  # heavy import only when probing
+    from scapy.all import AsyncSniffer, conf, send, sendp  # heavy import only when probing
+    from scapy.layers.l2 import Ether
+    from scapy.layers.inet6 import getmacbyip6
     from scapy.layers.inet6 import (
         ICMPv6EchoReply,
         ICMPv6EchoRequest,
@@ -55,7 +64,12 @@ def main(argv: Sequence[str]) -> dict:
         IPv6,
     )
 
-    iface = a.iface or conf.route6.route(a.dst)[0]
+    iface = a.iface or conf.route6.route(a.via or a.dst)[0]
+    mac = None
+    if a.via:
+        mac = getmacbyip6(a.via)
+        if not mac:
+            raise RuntimeError(f"no neighbour answer from --via {a.via} on {iface}")
     ident = os.getpid() & 0xFFFF
     sniffer = AsyncSniffer(iface=iface, filter="icmp6", store=True)
     sniffer.start()
@@ -65,7 +79,10 @@ def main(argv: Sequence[str]) -> dict:
     )
     for seq in range(a.count):
         pkt[ICMPv6EchoRequest].seq = seq
-        send(pkt, iface=iface, verbose=False)
+        if mac:
+            sendp(Ether(dst=mac) / pkt, iface=iface, verbose=False)
+        else:
+            send(pkt, iface=iface, verbose=False)
         time.sleep(0.05)
     time.sleep(a.timeout)
     captured = sniffer.stop() or []
@@ -82,6 +99,7 @@ def main(argv: Sequence[str]) -> dict:
         "size": a.size,
         "inner_len": 40 + 8 + a.size,
         "iface": iface,
+        "via": a.via,
         "sent": a.count,
         "replies": replies,
         "reply": replies > 0,
