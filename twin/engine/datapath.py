@@ -53,6 +53,15 @@ from .selectors import Selector, parse_selector
 IGEN_SA = INDEX["gen:gen_sa"]
 IGEN_FAULTS = INDEX["gen:gen_faults"]
 IGEN_RESET = INDEX["gen:gen_reset"]
+# receive-side counter indexes (the layout is static)
+X_NOT_ESP, X_FRAMES, X_NO_TDB, X_NOSA = (INDEX[k] for k in ("eng:rx_not_esp", "eng:rx_frames", "esp:dropped-no-tdb", "rx_nosa"))
+X_FROM_WIRE, X_RECEIVED, X_REPLAY_OOW, X_RX_BAD = (INDEX[k] for k in (
+    "FROM_WIRE_TO_IPSEC_DECR", "esp:received-packets", "CRYPTO_DROP_REPLAY_OOW", "rx_bad"))
+X_POSSIBLE_REPLAY, X_BAD_AUTH, X_BAD_LENGTH, X_BLOCKED, X_POLICY = (INDEX[k] for k in (
+    "esp:possible-replay-detected", "esp:dropped-bad-auth", "esp:dropped-bad-length", "rx_blocked",
+    "esp:dropped-policy-violation"))
+X_RECV_BYTES, X_RX_V6, X_QUEUEFAIL, X_WRITE_FAIL, X_RX_DONE = (INDEX[k] for k in (
+    "esp:receieve-bytes", "rx_v6", "rx_queuefail", "eng:rx_write_fail", "rx_done"))
 
 
 def load_state(path: Path) -> dict[str, Any]:
@@ -97,23 +106,25 @@ class InSa:
     slot: int
     offloaded: bool
     alg_idx: int
+    fixed: int = 32
     local: list[Selector] = field(default_factory=list)
     remote: list[Selector] = field(default_factory=list)
     policy_cache: dict = field(default_factory=dict)
 
     def allowed(self, inner: bytes) -> bool:
         """Inbound policy: inner source inside remote_ts, destination inside local_ts."""
-        f = _flow(inner)
-        if f is None:
-            return False
-        ok = self.policy_cache.get(f)
+        key = _fast_key(inner) or _flow(inner)
+        ok = self.policy_cache.get(key)
         if ok is None:
+            f = _flow(inner)
+            if f is None:
+                return False
             _v, s, d, proto, sp, dp = f
             ok = (_sel_match(self.remote, ipaddress.ip_address(s), proto, sp)
                   and _sel_match(self.local, ipaddress.ip_address(d), proto, dp))
             if len(self.policy_cache) > 65536:
                 self.policy_cache.clear()
-            self.policy_cache[f] = ok
+            self.policy_cache[key] = ok
         return ok
 
 
@@ -135,6 +146,18 @@ def _flow(pkt: bytes) -> tuple[int, bytes, bytes, int, int, int] | None:
         else:
             sp = dp = -1
         return 6, pkt[8:24], pkt[24:40], proto, sp, dp
+    return None
+
+
+def _fast_key(pkt: bytes) -> bytes | None:
+    """A cheap cache key with the same information as _flow() (None: use _flow)."""
+    b0 = pkt[0]
+    if b0 == 0x45:
+        if pkt[6] & 0x3F or pkt[7]:
+            return None  # a non-first fragment: no ports
+        return pkt[9:10] + (pkt[12:24] if pkt[9] in (6, 17) else pkt[12:20])
+    if b0 >> 4 == 6 and len(pkt) >= 44:
+        return pkt[6:7] + (pkt[8:44] if pkt[6] in (6, 17) else pkt[8:40])
     return None
 
 
@@ -245,13 +268,13 @@ class TxLoop:
             self.extra_pending = 1 if fault_params(self.faults, "count_extra") is not None else 0
 
     def select(self, pkt: bytes) -> tuple[OutSa | None, bool]:
-        f = _flow(pkt)
-        if f is None:
-            return None, False
-        key = f
+        key = _fast_key(pkt) or _flow(pkt)
         hit = self.cache.get(key)
         if hit is not None:
             return hit
+        f = _flow(pkt)
+        if f is None:
+            return None, False
         v, s, d, proto, sp, dp = f
         sa_ = ipaddress.ip_address(s)
         da = ipaddress.ip_address(d)
@@ -280,16 +303,21 @@ class TxLoop:
         fp = fault_params
         next_check = 0.0
         f_drop = f_icv = f_replay = f_nh = f_frag = f_ptb = f_slow = None
+        g_sa, g_f, g_r = self.gen
+        select = self.select
+        wall = int(time.time())
         while True:
             pkt = read(tun, 65536)
             if not pkt:
                 continue
-            if (a[IGEN_SA], a[IGEN_FAULTS], a[IGEN_RESET]) != self.gen:
+            if a[IGEN_SA] != g_sa or a[IGEN_FAULTS] != g_f or a[IGEN_RESET] != g_r:
                 self.reload()
+                g_sa, g_f, g_r = self.gen
                 next_check = 0.0
             now = mono()
             if now >= next_check:
                 next_check = now + 0.1
+                wall = int(time.time())
                 self.faults.refresh(now, force=True)
                 self.sysctl.refresh(now, force=True)
                 self._faults_changed()
@@ -298,7 +326,7 @@ class TxLoop:
                 f_nh, f_frag, f_ptb = fp(F, "wrong_next_header"), fp(F, "fragment_instead_of_ptb"), fp(F, "wrong_ptb_mtu")
                 f_slow = fp(F, "slow_first_stream")
                 df = dfbit(self.sysctl)
-            osa, own = self.select(pkt)
+            osa, own = select(pkt)
             if osa is None:
                 a[i_nosa] += 1
                 continue
@@ -339,8 +367,10 @@ class TxLoop:
             seq = osa.seq
             esp = osa.seal(pkt, nh, seq)
             incs = osa.inc_own if own else osa.inc_fwd
-            for i in incs:
-                a[i] += 1
+            a[incs[0]] += 1
+            if len(incs) > 1:
+                for i in incs[1:]:
+                    a[i] += 1
             if self.extra_pending:
                 self.extra_pending = 0
                 a[incs[0]] += 1
@@ -349,7 +379,7 @@ class TxLoop:
             b = SA_STRIDE * osa.slot + _SA_BASE
             a[b] += 1
             a[b + 1] += n
-            a[b + 2] = int(time.time())
+            a[b + 2] = wall
             a[b + 3] = seq
             if f_drop is not None or f_icv is not None or f_replay is not None:
                 self.fault_n += 1
@@ -412,6 +442,8 @@ class RxLoop:
         self.s6 = netio.rx_socket(socket.AF_INET6)
         self.sas: dict[tuple[int, bytes], InSa] = {}
         self.gen = (-1, -1, -1)
+        self.octep = driver == "octep"
+        self.wall = int(time.time())
 
     def reload(self) -> None:
         a = self.a
@@ -433,6 +465,7 @@ class RxLoop:
             new[key] = InSa(spi=e["spi"], dst=e["dst"], open_=suite.open_, replay=replay,
                             slot=e["slot"], offloaded=e["offloaded"],
                             alg_idx=INDEX["hist:" + ALG_OF_CIPHER[e["cipher"]]],
+                            fixed=32 if e["cipher"] == "aes-gcm-16" else 40,
                             local=[parse_selector(t) for t in e.get("local_ts", [])],
                             remote=[parse_selector(t) for t in e.get("remote_ts", [])])
         self.sas = new
@@ -449,7 +482,9 @@ class RxLoop:
         s4, s6 = self.s4, self.s6
         f4, f6 = s4.fileno(), s6.fileno()
         while True:
-            for fd, _ in ep.poll():
+            events = ep.poll()
+            self.wall = int(time.time())
+            for fd, _ in events:
                 if fd == f4:
                     while True:
                         try:
@@ -472,71 +507,65 @@ class RxLoop:
 
     def frame(self, esp: bytes, dst: bytes) -> None:
         a = self.a
-        I = INDEX
-        if (a[IGEN_SA], a[IGEN_FAULTS], a[IGEN_RESET]) != self.gen:
+        if a[IGEN_SA] != self.gen[0] or a[IGEN_FAULTS] != self.gen[1] or a[IGEN_RESET] != self.gen[2]:
             self.reload()
         if len(esp) < 8:
-            a[I["eng:rx_not_esp"]] += 1
+            a[X_NOT_ESP] += 1
             return
-        a[I["eng:rx_frames"]] += 1
-        spi = int.from_bytes(esp[:4], "big")
-        sa = self.sas.get((spi, dst))
-        octep = self.driver == "octep"
+        a[X_FRAMES] += 1
+        sa = self.sas.get((int.from_bytes(esp[:4], "big"), dst))
+        octep = self.octep
         if sa is None:
-            a[I["esp:dropped-no-tdb"] if octep else I["rx_nosa"]] += 1
+            a[X_NO_TDB if octep else X_NOSA] += 1
             return
         off = sa.offloaded
         if off:
             if octep:
-                a[I["FROM_WIRE_TO_IPSEC_DECR"]] += 1
+                a[X_FROM_WIRE] += 1
         else:
-            a[I["esp:received-packets"]] += 1
+            a[X_RECEIVED] += 1
             a[sa.alg_idx] += 1
         seq = int.from_bytes(esp[4:8], "big")
         rp = sa.replay
         if rp is not None and not rp.check(seq):
             if off:
-                a[I["CRYPTO_DROP_REPLAY_OOW"] if octep else I["rx_bad"]] += 1
+                a[X_REPLAY_OOW if octep else X_RX_BAD] += 1
             else:
-                a[I["esp:possible-replay-detected"]] += 1
+                a[X_POSSIBLE_REPLAY] += 1
             return
         try:
             inner, nh = sa.open_(esp)
         except EspError as e:
             if off:
-                a[I["rx_bad"]] += 1
+                a[X_RX_BAD] += 1
             else:
-                a[I["esp:dropped-bad-auth"] if e.kind == "auth" else I["esp:dropped-bad-length"]] += 1
+                a[X_BAD_AUTH if e.kind == "auth" else X_BAD_LENGTH] += 1
             return
         if rp is not None:
             rp.update(seq)
         if not sa.allowed(inner):
             if off:
-                a[I["rx_blocked"] if octep else I["rx_bad"]] += 1
+                a[X_BLOCKED if octep else X_RX_BAD] += 1
             else:
-                a[I["esp:dropped-policy-violation"]] += 1
+                a[X_POLICY] += 1
             return
-        n = len(inner)
         b = _SA_BASE + SA_STRIDE * sa.slot
         a[b] += 1
-        a[b + 1] += n
-        a[b + 2] = int(time.time())
+        a[b + 1] += len(inner)
+        a[b + 2] = self.wall
         if rp is not None:
             a[b + 3] = rp.top
         if not off:
-            a[I["esp:receieve-bytes"]] += len(esp) - (32 if sa.alg_idx == I["hist:aes-gcm-16"] else 40)
+            a[X_RECV_BYTES] += len(esp) - sa.fixed
         if off and octep and nh == 41:
-            a[I["rx_v6"]] += 1
+            a[X_RX_V6] += 1
         try:
             os.write(self.tun, inner)
         except OSError:
-            if off and octep:
-                a[I["rx_queuefail"]] += 1
-            else:
-                a[I["eng:rx_write_fail"]] += 1
+            a[X_QUEUEFAIL if off and octep else X_WRITE_FAIL] += 1
             return
         if off:
             if octep:
-                a[I["rx_done"]] += 1
+                a[X_RX_DONE] += 1
             else:
-                a[I["rx_done"] if nh == 4 else I["rx_v6"]] += 1
+                a[X_RX_DONE if nh == 4 else X_RX_V6] += 1
