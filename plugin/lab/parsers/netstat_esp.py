@@ -111,7 +111,9 @@ def _complete(values: dict[str, int], sparse: bool, line_no: int, line: str) -> 
 
 def _parse_json(text: str, sparse: bool) -> EspStats:
     doc = load_json(COMMAND, text)
-    if not isinstance(doc, dict) or set(doc) != {"statistics"} or not isinstance(doc["statistics"], dict):
+    # libxo adds "__version" (netstat's xo_set_version) beside the data; nothing else may be there.
+    if (not isinstance(doc, dict) or set(doc) - {"__version"} != {"statistics"}
+            or not isinstance(doc["statistics"], dict)):
         fail(COMMAND, 1, text.splitlines()[0][:200], 'expected one top-level "statistics" object')
     stats = doc["statistics"]
     if not stats:

@@ -49,6 +49,7 @@ class InitiateResult:
     timeout_ms: Optional[int] = None  # "not established after Nms"
     retransmits: int = 0  # "retransmit N of request" lines seen
     log: tuple[LogLine, ...] = ()
+    warnings: tuple[str, ...] = ()  # "plugin 'x': failed to load - ..." noise
 
     @property
     def ok(self) -> bool:
@@ -57,7 +58,11 @@ class InitiateResult:
 
 _LOG = re.compile(r"\[(?P<group>[A-Z]{3})\] (?P<msg>.*)")
 _FAILED = re.compile(r"initiate failed: (?P<err>.+)")
-_DOWN = re.compile(r"(?:error: )?connecting to '(?P<uri>[^']*)' URI failed: (?P<why>.+)")
+_ERROR_PREFIX = re.compile(r"^[Ee]rror: ")
+# libstrongswan complains on stderr about plugins named in its config but not installed
+# (seen on Debian 12 for every swanctl run); kept as warnings, not errors
+_PLUGIN_WARNING = re.compile(r"plugin '[^']*': failed to load - .+")
+_DOWN = re.compile(r"(?:[Ee]rror: )?connecting to '(?P<uri>[^']*)' URI failed: (?P<why>.+)")
 _ESTABLISHED = re.compile(
     r"CHILD_SA (?P<child>\S+)\{(?P<id>[0-9]+)\} established with SPIs (?P<spi_in>[0-9a-f]{8})_i "
     r"(?P<spi_out>[0-9a-f]{8})_o and TS (?P<lts>\S+(?: \S+)*) === (?P<rts>\S+(?: \S+)*)"
@@ -85,6 +90,7 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> InitiateResult:
     failed: Optional[tuple[int, str, str]] = None
     down: Optional[tuple[int, str, str]] = None
     other: list[tuple[int, str, str]] = []
+    warnings: list[str] = []
     numbered = [(f"stdout:{no}", line) for no, line in numbered_lines(stdout)]
     numbered += [(f"stderr:{no}", line) for no, line in numbered_lines(stderr)]
     for where, line in numbered:
@@ -92,6 +98,9 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> InitiateResult:
         m = _LOG.fullmatch(line)
         if m:
             log.append(LogLine(m["group"], m["msg"]))
+            continue
+        if _PLUGIN_WARNING.fullmatch(line):
+            warnings.append(line)
             continue
         if line == "initiate completed successfully":
             completed = True
@@ -104,19 +113,21 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> InitiateResult:
             continue
         m = _DOWN.fullmatch(line)
         if m:
-            down = (no, line, line.removeprefix("error: "))
+            down = (no, line, _ERROR_PREFIX.sub("", line))
             continue
         if line.strip():
             other.append((no, line, where.split(":")[0]))
     if down:  # swanctl printed its usage text before giving up: the only case with free text
-        return InitiateResult(outcome=Outcome.CHARON_DOWN, status=status, error=down[2], log=tuple(log))
+        return InitiateResult(outcome=Outcome.CHARON_DOWN, status=status, error=down[2], log=tuple(log),
+                              warnings=tuple(warnings))
     if other:
         no, line, stream = other[0]
         fail(COMMAND, no, line, f"{stream}: not a log line nor a result line")
     proposal = next((_PROPOSAL.fullmatch(l.message)["p"] for l in reversed(log)  # type: ignore[index]
                      if _PROPOSAL.fullmatch(l.message)), None)
     retransmits = sum(1 for l in log if _RETRANSMIT.fullmatch(l.message))
-    common = dict(status=status, log=tuple(log), proposal=proposal, retransmits=retransmits)
+    common = dict(status=status, log=tuple(log), proposal=proposal, retransmits=retransmits,
+                  warnings=tuple(warnings))
     if completed:
         if failed or status != 0:
             fail(COMMAND, 0, f"status={status}", "'initiate completed successfully' with a failure")

@@ -48,6 +48,7 @@ class LoadResult:
     failures: tuple[Failure, ...] = ()
     config_errors: tuple[str, ...] = ()
     charon_error: Optional[str] = None
+    warnings: tuple[str, ...] = ()  # "plugin 'x': failed to load - ..." noise
 
     @property
     def ok(self) -> bool:
@@ -70,7 +71,11 @@ _PARTIAL = re.compile(
 )
 _PARSING = re.compile(r"parsing '(?P<file>[^']*)' failed")
 _CONF_DETAIL = re.compile(r"\S+:[0-9]+(?::[0-9]+)?: .+")
-_DOWN = re.compile(r"(?:error: )?connecting to '[^']*' URI failed: .+")
+_ERROR_PREFIX = re.compile(r"^[Ee]rror: ")
+# libstrongswan complains on stderr about plugins named in its config but not installed
+# (seen on Debian 12 for every swanctl run); kept as warnings, not errors
+_PLUGIN_WARNING = re.compile(r"plugin '[^']*': failed to load - .+")
+_DOWN = re.compile(r"(?:[Ee]rror: )?connecting to '[^']*' URI failed: .+")
 
 
 def parse(stdout: str, stderr: str = "", status: int = 0) -> LoadResult:
@@ -82,13 +87,16 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> LoadResult:
     config_errors: list[str] = []
     charon: Optional[str] = None
     free_text: list[tuple[int, str, str]] = []
+    warnings: list[str] = []
     lines = [("stdout", no, l) for no, l in numbered_lines(stdout)] + [("stderr", no, l) for no, l in numbered_lines(stderr)]
     last = ("stdout", 0, "")
     for stream, no, line in lines:
         if not line.strip():
             continue
         last = (stream, no, line)
-        if m := _LOADED.fullmatch(line):
+        if _PLUGIN_WARNING.fullmatch(line):
+            warnings.append(line)
+        elif m := _LOADED.fullmatch(line):
             names[m["kind"]].append(m["name"])
         elif m := _SECRET.fullmatch(line):
             secrets.append((m["type"], m["name"]))
@@ -109,7 +117,7 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> LoadResult:
         elif m := _PARSING.fullmatch(line):
             config_errors.append(line)
         elif _DOWN.fullmatch(line):
-            charon = line.removeprefix("error: ")
+            charon = _ERROR_PREFIX.sub("", line)
         elif _CONF_DETAIL.fullmatch(line):
             config_errors.append(line)
         else:
@@ -129,5 +137,5 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> LoadResult:
         status=status, connections=tuple(names["connection"]), pools=tuple(names["pool"]),
         authorities=tuple(names["authority"]), secrets=tuple(secrets), credentials=tuple(creds),
         summaries=tuple(summaries.values()), failures=tuple(failures), config_errors=tuple(config_errors),
-        charon_error=charon,
+        charon_error=charon, warnings=tuple(warnings),
     )
