@@ -13,6 +13,7 @@ import secrets
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -317,3 +318,10 @@ def test_responder_reuses_the_ike_sa_for_a_child_of_its_own(pair):
     r = pair.swanctl("a", "--rekey", "--child", "net6")
     assert r.stdout == "rekey completed successfully\n", r.stdout + r.stderr
     assert len(pair.engines["a"].snapshot()) == 4 and len(pair.engines["b"].snapshot()) == 4
+
+
+def test_list_conns_matches_strongswan_5_9_8(pair):
+    """list_conns_sample.txt is real 5.9.8 output (Debian charon) for list_conns_sample.conf."""
+    here = Path(__file__).parent
+    load(pair, "a", (here / "list_conns_sample.conf").read_text())
+    assert pair.swanctl("a", "--list-conns").stdout == (here / "list_conns_sample.txt").read_text()
