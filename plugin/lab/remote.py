@@ -173,6 +173,13 @@ def _kill_script(pid_file: str) -> str:
     )
 
 
+def _close_quietly(obj: Any) -> None:
+    try:
+        obj.close()
+    except Exception:  # noqa: BLE001 -- closing must not mask the error being handled
+        pass
+
+
 def _random_token(n: int = 6) -> str:
     return os.urandom(n).hex()
 
@@ -183,17 +190,20 @@ def _random_token(n: int = 6) -> str:
 class _RejectWithHint(paramiko.RejectPolicy):
     """RejectPolicy whose error says which known_hosts to update and how."""
 
-    def __init__(self, known_hosts: str, address: str, port: int) -> None:
+    def __init__(self, known_hosts: str, address: str, port: int, jump: str | None = None) -> None:
         self.known_hosts = known_hosts
         self.address = address
         self.port = port
+        self.jump = jump
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        scan = f"ssh-keyscan -p {self.port} {self.address}"
+        how = (f"{scan} >> {self.known_hosts}" if self.jump is None else
+               f"ssh {self.jump} {scan} >> {self.known_hosts} (the host is reached through {self.jump})")
         raise HostKeyError(
             f"host key of {hostname} ({key.get_name()} {key.fingerprint}) is not in "
             f"{self.known_hosts}; no command was sent. If this host is really the lab's, "
-            f"verify the fingerprint out of band and add it with: "
-            f"ssh-keyscan -p {self.port} {self.address} >> {self.known_hosts}"
+            f"verify the fingerprint out of band and add it with: {how}"
         )
 
 
@@ -225,7 +235,7 @@ class SshHost:
         self.keepalive = keepalive
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.RLock()
-        self._sftp_local = threading.local()
+        self._sftps: dict[int, tuple[threading.Thread, int, paramiko.SFTPClient]] = {}
         self._generation = 0  # bumped on every (re)connect; stale SFTP sessions are dropped
 
     def __repr__(self) -> str:
@@ -244,7 +254,9 @@ class SshHost:
         client = paramiko.SSHClient()
         # Only the lab's file, never ~/.ssh/known_hosts (load_system_host_keys is not called).
         client.load_host_keys(self.known_hosts)
-        client.set_missing_host_key_policy(_RejectWithHint(self.known_hosts, self.address, self.port))
+        client.set_missing_host_key_policy(_RejectWithHint(
+            self.known_hosts, self.address, self.port,
+            None if self.jump is None else f"{self.jump.user}@{self.jump.address} -p {self.jump.port}"))
         sock = None
         if self.jump is not None:
             try:
@@ -323,13 +335,9 @@ class SshHost:
 
     def close(self) -> None:
         with self._lock:
-            sftp = getattr(self._sftp_local, "sftp", None)
-            if sftp is not None:
-                try:
-                    sftp.close()
-                except Exception:  # noqa: BLE001
-                    pass
-                self._sftp_local.sftp = None
+            for _, _, client in self._sftps.values():
+                _close_quietly(client)
+            self._sftps.clear()
             self._drop()
 
     def __enter__(self) -> "SshHost":
@@ -340,20 +348,45 @@ class SshHost:
 
     # ---- commands
 
-    def _open_session(self) -> paramiko.Channel:
-        """Open a session channel; if the connection is dead, reconnect once and retry.
-        Nothing has been executed at this point, so retrying cannot run a command twice."""
-        for attempt in (1, 2):
+    def _open_channel(self, opener: str) -> paramiko.Channel:
+        """Open a session channel (for a command or SFTP).
+
+        - Connection dead: reconnect once and retry. Nothing has been executed yet, so a
+          retry cannot run a command twice.
+        - Server refuses the channel (ChannelException: OpenSSH's MaxSessions, default
+          10 per connection): the connection is fine and other threads' channels on it
+          must survive, so wait and retry until connect_timeout, then say so.
+        """
+        deadline = time.monotonic() + self.connect_timeout
+        reconnected = False
+        delay = 0.02
+        while True:
             t = self.transport()
             try:
                 return t.open_session(timeout=self.connect_timeout)
             except (paramiko.SSHException, EOFError, OSError) as e:
-                if attempt == 2:
-                    raise TransportError(f"{self.name}: cannot open a session: {e}") from e
-                log.debug("%s: open_session failed (%s), reconnecting once", self.name, e)
+                if t.is_active():
+                    # Refused while the connection lives. (paramiko hands the
+                    # ChannelException to whichever thread asks first; others get a
+                    # plain "Unable to open channel.")
+                    if time.monotonic() + delay > deadline:
+                        raise TransportError(
+                            f"{self.name}: server refused a new {opener} channel for "
+                            f"{self.connect_timeout:g}s ({e}); too many at once for its "
+                            f"MaxSessions?") from e
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                if reconnected:
+                    raise TransportError(f"{self.name}: cannot open a {opener} channel: {e}") from e
+                log.debug("%s: connection died (%s), reconnecting once", self.name, e)
+                reconnected = True
                 with self._lock:
-                    self._drop()
-        raise AssertionError("unreachable")
+                    if self._client is not None and self._client.get_transport() is t:
+                        self._drop()
+
+    def _open_session(self) -> paramiko.Channel:
+        return self._open_channel("command")
 
     def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
         """Run a POSIX sh script: sent on stdin to the literal `/bin/sh -s`.
@@ -436,15 +469,33 @@ class SshHost:
     # ---- files (SFTP, one session per thread: SFTPClient is not thread-safe)
 
     def sftp(self) -> paramiko.SFTPClient:
-        local = self._sftp_local
-        t = self.transport()
-        if getattr(local, "sftp", None) is None or local.generation != self._generation:
-            try:
-                local.sftp = paramiko.SFTPClient.from_transport(t)
-            except (paramiko.SSHException, EOFError, OSError) as e:
-                raise TransportError(f"{self.name}: cannot open SFTP: {e}") from e
-            local.generation = self._generation
-        return local.sftp
+        """This thread's SFTP session (paramiko's SFTPClient is not thread-safe).
+        Sessions of threads that have ended are closed here: each holds a channel, and
+        the server allows only MaxSessions of them per connection."""
+        me = threading.current_thread()
+        self.transport()
+        with self._lock:
+            for ident, (thread, _, client) in list(self._sftps.items()):
+                if not thread.is_alive():
+                    del self._sftps[ident]
+                    _close_quietly(client)
+            entry = self._sftps.get(me.ident or 0)
+            if entry is not None and entry[1] == self._generation and entry[0] is me:
+                return entry[2]
+            generation = self._generation
+        chan = self._open_channel("SFTP")
+        try:
+            chan.invoke_subsystem("sftp")
+            client = paramiko.SFTPClient(chan)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            chan.close()
+            raise TransportError(f"{self.name}: cannot start SFTP: {e}") from e
+        with self._lock:
+            old = self._sftps.get(me.ident or 0)
+            if old is not None:
+                _close_quietly(old[2])
+            self._sftps[me.ident or 0] = (me, generation, client)
+        return client
 
     def read_file(self, path: str) -> bytes:
         try:

@@ -94,7 +94,8 @@ def sshd_server(tmp_path_factory: pytest.TempPathFactory, transport_prefix: str)
             "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "PubkeyAuthentication yes\nPermitRootLogin no\n"
             f"AllowUsers {user}\nAllowTcpForwarding yes\nSubsystem sftp internal-sftp\n"
-            "LogLevel VERBOSE\nMaxSessions 50\nMaxStartups 50\n"
+            # MaxSessions 10 is OpenSSH's default, as on the appliances
+            "LogLevel VERBOSE\nMaxSessions 10\nMaxStartups 50\n"
         )
         log = open(tmp / "sshd.log", "wb")
         proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stdout=log, stderr=log)

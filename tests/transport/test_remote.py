@@ -340,3 +340,50 @@ def test_localhost_in_netns(netns):
     assert "netns" in repr(h)
     with pytest.raises(CommandTimeout):
         h.run("sleep 30", timeout=0.5)
+
+
+def test_more_concurrent_channels_than_maxsessions(ssh_host, workdir):
+    """sshd allows 10 sessions per connection (MaxSessions); 14 threads at once wait for a
+    free slot instead of failing or tearing down the shared connection."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(14)
+
+    def work(i: int) -> None:
+        try:
+            barrier.wait(10)
+            r = ssh_host.run(f"sleep 0.3; echo {i}", timeout=30)
+            assert r.stdout == f"{i}\n"
+        except BaseException as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(14)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not errors, errors
+
+
+def test_sftp_sessions_of_finished_threads_are_closed(ssh_host, workdir):
+    p = f"{workdir}/f"
+    ssh_host.write_file_atomic(p, b"x")
+    for _ in range(15):  # more threads than MaxSessions, one after another
+        t = threading.Thread(target=ssh_host.read_file, args=(p,))
+        t.start()
+        t.join(30)
+    assert len(ssh_host._sftps) <= 2
+    assert ssh_host.run("echo ok", timeout=10).stdout == "ok\n"
+
+
+def test_unknown_target_key_behind_jump_says_scan_from_the_jump(sshd_server, tmp_path):
+    empty = tmp_path / "kh"
+    empty.write_text("")
+    jump = sshd_server.host()
+    target = SshHost("behind", "127.0.0.1", sshd_server.port, sshd_server.user, sshd_server.key_file,
+                     empty, jump=jump)
+    try:
+        with pytest.raises(HostKeyError, match=r"ssh \S+@127.0.0.1 -p \d+ ssh-keyscan"):
+            target.run("true", timeout=10)
+    finally:
+        target.close()
+        jump.close()
