@@ -1,3 +1,5 @@
 """Root conftest: load the suite's pytest plugin (options, markers, fixtures, run glue)."""
 
-pytest_plugins = ["plugin.pytest_plugin", "plugin.fixtures", "plugin.session", "plugin.records"]
+# records before fixtures: fixtures imports records, which must be registered (and
+# assertion-rewritten) first.
+pytest_plugins = ["plugin.pytest_plugin", "plugin.records", "plugin.session", "plugin.fixtures"]
