@@ -120,6 +120,32 @@ class BenchHost(ShellCommands):
             self.host.remove(path)
 
 
+    def esp_decrypt_sa(self, pcap: str, sa: Any, timeout: float = 300.0) -> dict:
+        """:meth:`esp_decrypt` with the keys of one ``setkey -D`` entry (parsers.setkey SadEntry)."""
+        cipher, enc, auth = sa_keys(sa)
+        return self.esp_decrypt(pcap, int(sa.spi), cipher, enc, auth, timeout=timeout)
+
+
+def sa_keys(sa: Any) -> tuple[str, bytes, bytes | None]:
+    """(cipher, enc_key, auth_key) of a setkey entry in the suite's cipher names.
+
+    GCM's key as setkey prints it includes the 4-byte salt (RFC 4106), as the probe wants.
+    """
+    enc_alg = (getattr(sa, "enc_alg", None) or "").lower()
+    auth_alg = (getattr(sa, "auth_alg", None) or "").lower()
+    if enc_alg == "aes-gcm-16":
+        cipher = "aes-gcm-16"
+    elif enc_alg in ("aes-cbc", "rijndael-cbc") and auth_alg == "hmac-sha2-256":
+        cipher = "aes-cbc-hmac-sha256"
+    else:
+        raise ProbeError(f"SA spi 0x{int(sa.spi):08x}: no decryption for {enc_alg or '?'} / {auth_alg or 'no auth'}")
+    if not sa.enc_key:
+        raise ProbeError(f"SA spi 0x{int(sa.spi):08x}: setkey showed no encryption key")
+    enc = bytes.fromhex(sa.enc_key)
+    auth = bytes.fromhex(sa.auth_key) if cipher != "aes-gcm-16" and sa.auth_key else None
+    return cipher, enc, auth
+
+
 #: the brief's name for the bench side
 Bench = BenchHost
 

@@ -52,3 +52,29 @@ def test_iperf_run_on_loopback_parses_and_stops_the_server():
     assert r.num_streams == 2 and r.sent_bps > 0
     check = LocalHost("x").run(f"ss -ltn 'sport = :{port}' | tail -n +2", timeout=10)
     assert check.stdout.strip() == ""  # one-off server gone
+
+
+def test_sa_keys_from_the_setkey_parser():
+    setkey = pytest.importorskip("plugin.lab.parsers.setkey")
+    from plugin.lab.traffic import sa_keys
+
+    base = dict(src="192.0.2.1", dst="192.0.2.2", satype="esp", mode="tunnel", spi=0xC1F2A3B4, reqid=1,
+                state="mature", replay=32, seq=0, flags=0)
+    gcm = setkey.SadEntry(**base, enc_alg="aes-gcm-16", enc_key="11" * 36)
+    assert sa_keys(gcm) == ("aes-gcm-16", b"\x11" * 36, None)
+    cbc = setkey.SadEntry(**base, enc_alg="aes-cbc", enc_key="22" * 32, auth_alg="hmac-sha2-256", auth_key="33" * 32)
+    assert sa_keys(cbc) == ("aes-cbc-hmac-sha256", b"\x22" * 32, b"\x33" * 32)
+    with pytest.raises(ProbeError, match="no decryption for des-cbc") as ei:
+        sa_keys(setkey.SadEntry(**base, enc_alg="des-cbc", enc_key="44" * 8))
+    assert "44" * 8 not in str(ei.value)
+
+
+def test_sections_split_marker_output():
+    from plugin.lab.appliance import sections
+    from plugin.lab.errors import ParseError
+
+    out = sections("@@hil sysctl\na: 1\nb: 2\n@@hil sysctl-stderr 1\nsysctl: unknown oid 'c'\n@@hil end\n")
+    assert out == {"sysctl": "a: 1\nb: 2\n", "sysctl-stderr.arg": "1",
+                   "sysctl-stderr": "sysctl: unknown oid 'c'\n", "end": ""}
+    with pytest.raises(ParseError, match="before the first @@hil marker"):
+        sections("garbage\n@@hil end\n")
