@@ -137,8 +137,12 @@ def launcher_argv(
     argv0: str | None = None,
     python: str | None = None,
 ) -> list[str]:
-    """The argv that runs `argv` inside the appliance (used by twin.sshd)."""
-    cmd = [python or sys.executable, "-m", "twin.nsexec", "--host-dir", str(host_dir)]
+    """The argv that runs `argv` inside the appliance (used by twin.sshd).
+
+    This file is run directly with `-I -S` (stdlib only, no site): it runs once per SSH
+    command, and skipping site-packages saves most of Python's start-up time.
+    """
+    cmd = [python or sys.executable, "-I", "-S", os.path.abspath(__file__), "--host-dir", str(host_dir)]
     if netns:
         cmd += ["--netns", netns]
     if argv0:

@@ -34,12 +34,27 @@ COMMANDS: dict[str, str] = {
 """Command name -> module run with `python -m` (ping6 is ping under the name ping6)."""
 
 
+def _dq(text: str) -> str:
+    """Escape for the inside of a double-quoted sh word."""
+    return "".join("\\" + ch if ch in '\\"$`' else ch for ch in text)
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""Where the `twin` package lives; put on PYTHONPATH so the commands can skip site."""
+
+
 def wrapper_text(module: str, host_dir: HostDir, python: str) -> str:
-    hd = shlex.quote(str(host_dir.path))
-    return ("#!/bin/sh\n"
-            f": \"${{TWIN_HOST_DIR:={hd}}}\"\n"
-            "export TWIN_HOST_DIR\n"
-            f"exec {shlex.quote(python)} -m {module} \"$@\"\n")
+    """The wrapper script.  twin.fbsd commands are stdlib-only, so they run with `-S`
+    (no site-packages: about 0.1 s less per command, and the suite runs hundreds);
+    other modules (swanctl) keep the full environment."""
+    lines = ["#!/bin/sh", f': "${{TWIN_HOST_DIR:={_dq(str(host_dir.path))}}}"', "export TWIN_HOST_DIR"]
+    if module.startswith("twin.fbsd."):
+        root = shlex.quote(str(REPO_ROOT))
+        lines += [f'PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}}', "export PYTHONPATH",
+                  f'exec {shlex.quote(python)} -S -m {module} "$@"']
+    else:
+        lines.append(f'exec {shlex.quote(python)} -m {module} "$@"')
+    return "\n".join(lines) + "\n"
 
 
 def install_bin(host_dir: HostDir | str | os.PathLike[str], python: str = sys.executable) -> list[Path]:
