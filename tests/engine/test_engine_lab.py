@@ -386,3 +386,17 @@ def test_npuep_personality(lab):
         host.update(driver="octep", model="xgs3300")
         (lab.host_dir("gB") / "host.json").write_text(json.dumps(host))
         lab.start_engine("gB")
+
+
+@pytest.mark.parametrize("outer", FAMS)
+def test_forwarded_full_size_ipv4_with_dfbit_0_is_carried_in_outer_fragments(lab, outer):
+    """FreeBSD with dfbit 0 clears DF on the outer header: a 1,500-byte forwarded IPv4 packet
+    is encrypted and its outer packet fragmented (the kernel, not the engine, fragments)."""
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", outer)
+    bpf = "ip[6:2] & 0x3fff != 0" if outer == "ipv4" else "ip6 and ip6[6] == 44"
+    wan = Capture(lab, "gA", "wan", bpf)
+    a0 = settle(lab, "gA")
+    assert ping(lab, "hA", "ipv4", HB["ipv4"], size=1472, df=True).returncode == 0
+    assert len(wan.stop()) == 4  # request and reply, two fragments each
+    assert delta(a0, settle(lab, "gA"), "tx_encrypt") == 1
