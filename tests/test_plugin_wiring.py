@@ -65,6 +65,15 @@ def test_test_for_absent_hardware_is_skipped_with_reason(tmp_path):
     assert "2 passed, 1 skipped" in r.stdout
 
 
+def test_under_xdist_workers_get_the_controllers_topology(tmp_path):
+    text = MINI.replace("model: xgs136", "model: xgs3300")
+    (tmp_path / "only3300.yaml").write_text(text)
+    r = _pytest(tmp_path, "--topology", "only3300.yaml", "-n", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "topology mini has no xgs136" in r.stdout
+    assert "2 passed, 1 skipped" in r.stdout
+
+
 def test_both_models_present_nothing_skipped(tmp_path):
     (tmp_path / "mini.yaml").write_text(MINI)
     r = _pytest(tmp_path, "--topology", "mini.yaml", "-m", "xgs136 or xgs3300")
