@@ -388,3 +388,43 @@ def test_commands_import_no_heavy_modules():
             "print(','.join(heavy))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
+
+
+# ----------------------------------------------------------------------------- suite parsers
+
+def test_suite_parsers_read_the_twin_output(appliance):
+    """Every parser the suite has (plugin.lab.parsers) reads what the twin prints."""
+    checked = []
+    p = parser("kldstat")
+    if p:
+        res = p.parse(appliance.run("kldstat").out)
+        assert res.find("npuep") is not None and res.find("ipsec") is not None
+        checked.append("kldstat")
+    p = parser("md5")
+    if p:
+        r = appliance.run("md5 /boot/modules/npuep.ko")
+        data = (appliance.hd.root / "boot/modules/npuep.ko").read_bytes()
+        assert p.parse(r.out, r.err, r.status).digest("/boot/modules/npuep.ko") == hashlib.md5(data).hexdigest()
+        checked.append("md5")
+    p = parser("ifconfig")
+    if p:
+        res = p.parse(appliance.run("ifconfig").out)
+        assert res.get("wan").ifdisabled is True and res.get("lan").ifdisabled is False
+        checked.append("ifconfig")
+    p = parser("setkey")
+    if p:
+        dump = p.parse(appliance.run("setkey -D").out)
+        keys = {e.enc_key for e in dump.entries}
+        assert keys == {GCM_KEY, CBC_KEY}
+        assert {e.auth_key for e in dump.entries} == {None, AUTH_KEY}
+        checked.append("setkey")
+    p = parser("route_get")
+    if p:
+        r = appliance.run("route -n get 10.77.0.9")
+        got = p.parse(r.out, r.err, r.status)
+        assert got.found and got.mtu == 1400
+        r = appliance.run("route -n get 10.250.0.1")
+        assert not p.parse(r.out, r.err, r.status).found
+        checked.append("route_get")
+    if not checked:
+        pytest.skip("no parser modules for kldstat/md5/ifconfig/setkey/route_get yet")
