@@ -33,3 +33,16 @@ def test_each_parser_has_the_four_kinds_of_case() -> None:
         assert sum(c.expected is not None for c in cases) >= 2, f"{name}: needs a success and a variant case"
         assert any(c.error is not None for c in cases), f"{name}: needs a garbled case"
         assert any(not c.stdout.strip() for c in cases), f"{name}: needs an empty-output case"
+
+
+@pytest.mark.parametrize("text_case, raw_case", [
+    ("real-5.9.8", "equivalent-of-real-5.9.8"),
+    ("real-libipsec-established", "real-libipsec-established"),
+    ("real-libipsec-connecting-and-established", "real-libipsec-connecting-and-established"),
+])
+def test_list_sas_text_and_raw_agree(text_case: str, raw_case: str) -> None:
+    """The same SAs (captured together from a real charon 5.9.8) parse equal in both formats."""
+    by_key = {(c.command, c.name): c for c in CASES}
+    text = by_key[("swanctl_list_sas", text_case)]
+    raw = by_key[("swanctl_list_sas_raw", raw_case)]
+    assert normalise(text.call()) == normalise(raw.call())

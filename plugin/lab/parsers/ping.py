@@ -25,7 +25,7 @@ COMMAND = "ping"
 _HDR_V4 = re.compile(r"PING (?P<host>\S+) \((?P<addr>[^)\s]+)\)(?: from (?P<src>\S+))?: (?P<data>[0-9]+) data bytes")
 _HDR_V6 = re.compile(r"PING6?\((?P<total>[0-9]+)=40\+8\+(?P<data>[0-9]+) bytes\) (?P<src>\S+) --> (?P<addr>\S+)")
 _HDR_LINUX = re.compile(
-    r"PING (?P<host>\S+?) ?\((?P<addr>[^)\s]+)\)(?: from (?P<src>\S+)(?: \S+)?:)? "
+    r"PING (?P<host>\S+?) ?\((?P<addr>[^)\s]+)\)(?: from (?P<src>[^\s:]+|\S+(?= ))(?: (?P<dev>[^\s:]+))? ?:)? "
     r"(?:(?P<data>[0-9]+)\((?P<ip>[0-9]+)\) bytes of data\.|(?P<data6>[0-9]+) data bytes)"
 )
 _REPLY = re.compile(

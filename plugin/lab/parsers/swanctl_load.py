@@ -48,7 +48,7 @@ class LoadResult:
     failures: tuple[Failure, ...] = ()
     config_errors: tuple[str, ...] = ()
     charon_error: Optional[str] = None
-    warnings: tuple[str, ...] = ()  # "plugin 'x': failed to load - ..." noise
+    warnings: tuple[str, ...] = ()  # "plugin 'x': failed to load", "opening directory 'x' failed"
 
     @property
     def ok(self) -> bool:
@@ -74,7 +74,8 @@ _CONF_DETAIL = re.compile(r"\S+:[0-9]+(?::[0-9]+)?: .+")
 _ERROR_PREFIX = re.compile(r"^[Ee]rror: ")
 # libstrongswan complains on stderr about plugins named in its config but not installed
 # (seen on Debian 12 for every swanctl run); kept as warnings, not errors
-_PLUGIN_WARNING = re.compile(r"plugin '[^']*': failed to load - .+")
+# and --load-all names every credential directory it could not open (exit status stays 0)
+_PLUGIN_WARNING = re.compile(r"plugin '[^']*': failed to load - .+|opening directory '[^']*' failed: .+")
 _DOWN = re.compile(r"(?:[Ee]rror: )?connecting to '[^']*' URI failed: .+")
 
 
