@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -41,6 +42,58 @@ class SshServer:
         return SshHost("sshd-test", "127.0.0.1", self.port, self.user, self.key_file, **kw)  # type: ignore[arg-type]
 
 
+USER_RE = re.compile(r"^hil[0-9a-f]{6}t$")
+OWNER_FILE = ".hil-owner"
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _remove_user(user: str, home: Path) -> None:
+    for pid in subprocess.run(["pgrep", "-u", user], capture_output=True, text=True).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    r = subprocess.run(["userdel", "-r", "-f", user], capture_output=True, text=True)
+    if r.returncode not in (0, 6, 12):  # 6: no such user; 12: home already gone
+        print(f"userdel {user}: status {r.returncode}: {r.stderr.strip()}")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _reap_dead_runs() -> None:
+    """Remove users/sshds of earlier runs of these tests whose pytest is gone (killed by a
+    timeout, say): the owner file holds the owner's pid, its start time and sshd's pid.
+    A run of another process that is still alive is left alone."""
+    for ent in pwd.getpwall():
+        if not USER_RE.match(ent.pw_name) or ent.pw_dir != f"/tmp/{ent.pw_name}-home":
+            continue
+        home = Path(ent.pw_dir)
+        try:
+            owner_pid, owner_start, sshd_pid = (home / OWNER_FILE).read_text().split()
+        except (OSError, ValueError):
+            try:
+                age = time.time() - home.stat().st_mtime
+            except OSError:
+                continue  # no home yet: being created right now by a live run
+            if age < 600:
+                continue  # owner file not written yet (or a run of older code)
+            owner_pid = owner_start = sshd_pid = "0"
+        if owner_pid != "0" and _start_time(int(owner_pid)) == owner_start:
+            continue  # its pytest is alive
+        if sshd_pid != "0":
+            try:
+                if b"sshd" in Path(f"/proc/{sshd_pid}/cmdline").read_bytes():
+                    os.kill(int(sshd_pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        _remove_user(ent.pw_name, home)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -66,6 +119,7 @@ def transport_prefix() -> str:
 @pytest.fixture(scope="session")
 def sshd_server(tmp_path_factory: pytest.TempPathFactory, transport_prefix: str):
     _require_env()
+    _reap_dead_runs()
     tmp = tmp_path_factory.mktemp("sshd")
     os.chmod(tmp, 0o755)
     user = f"{transport_prefix}t"
@@ -77,6 +131,8 @@ def sshd_server(tmp_path_factory: pytest.TempPathFactory, transport_prefix: str)
         subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
         pw = pwd.getpwnam(user)
         (home / ".ssh").mkdir(parents=True)
+        me = os.getpid()
+        (home / OWNER_FILE).write_text(f"{me} {_start_time(me)} 0\n")
         key = tmp / "id_ed25519"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", user, "-f", str(key)], check=True)
         (home / ".ssh" / "authorized_keys").write_text((tmp / "id_ed25519.pub").read_text())
@@ -110,6 +166,7 @@ def sshd_server(tmp_path_factory: pytest.TempPathFactory, transport_prefix: str)
                 if time.monotonic() > deadline:
                     raise RuntimeError("sshd did not listen within 10 s")
                 time.sleep(0.05)
+        (home / OWNER_FILE).write_text(f"{me} {_start_time(me)} {proc.pid}\n")
         kh = tmp / "known_hosts"
         ktype, kdata = (tmp / "ssh_host_ed25519_key.pub").read_text().split()[:2]
         kh.write_text(f"[127.0.0.1]:{port} {ktype} {kdata}\n")
@@ -122,15 +179,8 @@ def sshd_server(tmp_path_factory: pytest.TempPathFactory, transport_prefix: str)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        # sshd's per-connection children run as the user; kill them (by uid) before userdel.
-        left = subprocess.run(["pgrep", "-u", user], capture_output=True, text=True).stdout.split()
-        for pid in left:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        subprocess.run(["userdel", "-r", "-f", user], capture_output=True)
-        shutil.rmtree(home, ignore_errors=True)
+        # sshd's per-connection children run as the user; kill them (by pid) before userdel.
+        _remove_user(user, home)
 
 
 @pytest.fixture(scope="session")
