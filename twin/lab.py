@@ -390,7 +390,7 @@ class Lab:
         appliances = [h for h, v in self.topo["hosts"].items() if v["role"] == "appliance"]
         for name in appliances:
             self._make_host_dir(name)
-            self.info["hosts"][name] = {"role": "appliance", "netns": self.net.namespaces[name],
+            self.info["hosts"][name] = {"role": "appliance", "state": "up", "netns": self.net.namespaces[name],
                                         "host_dir": str(self.run.host_dir(name).path),
                                         "ssh_port": None, "components": {}}
         for name, h in self.topo["hosts"].items():
@@ -637,6 +637,8 @@ class Lab:
             raise LabBuildError("reboot: only the supervisor owns the processes; "
                                 "use twin.supervisor.request_reboot()")
         hd = self.host_dir(host)
+        self.info["hosts"][host]["state"] = "rebooting"
+        self._save()
         if "engine" in self.enabled:
             try:
                 control_request(hd.engine_sock, {"op": "reset"}, timeout=2.0)
@@ -659,6 +661,7 @@ class Lab:
         for comp in self.enabled:
             self._start(host, comp)
         self._wait_ready([host], self.enabled)
+        self.info["hosts"][host]["state"] = "up"
         self._save()
         return boot_id
 
@@ -670,7 +673,8 @@ class Lab:
                "namespaces": {ns: ns in tn.list_namespaces(self.prefix) for ns in info.get("namespaces", {}).values()},
                "hosts": {}}
         for h, v in info.get("hosts", {}).items():
-            out["hosts"][h] = {"role": v.get("role"), "netns": v.get("netns"), "ssh_port": v.get("ssh_port"),
+            out["hosts"][h] = {"role": v.get("role"), "state": v.get("state"), "netns": v.get("netns"),
+                               "ssh_port": v.get("ssh_port"),
                                "components": {c: alive(r) for c, r in (v.get("components") or {}).items()}}
         return out
 

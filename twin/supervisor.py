@@ -33,6 +33,10 @@ from twin.lab import Lab, LabBuildError, alive, find_run, kill_record, pid_recor
 from twin.runtime import RunDir, check_prefix, read_json
 
 
+REBOOT_GRACE = 0.5
+"""Seconds between accepting a fire-and-forget reboot and stopping the host."""
+
+
 class Supervisor:
     def __init__(self, lab: Lab) -> None:
         self.lab = lab
@@ -150,6 +154,10 @@ class Supervisor:
 
     def _do_reboot(self, host: str, conn: socket.socket | None) -> None:
         self._log(f"{host}: reboot")
+        if conn is None:
+            # asked from the appliance itself (`shutdown -r now`): let that command finish
+            # and its exit status reach the SSH client before the server goes, as on hardware
+            time.sleep(REBOOT_GRACE)
         try:
             boot_id = self.lab.reboot(host)
             answer = {"ok": True, "boot_id": boot_id}
