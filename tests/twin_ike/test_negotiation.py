@@ -295,8 +295,8 @@ def test_boot_loads_swanctl_conf_and_honours_start_action(pair):
     pair.write_conf("a", a)
     pair.stop_daemon("a")
     pair.start_daemon("a")
-    deadline = time.time() + 5
-    while time.time() < deadline and len(pair.engines["b"].snapshot()) < 2:
+    deadline = time.time() + 15
+    while time.time() < deadline and (len(pair.engines["a"].snapshot()) < 2 or len(pair.engines["b"].snapshot()) < 2):
         time.sleep(0.05)
     assert len(pair.engines["a"].snapshot()) == 2 and len(pair.engines["b"].snapshot()) == 2
     (ike,) = swanctl_list_sas.parse(pair.swanctl("a", "--list-sas").stdout).ike_sas
@@ -325,3 +325,28 @@ def test_list_conns_matches_strongswan_5_9_8(pair):
     here = Path(__file__).parent
     load(pair, "a", (here / "list_conns_sample.conf").read_text())
     assert pair.swanctl("a", "--list-conns").stdout == (here / "list_conns_sample.txt").read_text()
+
+
+def test_peer_reboot_stale_ike_sa_is_replaced(pair):
+    """After the peer restarts: its own initiate replaces our stale IKE_SA (INITIAL_CONTACT);
+    our initiate over the stale IKE_SA times out and deletes it (as strongSwan), the next works."""
+    lab_pair(pair)
+    assert initiate(pair, "a", "net").ok
+    b_conf = pair.dirs["b"] / "root/usr/local/etc/swanctl/swanctl.conf"
+    pair.stop_daemon("b")
+    pair.engines["b"].sas.clear()
+    pair.start_daemon("b")  # boot: loads swanctl.conf (start_action none)
+    assert b_conf.exists()
+    res = initiate(pair, "b", "net")
+    assert res.ok, res
+    assert len(pair.engines["a"].snapshot()) == 2  # the stale pair is gone
+    (ike_a,) = swanctl_list_sas.parse(pair.swanctl("a", "--list-sas").stdout).ike_sas
+    assert not ike_a.initiator
+    pair.stop_daemon("b")
+    pair.engines["b"].sas.clear()
+    pair.start_daemon("b")
+    res = initiate(pair, "a", "net")
+    assert res.outcome.value == "TIMEOUT"
+    assert pair.engines["a"].snapshot() == [] and pair.swanctl("a", "--list-sas").stdout == ""
+    assert initiate(pair, "a", "net").ok
+    assert len(pair.engines["a"].snapshot()) == 2 and len(pair.engines["b"].snapshot()) == 2

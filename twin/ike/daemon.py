@@ -490,6 +490,13 @@ class Daemon:
             return {"notify": "AUTHENTICATION_FAILED", "_drop_sa": True}
         sa.conn, sa.local_id, sa.remote_id = conn, my_id, idi
         sa.state, sa.established_at = "ESTABLISHED", time.time()
+        for other in list(self.sas.values()):
+            # INITIAL_CONTACT (strongSwan sends it in every IKE_AUTH, see the sample): older
+            # IKE_SAs with the same peer and identities are stale -- the peer restarted
+            if (other is not sa and other.remote == sa.remote and other.local_id == my_id
+                    and other.remote_id == idi and other.state == "ESTABLISHED"):
+                self.log(f"INITIAL_CONTACT: deleting stale IKE_SA {other.name}[{other.uid}]")
+                await self._destroy(other)
         self.log(f"IKE_SA {conn.name}[{sa.uid}] established between {sa.local}[{my_id}]...{sa.remote}[{idi}]")
         auth_r = proto.psk_auth(psk.secret, sa.init_resp, sa.ni, my_id)
         child = await self.respond_child(sa, msg, first=True)
@@ -737,9 +744,16 @@ class Daemon:
                 req["rekey"] = old.spi_in
                 req["tsi"] = [to_json(t) for t in old.local_ts]
                 req["tsr"] = [to_json(t) for t in old.remote_ts]
+            own_fault = self.never_up(cfg.name)
             got = await self.exchange(sa, req, log, "N(REKEY_SA) SA No KE TSi TSr" if old else "SA No KE TSi TSr",
-                                      suppress=self.never_up(cfg.name))
+                                      suppress=own_fault)
             if got is None:
+                if not own_fault and not await self._alive(sa):
+                    # strongSwan destroys an IKE_SA whose request timed out (e.g. the peer
+                    # rebooted); the twin first checks liveness so a peer that ignores one
+                    # child only (child_never_up) keeps the other children
+                    log(f"[IKE] peer not responding, deleting IKE_SA {sa.name}[{sa.uid}]")
+                    await self._destroy(sa)
                 raise Failed(fail)
             resp, _ = got
             if not proto.verify(resp, sa.mac_key(not sa.initiator)):
@@ -755,6 +769,19 @@ class Daemon:
                 log(f"[IKE] invalid CREATE_CHILD_SA response: {exc}")
                 raise Failed(fail) from None
             return await self._finish_child(sa, cfg, resp, spi, ni, nr, fresh, log, fail, uid, old)
+
+    async def _alive(self, sa: IkeSA) -> bool:
+        """An empty INFORMATIONAL (a liveness check) with the normal retransmits."""
+        got = await self.exchange(sa, {"exchange": "INFORMATIONAL"}, lambda line: self.log(f"dpd: {line}"), "")
+        return got is not None
+
+    async def _destroy(self, sa: IkeSA) -> None:
+        """Forget an IKE_SA and its children locally (no DELETE sent)."""
+        for c in list(sa.children):
+            await self.uninstall(sa, c)
+        sa.children.clear()
+        sa.state = "DESTROYING"
+        self.sas.pop(sa.spi_i, None)
 
     # ------------------------------------------------------------ terminate / rekey
     async def delete_child(self, sa: IkeSA, child: ChildSA, log: Log) -> None:
