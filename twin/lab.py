@@ -396,6 +396,9 @@ class Lab:
         for name, h in self.topo["hosts"].items():
             if h["role"] == "bench":
                 self.info["hosts"][name] = {"role": "bench", "netns": self.net.namespaces[name]}
+            self.info["hosts"][name]["ports"] = {
+                p: {k: (v or {}).get(k) for k in ("ipv4", "ipv6", "mtu", "rate_mbit")}
+                for p, v in (h.get("ports") or {}).items()}
         for name in appliances:
             for comp in self.enabled:
                 self._start(name, comp)
@@ -501,7 +504,8 @@ class Lab:
         self.info["hosts"][host]["components"][comp] = c.record
         self._save()
 
-    def _wait_ready(self, hosts: list[str], comps: tuple[str, ...], timeout: float = READY_TIMEOUT) -> None:
+    def _wait_ready(self, hosts: list[str], comps: tuple[str, ...], timeout: float | None = None) -> None:
+        timeout = READY_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + timeout
         pending = [(h, c) for h in hosts for c in comps]
         last: dict[tuple[str, str], str] = {}
@@ -674,8 +678,9 @@ class Lab:
                "hosts": {}}
         for h, v in info.get("hosts", {}).items():
             out["hosts"][h] = {"role": v.get("role"), "state": v.get("state"), "netns": v.get("netns"),
-                               "ssh_port": v.get("ssh_port"),
-                               "components": {c: alive(r) for c, r in (v.get("components") or {}).items()}}
+                               "ssh_port": v.get("ssh_port"), "ports": v.get("ports", {}),
+                               "components": {c: {"pid": (r or {}).get("pid"), "alive": alive(r)}
+                                              for c, r in (v.get("components") or {}).items()}}
         return out
 
     def down(self) -> None:

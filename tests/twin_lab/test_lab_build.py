@@ -148,3 +148,27 @@ def test_the_virtual_topology_builds(fresh_prefix):
         assert set(lab.appliances()) == {h for h, v in topo["hosts"].items() if v["role"] == "appliance"}
     finally:
         lab.down()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["sleep", "30"], "dut3300: engine did not answer within 1 s (engine.sock"),
+    (["sh", "-c", "echo engine-broke >&2; exit 3"], "dut3300: engine exited with status 3 before answering"),
+])
+def test_component_that_never_answers_is_named(small_topology, fresh_prefix, monkeypatch, argv, message):
+    """A component that hangs or dies is named in the error, with its log; nothing is left."""
+    import twin.lab as lab_mod
+    real = lab_mod.Lab._component
+
+    def component(self, host, comp):
+        c = real(self, host, comp)
+        c.argv = argv  # a real process that will not serve engine.sock
+        return c
+
+    monkeypatch.setattr(lab_mod.Lab, "_component", component)
+    monkeypatch.setattr(lab_mod, "READY_TIMEOUT", 1.0)
+    with pytest.raises(LabBuildError) as e:
+        Lab.up(small_topology, prefix=fresh_prefix, components=("engine",))
+    assert message in str(e.value)
+    if "exited" in message:
+        assert "engine-broke" in str(e.value)
+    assert tn.list_namespaces(fresh_prefix) == []
