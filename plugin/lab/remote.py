@@ -603,6 +603,10 @@ class LocalHost:
 
     def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
         timeout = self.command_timeout if timeout is None else timeout
+        if self.netns and not os.path.exists(f"/run/netns/{self.netns}"):
+            # else `ip netns exec` exits 255, indistinguishable from the script's own status
+            raise TransportError(f"{self.name}: network namespace {self.netns!r} does not exist "
+                                 f"(/run/netns/{self.netns} missing; is the lab up?)")
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(

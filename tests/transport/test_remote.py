@@ -387,3 +387,8 @@ def test_unknown_target_key_behind_jump_says_scan_from_the_jump(sshd_server, tmp
     finally:
         target.close()
         jump.close()
+
+
+def test_localhost_missing_netns_is_a_transport_error(transport_prefix):
+    with pytest.raises(TransportError, match="does not exist"):
+        LocalHost("bench", netns=f"{transport_prefix}-absent").run("true", timeout=5)
