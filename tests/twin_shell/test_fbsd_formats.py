@@ -287,7 +287,7 @@ def test_ifconfig_nd6_ifdisabled_follows_the_kernel(appliance):
     blocks = {b.split(":", 1)[0]: b for b in re.split(r"\n(?=\S)", r.out.strip())}
     assert set(blocks) >= {"lo0", "lan", "wan", "enc0"}
     assert blocks["lan"].startswith("lan: flags=8843<UP,BROADCAST,RUNNING,SIMPLEX,MULTICAST> metric 0 mtu 1400\n")
-    assert "\tinet 10.77.0.1 netmask 0xffffff00 broadcast" not in blocks["lan"] or True
+    assert "\tinet 10.77.0.1 netmask 0xffffff00 broadcast 10.77.0.255\n" in blocks["lan"]
     assert "\tinet6 fd77::1 prefixlen 64" in blocks["lan"]
     assert "\tnd6 options=21<PERFORMNUD,AUTO_LINKLOCAL>" in blocks["lan"]
     assert "\tnd6 options=29<PERFORMNUD,IFDISABLED,AUTO_LINKLOCAL>" in blocks["wan"]

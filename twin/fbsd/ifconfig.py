@@ -89,8 +89,11 @@ def render(link: dict) -> list[str]:
         if a.get("family") == "inet":
             net = ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}").network
             line = f"\tinet {a['local']} netmask 0x{int(net.netmask):08x}"
-            if a.get("broadcast"):
-                line += f" broadcast {a['broadcast']}"
+            bcast = a.get("broadcast")
+            if not bcast and "BROADCAST" in link.get("flags", []) and net.prefixlen < 31:
+                bcast = str(net.broadcast_address)  # FreeBSD always shows it on broadcast links
+            if bcast:
+                line += f" broadcast {bcast}"
             lines.append(line)
         elif a.get("family") == "inet6":
             addr = a["local"]
