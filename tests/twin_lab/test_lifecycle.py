@@ -144,3 +144,22 @@ def test_fault_cli_round_trip(small_topology, fresh_prefix):
         assert read_json(faults_json) == {}
     finally:
         twin("down", "--prefix", fresh_prefix)
+
+
+def test_owner_exit_tears_the_lab_down(small_topology, fresh_prefix):
+    """`--owner-pid` (what the plugin passes): when that process ends, so does the lab."""
+    owner = subprocess.Popen(["sleep", "60"])
+    try:
+        out = up(small_topology, fresh_prefix, "--components", "netns", "--owner-pid", str(owner.pid))
+        info = read_json(RunDir(out["run_dir"]).lab_json)
+        assert info["owner"]["pid"] == owner.pid
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 15
+        while (tn.list_namespaces(fresh_prefix) or os.path.exists(out["run_dir"])) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert_gone(fresh_prefix, out["run_dir"], recorded_pids(info))
+    finally:
+        if owner.poll() is None:
+            owner.kill()
