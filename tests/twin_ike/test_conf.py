@@ -117,13 +117,15 @@ def test_includes_relative_glob_sorted_and_nested(tmp_path):
     assert cfg.secrets[0].secret == b"\x00\xff\x10"
 
 
-def test_include_of_missing_plain_file_is_an_error_glob_is_not(tmp_path):
+def test_include_matching_nothing_is_a_warning_only(tmp_path):
+    """5.9.8 (measured): `no files found matching '<dir>/missing.conf'`, the rest loads."""
     write(tmp_path, "include conf.d/*.conf\n")
-    assert conf.load(tmp_path / "swanctl.conf").connections == []
-    p = write(tmp_path, "\ninclude other.conf\n")
-    with pytest.raises(conf.ConfSyntaxError) as ei:
-        conf.load(p)
-    assert ei.value.line == 2 and "other.conf" in str(ei.value)
+    cfg = conf.load(tmp_path / "swanctl.conf")
+    assert cfg.connections == [] and cfg.warnings == []
+    p = write(tmp_path, "connections {\n  a {\n  }\n}\ninclude missing.conf\n")
+    cfg = conf.load(p)
+    assert [c.name for c in cfg.connections] == ["a"]
+    assert cfg.warnings == [f"no files found matching '{tmp_path}/missing.conf'"]
 
 
 @pytest.mark.parametrize("value,expected", [

@@ -254,6 +254,12 @@ def test_terminate_child_and_unknown_config(pair):
 
 
 def test_load_all_outputs(pair):
+    path = "/usr/local/etc/swanctl/swanctl.conf"
+    r = pair.swanctl("a", "--load-all", "--noprompt")  # no file at all: as 5.9.8, measured
+    assert r.returncode == 0 and r.stderr.splitlines() == [
+        f"no files found matching '{path}'", f"failed to open config file '{path}'"]
+    assert r.stdout.splitlines() == ["no authorities found, 0 unloaded", "no pools found, 0 unloaded",
+                                     "no connections found, 0 unloaded"]
     pair.write_conf("a", "connections {\n  a {\n    version = 2\n    foo bar\n  }\n}\n")
     r = pair.swanctl("a", "--load-all", "--noprompt")
     path = "/usr/local/etc/swanctl/swanctl.conf"

@@ -54,6 +54,7 @@ class Section:
     line: int
     values: dict[str, Value] = field(default_factory=dict)
     sections: dict[str, "Section"] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)   # root only: e.g. includes matching nothing
 
     def where(self) -> str:
         return f"{self.file}:{self.line}"
@@ -138,18 +139,18 @@ def parse_file(path: str | os.PathLike[str], into: Section | None = None, depth:
         text = p.read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:
         raise ConfSyntaxError(str(p), 0, f"failed to open config file: {exc.strerror}") from None
-    _parse_text(text, str(p), root, depth)
+    _parse_text(text, str(p), root, depth, root)
     return root
 
 
 def parse_text(text: str, file: str = "<string>") -> Section:
     """Parse text (includes relative to `file`'s directory)."""
     root = Section("", file, 0)
-    _parse_text(text, file, root, 0)
+    _parse_text(text, file, root, 0, root)
     return root
 
 
-def _parse_text(text: str, file: str, root: Section, depth: int) -> None:
+def _parse_text(text: str, file: str, root: Section, depth: int, top: Section) -> None:
     toks = list(_tokens(text, file))
     stack = [root]
     i = 0
@@ -186,7 +187,7 @@ def _parse_text(text: str, file: str, root: Section, depth: int) -> None:
                 j += 1
             if toks[j][0] not in ("NL", "EOF"):
                 raise ConfSyntaxError(file, line, f"syntax error, unexpected {_describe(toks[j][0])}")
-            _include(" ".join(pat_parts), file, line, stack[-1], depth)
+            _include(" ".join(pat_parts), file, line, stack[-1], depth, top)
             i = j
             continue
         if nkind == "=":
@@ -211,19 +212,25 @@ def _parse_text(text: str, file: str, root: Section, depth: int) -> None:
                               f"syntax error, unexpected {_describe(nkind)}, expecting : or '{{' or '='")
 
 
-def _include(pattern: str, file: str, line: int, into: Section, depth: int) -> None:
+def _include(pattern: str, file: str, line: int, into: Section, depth: int, top: Section) -> None:
     if depth >= MAX_INCLUDE_DEPTH:
         raise ConfSyntaxError(file, line, f"maximum include depth ({MAX_INCLUDE_DEPTH}) exceeded")
     base = Path(file).parent
     pat = pattern if os.path.isabs(pattern) else str(base / pattern)
     matches = sorted(_glob.glob(pat))
     if not matches:
-        if _glob.has_magic(pat):
-            return  # strongSwan: a glob that matches nothing is fine
-        raise ConfSyntaxError(file, line, f"including file '{pattern}' failed: No such file or directory")
+        # 5.9.8 (measured): a plain name or a glob matching nothing is only a warning
+        if not _glob.has_magic(pat):
+            top.warnings.append(f"no files found matching '{pat}'")
+        return
     for m in matches:
         if os.path.isfile(m):
-            parse_file(m, into, depth + 1)
+            p = Path(m)
+            try:
+                text = p.read_bytes().decode("utf-8", errors="replace")
+            except OSError as exc:
+                raise ConfSyntaxError(m, 0, f"failed to open config file: {exc.strerror}") from None
+            _parse_text(text, m, into, depth + 1, top)
 
 
 # ---------------------------------------------------------------- model
@@ -287,6 +294,7 @@ class Config:
     secrets: list[SharedSecret]
     errors: list[ConnError]
     files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 CONN_KEYS = {"version", "local_addrs", "remote_addrs", "local_port", "remote_port", "proposals",
@@ -472,7 +480,7 @@ def build(root: Section) -> Config:
     ssec = root.sections.get("secrets")
     if ssec:
         secrets = _secrets(ssec, errors)
-    return Config(conns, secrets, errors)
+    return Config(conns, secrets, errors, warnings=list(root.warnings))
 
 
 def load(path: str | os.PathLike[str]) -> Config:

@@ -201,6 +201,11 @@ class Daemon:
     # ------------------------------------------------------------ configuration
     def load_file(self, path: str) -> dict[str, Any]:
         """Replace the loaded configuration (swanctl --load-all): returns what happened."""
+        if not os.path.isfile(path):
+            unloaded = len(self.conns)
+            self.conns = []
+            return {"missing": path, "file": path, "loaded": [], "errors": [], "unloaded": unloaded,
+                    "secrets": [], "found": 0}
         try:
             cfg = load(path)
         except ConfSyntaxError as exc:
@@ -216,7 +221,7 @@ class Daemon:
         self.conns = list(cfg.connections)
         self.secrets = list(cfg.secrets)
         errors = [{"name": e.name, "why": e.why, "where": e.where, "kind": e.kind} for e in cfg.errors]
-        warnings = [f"{c.name}: {w}" for c in cfg.connections for w in c.warnings]
+        warnings = list(cfg.warnings) + [f"{c.name}: {w}" for c in cfg.connections for w in c.warnings]
         for c in self.conns:
             for ch in c.children.values():
                 if ch.start_action in ("start", "trap", "trap|start", "start|trap"):

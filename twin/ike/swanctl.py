@@ -225,6 +225,13 @@ def cmd_load_all(hd: HostDir, args: argparse.Namespace) -> int:
     def shown(text: str) -> str:
         """Paths as the appliance sees them (`/usr/local/etc/...`), not the host's root/."""
         return text.replace(root + "/", "/")
+    shown_file = args.file or SWANCTL_CONF
+    if res.get("missing"):  # as 5.9.8 (measured): two lines, then an empty load, exit 0
+        print(f"no files found matching '{shown_file}'", file=sys.stderr)
+        print(f"failed to open config file '{shown_file}'", file=sys.stderr)
+    for w in res.get("warnings", []):
+        if w.startswith("no files found matching"):
+            print(shown(w), file=sys.stderr)
     if res.get("syntax_error"):
         print(shown(res["syntax_error"]), file=sys.stderr)
         print(f"invalid config file '{args.file or SWANCTL_CONF}'", file=sys.stderr)
@@ -233,7 +240,8 @@ def cmd_load_all(hd: HostDir, args: argparse.Namespace) -> int:
     print("no authorities found, 0 unloaded")
     print("no pools found, 0 unloaded")
     for w in res.get("warnings", []):
-        print(f"warning: {w}", file=sys.stderr)
+        if not w.startswith("no files found matching"):
+            print(f"warning: {w}", file=sys.stderr)
     for e in res.get("errors", []):
         if e["kind"] == "secret":
             print(f"{shown(e['where'])}: {e['why']}", file=sys.stderr)
