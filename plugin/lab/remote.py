@@ -128,8 +128,10 @@ def _wrap(body: str, stdin: bytes | None = None, pid_file: str | None = None) ->
 
     `stdin` data travels inside the script as a base64 here-document (csh never sees
     it), decoded on the host (`b64decode -r` on FreeBSD, `base64 -d` elsewhere) into a
-    mktemp file that the group reads and removes first. Not via SFTP: the virtual lab's
-    SFTP root and its shell's /tmp are different directories.
+    mktemp file that the group reads and removes first. Not via SFTP: one round trip
+    instead of upload + remove, and no reliance on SFTP and the shell seeing the same
+    /tmp (the virtual lab maps SFTP paths into DIR/root and binds only some directories
+    for its shell).
 
     `pid_file`: the shell records its pid there (removed on exit) so that a timed-out
     command's process group can be killed from a second session: closing an SSH channel
