@@ -21,7 +21,6 @@ import base64
 import errno
 import logging
 import os
-import posixpath
 import signal
 import socket
 import stat as stat_mod

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import importlib.util
 import json
 import re
@@ -28,9 +29,6 @@ def parser(name: str):
     if importlib.util.find_spec(f"plugin.lab.parsers.{name}") is None:
         return None
     return importlib.import_module(f"plugin.lab.parsers.{name}")
-
-
-import importlib  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- sysctl

@@ -36,10 +36,6 @@ def host_dir() -> HostDir:
     return HostDir.from_env()
 
 
-def prog_name(default: str) -> str:
-    return default
-
-
 def err(prog: str, msg: str) -> None:
     sys.stderr.write(f"{prog}: {msg}\n")
 

@@ -11,7 +11,6 @@ import ipaddress
 import json
 import os
 import subprocess
-import sys
 
 from twin.fbsd import _common as c
 

@@ -17,6 +17,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from twin.fbsd import _common as c
@@ -216,7 +217,6 @@ def run_ping(prog: str, fam: int, addr: str, size: int, o: Opts, cmd: list[str])
     out = sys.stdout
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
-    import threading
     errs: list[str] = []
 
     def read_err() -> None:

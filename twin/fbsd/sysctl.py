@@ -173,7 +173,6 @@ def _show_all(tree: Tree, oids: list[Oid], opts: dict[str, bool]) -> int:
 
 
 def _print_oids(tree: Tree, oids: list[Oid], opts: dict[str, bool]) -> None:
-    single = len(oids) == 1
     out = []
     for oid in oids:
         if oid.kind == "opaque":
@@ -191,7 +190,6 @@ def _print_oids(tree: Tree, oids: list[Oid], opts: dict[str, bool]) -> None:
             out.append(f"{oid.name}={value}\n")
         else:
             out.append(f"{oid.name}: {value}\n")
-    del single
     sys.stdout.write("".join(out))
 
 
