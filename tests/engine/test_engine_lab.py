@@ -400,3 +400,30 @@ def test_forwarded_full_size_ipv4_with_dfbit_0_is_carried_in_outer_fragments(lab
     assert ping(lab, "hA", "ipv4", HB["ipv4"], size=1472, df=True).returncode == 0
     assert len(wan.stop()) == 4  # request and reply, two fragments each
     assert delta(a0, settle(lab, "gA"), "tx_encrypt") == 1
+
+
+def test_control_api_errors_and_driver_state(lab):
+    fresh(lab)
+    sas = lab.tunnel("aes-gcm-16", "ipv4")
+    bad = lab.call("gA", "add_sa", check=False, sa=dict(sas["gA_out"], spi=0x7777, cipher="des"))
+    assert not bad["ok"] and "sa.cipher" in bad["error"] and sas["gA_out"]["enc_key"] not in bad["error"]
+    assert "op:" in lab.call("gA", "nonsense", check=False)["error"]
+    assert not lab.call("gA", "del_sa", check=False, spi=0x7777, dst="192.0.2.2")["ok"]
+    # an SA whose source is not an address of this host must not take the datapath down
+    stray = dict(sas["gA_out"], spi=0x7778, src="192.0.2.99", remote_ts=["10.99.0.0/16"])
+    assert lab.call("gA", "add_sa", sa=stray)["ok"]
+    assert ping(lab, "hA", "ipv4", HB["ipv4"]).returncode == 0
+    st = lab.call("gA", "status")
+    assert st["alive"] == {"tx": True, "rx": True}
+    lab.call("gA", "del_sa", spi=0x7778, dst=stray["dst"])
+    # unloading the driver: the same SAs now run on the kernel's cipher
+    lab.call("gA", "set_driver", loaded=False, name="octep")
+    a0 = settle(lab, "gA")
+    assert a0["driver"]["sa_count"] == 0
+    assert ping(lab, "hA", "ipv4", HB["ipv4"]).returncode == 0
+    a1 = settle(lab, "gA")
+    assert delta(a0, a1, "sent-packets", "esp") == 1 and delta(a0, a1, "received-packets", "esp") == 1
+    assert a1["driver"] == a0["driver"]
+    lab.call("gA", "set_driver", loaded=True, name="octep", md5="0" * 32)
+    assert lab.call("gA", "counters")["driver"]["sa_count"] == 2
+    assert lab.call("gA", "status")["md5"] == "0" * 32

@@ -217,7 +217,11 @@ class TxLoop:
                 continue
             key = (e["spi"], e["dst"])
             old = self.sas.get(key)
-            osa = self._build(e)
+            try:
+                osa = self._build(e)
+            except (OSError, ValueError, KeyError) as exc:  # e.g. src not an address here
+                print(f"engine tx: SA spi={e.get('spi', 0):#x} not usable: {exc}", file=sys.stderr)
+                continue
             if old is not None:
                 osa.seq = old.seq
             new[key] = osa
@@ -457,8 +461,12 @@ class RxLoop:
             if e["direction"] != "in":
                 continue
             key = (e["spi"], ipaddress.ip_address(e["dst"]).packed)
-            suite = make_suite(e["cipher"], e["spi"], bytes.fromhex(e["enc_key"]),
-                               bytes.fromhex(e["auth_key"]) if e.get("auth_key") else None)
+            try:
+                suite = make_suite(e["cipher"], e["spi"], bytes.fromhex(e["enc_key"]),
+                                   bytes.fromhex(e["auth_key"]) if e.get("auth_key") else None)
+            except (ValueError, KeyError) as exc:
+                print(f"engine rx: SA spi={e.get('spi', 0):#x} not usable: {exc}", file=sys.stderr)
+                continue
             old = self.sas.get(key)
             w = int(e.get("replay_window", 32))
             replay = old.replay if old is not None and old.replay is not None else (ReplayWindow(w) if w else None)
