@@ -344,6 +344,9 @@ class Lab:
         rd = RunDir(run_dir) if run_dir else RunDir.for_prefix(prefix)
         if rd.lab_json.exists() or tn.list_namespaces(prefix):
             raise LabBuildError(f"prefix {prefix}: a lab with this prefix exists ({rd.path})")
+        if rd.path.exists() and any(p.name != rd.supervisor_log.name for p in rd.path.iterdir()):
+            # teardown removes the run dir: never adopt a directory with someone's files
+            raise LabBuildError(f"run dir {rd.path} exists and is not empty; give a new path")
         comps = tuple(components) if components is not None else available_components()
         for c in comps:
             if c not in ALL_COMPONENTS:
@@ -822,12 +825,16 @@ def cleanup_dead() -> list[str]:
     share the `tw` naming are never removed by a guess.
     """
     done = []
-    for rd in list_runs():
-        info = read_json(rd.lab_json, default=None)
-        link = INDEX_DIR / rd.path.name
-        if info is None:
-            if link.is_symlink() and not rd.path.exists():
+    if INDEX_DIR.is_dir():
+        for link in INDEX_DIR.iterdir():
+            if link.is_symlink() and not Path(os.readlink(link)).exists():
                 link.unlink(missing_ok=True)  # dangling index entry
+    for rd in list_runs():
+        try:
+            info = read_json(rd.lab_json, default=None)
+        except (ValueError, OSError):
+            continue  # half-written by a build in progress, or not ours to judge
+        if not isinstance(info, dict) or "prefix" not in info:
             continue
         if info.get("supervisor", {}).get("pid") == os.getpid():
             continue

@@ -172,3 +172,11 @@ def test_component_that_never_answers_is_named(small_topology, fresh_prefix, mon
     if "exited" in message:
         assert "engine-broke" in str(e.value)
     assert tn.list_namespaces(fresh_prefix) == []
+
+
+def test_refuses_a_non_empty_run_dir(small_topology, fresh_prefix, tmp_path):
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(LabBuildError, match="not empty"):
+        Lab.up(small_topology, prefix=fresh_prefix, run_dir=tmp_path, components=())
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+    assert tn.list_namespaces(fresh_prefix) == []
