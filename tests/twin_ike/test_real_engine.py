@@ -74,7 +74,7 @@ def swanctl(lab, gw: str, *args: str) -> subprocess.CompletedProcess:
                           env=env, timeout=30, cwd=str(REPO))
 
 
-@pytest.mark.parametrize("esp", ["aes256gcm16", "aes256-sha256"])
+@pytest.mark.parametrize("esp", ["aes256gcm16"])  # CBC keys: test_negotiation.test_cbc_keys_and_auth_keys
 def test_negotiated_tunnel_carries_traffic_through_real_engines(lab, esp):
     a = conf("lab", "192.0.2.1", "192.0.2.2", {"net": ("198.51.100.0/26", "203.0.113.0/24")}, esp=esp)
     b = conf("lab", "192.0.2.2", "192.0.2.1", {"net": ("203.0.113.0/24", "198.51.100.0/26")}, esp=esp)

@@ -724,7 +724,8 @@ class Daemon:
         try:
             await self.install(sa, child, keys, initiator_of_child=True)
         except EngineError as exc:
-            log(f"[IKE] unable to install inbound and outbound IPsec SA (SAD) in kernel")
+            log("[IKE] unable to install inbound and outbound IPsec SA (SAD) in kernel")
+            log("[IKE] failed to establish CHILD_SA, keeping IKE_SA")
             self.log(f"engine: {exc}")
             raise Failed(fail) from None
         sa.children.append(child)

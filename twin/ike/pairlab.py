@@ -100,7 +100,7 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 class IkePair:
     """Namespaces `P-a`/`P-b`, veth `P0a`/`P0b`, host dirs under `base`, daemons."""
 
-    def __init__(self, prefix: str, base: Path, retransmit: str = "0.1,1.5,5") -> None:
+    def __init__(self, prefix: str, base: Path, retransmit: str = "0.05,1.5,5") -> None:
         self.prefix, self.base = prefix, base
         self.ns = {"a": f"{prefix}-a", "b": f"{prefix}-b"}
         self.dirs = {h: base / h for h in ("a", "b")}

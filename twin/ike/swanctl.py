@@ -17,10 +17,9 @@ import json
 import os
 import socket
 import sys
-from pathlib import Path
 from typing import Any, Iterator
 
-from twin.runtime import HOST_DIR_ENV, HostDir
+from twin.runtime import HostDir
 
 SWANCTL_CONF = "/usr/local/etc/swanctl/swanctl.conf"
 VICI_URI = "unix:///var/run/charon.vici"
