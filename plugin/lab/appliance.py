@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import ipaddress
 import logging
+import math
 import re
 import shlex
 import time
@@ -201,7 +202,9 @@ class ShellCommands:
     ) -> Any:
         """``iperf3 -c SERVER --json`` -> parsers.iperf3 IperfResult (errors included, not raised)."""
         family = family or _family_of(server)
-        cmd: list[str | int] = ["iperf3", "-c", server, "-p", port, "-t", f"{seconds:g}", "-P", streams, "--json"]
+        # iperf3 reads -t with atoi: a fraction would be cut; round up to whole seconds
+        cmd: list[str | int] = ["iperf3", "-c", server, "-p", port, "-t", max(1, math.ceil(seconds)), "-P", streams,
+                                "--json"]
         cmd.append("-6" if family == "ipv6" else "-4")
         if reverse:
             cmd.append("-R")

@@ -667,6 +667,19 @@ class TunnelProvisioner:
             return [msg]
         done: list[str] = []
         errors: list[str] = []
+        # exact reverse of up(): routes and interface changes, then the SAs, then the files
+        while self._undo:
+            u = self._undo.pop()
+            app = self.apps[u.appliance]
+            try:
+                gone = ""
+                if u.kind == "route":
+                    gone = "" if app.route_delete(u.args[0], family=u.args[1]) else " (was already gone)"
+                else:
+                    app.ifconfig(*u.args)
+                done.append(f"{u.appliance}: {u.what}{gone}")
+            except LabError as e:
+                errors.append(f"{u.appliance}: {u.what}: {e}")
         if self._txs:
             for end in (self.initiator, "remote" if self.initiator == "local" else "local"):
                 app = self._app(end)
@@ -675,17 +688,6 @@ class TunnelProvisioner:
                     done.append(f"{app.name}: terminate {self.conn} (status {r.status})")
                 except LabError as e:
                     errors.append(f"{app.name}: terminate {self.conn}: {e}")
-        while self._undo:
-            u = self._undo.pop()
-            app = self.apps[u.appliance]
-            try:
-                if u.kind == "route":
-                    app.route_delete(u.args[0], family=u.args[1])
-                else:
-                    app.ifconfig(*u.args)
-                done.append(f"{u.appliance}: {u.what}")
-            except LabError as e:
-                errors.append(f"{u.appliance}: {u.what}: {e}")
         # 1. the tunnel's own file, 2. load (the include still stands: charon drops the
         # connection), 3. swanctl.conf if we had to touch it.
         for kind in ("conf", "main"):
