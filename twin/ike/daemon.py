@@ -407,14 +407,20 @@ class Daemon:
         mid = msg["mid"]
         if mid in sa.responses:
             return sa.responses[mid]
-        if ex == "IKE_AUTH":
-            body = await self.respond_auth(sa, msg)
-        elif ex == "CREATE_CHILD_SA":
-            body = await self.respond_child(sa, msg, first=False)
-        elif ex == "INFORMATIONAL":
-            body = await self.respond_info(sa, msg)
-        else:
+        if mid in sa.inflight:  # a retransmit while the first copy is still being handled
             return None
+        sa.inflight.add(mid)
+        try:
+            if ex == "IKE_AUTH":
+                body = await self.respond_auth(sa, msg)
+            elif ex == "CREATE_CHILD_SA":
+                body = await self.respond_child(sa, msg, first=False)
+            elif ex == "INFORMATIONAL":
+                body = await self.respond_info(sa, msg)
+            else:
+                return None
+        finally:
+            sa.inflight.discard(mid)
         if body is None:
             return None
         drop = body.pop("_drop_sa", False)

@@ -126,6 +126,7 @@ class IkeSA:
     established_at: float = 0.0
     next_mid: int = 0
     responses: dict[int, bytes] = field(default_factory=dict)
+    inflight: set[int] = field(default_factory=set)
     children: list[ChildSA] = field(default_factory=list)
     req_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
