@@ -176,7 +176,7 @@ def _page_entry(e: dict[str, Any]) -> PageEntry:
     )
 
 
-def write_page_and_allure_files(config: pytest.Config, records_dir: Path, started: _dt.datetime) -> Path | None:
+def write_page_and_allure_files(config: pytest.Config, started: _dt.datetime) -> Path | None:
     """Controller, end of run: the measurement page and Allure's run-level files."""
     from plugin.fixtures import build_appliances
     from plugin.session import active_topology, command_line, reports_dir, virtual_lab_of

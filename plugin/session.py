@@ -5,8 +5,8 @@ Why a module of its own: these are the hooks that run once per run in the contro
 - ``pytest_configure``: if the topology is a virtual lab, start it (once, also under xdist)
   and from then on use its resolved lab file; hand that path to xdist workers.
 - ``pytest_unconfigure``: stop it (unless ``--keep-tunnels``).
-- ``pytest_sessionfinish``: collect every test's record (written by workers as JSON files)
-  into the measurement page in ``reports/``, and write Allure's environment, executor and
+- ``pytest_sessionfinish``: turn every test's record (carried from the workers in the
+  reports' user_properties, see plugin.records) into the measurement page in ``reports/``, and write Allure's environment, executor and
   categories files (controller-side, after the workers: see the reference on
   ``--clean-alluredir`` wiping files written earlier).
 """
@@ -14,7 +14,6 @@ Why a module of its own: these are the hooks that run once per run in the contro
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import logging
 import os
 import shlex
@@ -31,7 +30,6 @@ log = logging.getLogger(__name__)
 
 ACTIVE_TOPOLOGY_KEY = pytest.StashKey[Topology]()
 VIRTUAL_LAB_KEY = pytest.StashKey["virtual_lab.VirtualLab | None"]()
-RECORDS_DIR_KEY = pytest.StashKey[Path]()
 STARTED_KEY = pytest.StashKey[_dt.datetime]()
 
 #: Exit code when the lab cannot be brought up (pytest uses 0-6).
@@ -62,14 +60,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if topology is None:
         return
     if _is_worker(config):
-        wi = config.workerinput
-        config.stash[RECORDS_DIR_KEY] = Path(wi["hil_records"])
-        resolved = wi.get("hil_resolved")
+        resolved = config.workerinput.get("hil_resolved")
         config.stash[ACTIVE_TOPOLOGY_KEY] = load_topology(Path(resolved)) if resolved else topology
         return
-    run = _dt.datetime.now().strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
-    records = reports_dir(config) / ".records" / run
-    config.stash[RECORDS_DIR_KEY] = records
     active = topology
     if topology.lab.virtual and _wants_lab(config):
         try:
@@ -90,7 +83,6 @@ def pytest_configure_node(node) -> None:
     lab = node.config.stash.get(VIRTUAL_LAB_KEY, None)
     if lab is not None:
         node.workerinput["hil_resolved"] = str(lab.resolved)
-    node.workerinput["hil_records"] = str(node.config.stash[RECORDS_DIR_KEY])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -142,23 +134,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if _is_worker(config):
         return
-    records_dir = config.stash.get(RECORDS_DIR_KEY, None)
-    if records_dir is None or not records_dir.is_dir():
-        return
     from plugin import records
 
     try:
-        records.write_page_and_allure_files(config, records_dir, config.stash[STARTED_KEY])
+        records.write_page_and_allure_files(config, config.stash[STARTED_KEY])
     except Exception as exc:  # the run's verdict stands; the page's failure is said loudly
         sys.stderr.write(f"\nmeasurement page not written: {type(exc).__name__}: {exc}\n")
 
 
 def command_line(config: pytest.Config) -> str:
     return " ".join(shlex.quote(a) for a in ["pytest", *config.invocation_params.args])
-
-
-def dump_json(path: Path, obj: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)

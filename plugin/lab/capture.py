@@ -56,7 +56,11 @@ class WireCapture:
 
     def __exit__(self, *exc: object) -> None:
         time.sleep(0.5)  # let the last packets reach the file (-U writes per packet)
-        self.host.run(f"kill -INT {self.pid} 2>/dev/null; sleep 0.3; kill {self.pid} 2>/dev/null; true", timeout=30)
+        # SIGINT makes tcpdump flush and close the file; wait for it to exit before reading.
+        self.host.run(
+            f"kill -INT {self.pid} 2>/dev/null; i=0\n"
+            f"while kill -0 {self.pid} 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done\n"
+            f"kill {self.pid} 2>/dev/null; true", timeout=30)
         try:
             self.pcap = self.host.read_file(self.path)
         except Exception as e:

@@ -25,7 +25,10 @@ from plugin.lab.remote import Host
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LOCK_PATH = "/var/run/ipsec-hil.lock"
+#: Beside the backup journal: /var/db survives a crashed run (a stale lock is then seen and
+#: named, never silently dropped), and in the virtual lab it is each appliance's own
+#: directory, where /var/run is the machine's and would be shared by every appliance.
+DEFAULT_LOCK_PATH = "/var/db/ipsec-hil/run.lock"
 
 
 class LockHeld(LabError):

@@ -80,9 +80,12 @@ def main(argv: Sequence[str]) -> dict:
             found = _lookup(ipr, str(net), fam)
             return {"action": "get", "dst": str(net), "found": found is not None, **(found or {})}
         dst, plen = str(net.network_address), net.prefixlen
+        # The main table's configured routes only: IPv6 keeps cloned cache entries
+        # (RTM_F_CLONED, e.g. after a Packet Too Big) that are not routes anyone added.
         existing = [
-            r for r in ipr.get_routes(family=fam, dst=dst, dst_len=plen)
+            r for r in ipr.get_routes(family=fam, table=254)
             if r.get("dst_len") == plen and r.get_attr("RTA_DST") == dst
+            and not (r.get("flags", 0) & 0x200) and r.get_attr("RTA_TABLE", 254) == 254
         ]
         if a.action == "add":
             if existing:
