@@ -426,3 +426,29 @@ def test_suite_parsers_read_the_twin_output(appliance):
         checked.append("route_get")
     if not checked:
         pytest.skip("no parser modules for kldstat/md5/ifconfig/setkey/route_get yet")
+
+
+def test_ping6_through_an_ifdisabled_association_port_is_network_down(appliance):
+    """000 page: the offload path hands the inner IPv6 packet to the association's port;
+    an OPNsense port without IPv6 is ifdisabled, so ping6 fails with ENETDOWN until
+    `ifconfig PORT inet6 -ifdisabled`."""
+    ns = appliance.ns
+    saved = appliance.engine.sas
+    appliance.engine.sas = [dict(saved[0], src="10.78.0.1", dst="10.78.0.2", remote_ts=["fd88::/64"])]
+    subprocess.run(["ip", "-n", ns, "tuntap", "add", "esp0", "mode", "tun"], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "set", "esp0", "up"], check=True)
+        subprocess.run(["ip", "-n", ns, "-6", "route", "add", "fd88::/64", "dev", "esp0"], check=True)
+        assert appliance.run("ifconfig wan inet6 ifdisabled").status == 0
+        assert "esp0" not in appliance.run("ifconfig").out
+        r = appliance.run("ping6 -c 2 -i 0.2 fd88::1")
+        assert r.status == 71
+        assert r.err == "ping6: sendmsg: Network is down\n" * 2
+        assert r.out.count("ping6: wrote fd88::1 16 chars, ret=-1\n") == 2
+        assert appliance.run("ifconfig wan inet6 -ifdisabled").status == 0
+        r = appliance.run("ping6 -c 1 -W 1 fd88::1")
+        assert "Network is down" not in r.err and r.status == 2  # sent into the TUN, no reply
+    finally:
+        appliance.engine.sas = saved
+        appliance.run("ifconfig wan inet6 ifdisabled")
+        subprocess.run(["ip", "-n", ns, "link", "del", "esp0"], check=False)

@@ -1,8 +1,7 @@
 """ifconfig(8) of FreeBSD 14 from the namespace's real interfaces (`ip -j addr`).
 
-nd6 IFDISABLED is the kernel's real per-interface IPv6 switch
-(/proc/sys/net/ipv6/conf/IF/disable_ipv6): the lab disables IPv6 on ports without an
-IPv6 address, as OPNsense does, and `ifconfig IF inet6 -ifdisabled` turns it back on.
+nd6 IFDISABLED follows OPNsense (twin.fbsd.nd6): set on a port without an IPv6 address
+or with the kernel's IPv6 disabled, cleared by `ifconfig IF inet6 -ifdisabled`.
 The engine's TUN (esp0) is not part of the appliance and is hidden; enc0 is shown.
 """
 from __future__ import annotations
@@ -13,6 +12,7 @@ import os
 import subprocess
 
 from twin.fbsd import _common as c
+from twin.fbsd import nd6
 
 IP = next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if os.path.exists(p)), "/sbin/ip")
 """iproute2 by absolute path: PATH starts with DIR/bin (never recurse into a wrapper)."""
@@ -28,17 +28,9 @@ def _ip_json(args: list[str]) -> list[dict]:
     return json.loads(r.stdout or "[]")
 
 
-def _proc(path: str) -> str | None:
-    try:
-        with open(path) as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
-def nd6_flags(ifname: str) -> int:
+def nd6_flags(hd, link: dict) -> int:
     flags = ND6_PERFORMNUD | ND6_AUTO_LINKLOCAL
-    if _proc(f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6") == "1":
+    if nd6.ifdisabled(hd, link):
         flags |= ND6_IFDISABLED
     return flags
 
@@ -77,7 +69,7 @@ def fbsd_name(name: str) -> str:
     return "lo0" if name == "lo" else name
 
 
-def render(link: dict) -> list[str]:
+def render(link: dict, hd=None) -> list[str]:
     name = link["ifname"]
     val, bits = if_flags(link)
     lines = [f"{fbsd_name(name)}: flags={val:x}<{','.join(bits)}> metric 0 mtu {link.get('mtu', 1500)}"]
@@ -109,7 +101,7 @@ def render(link: dict) -> list[str]:
     if link.get("link_type") == "ether":
         lines.append("\tmedia: Ethernet autoselect (1000baseT <full-duplex>)")
         lines.append(f"\tstatus: {'active' if link.get('operstate') == 'UP' else 'no carrier'}")
-    lines.append(nd6_line(nd6_flags(name)))
+    lines.append(nd6_line(nd6_flags(hd, link)))
     return lines
 
 
@@ -136,7 +128,7 @@ def main(argv: list[str]) -> int:
         hd = c.host_dir()
         ipsec = c.module_loaded(c.load_state(hd), "ipsec")
     except Exception:  # noqa: BLE001 -- outside a twin host: show what the kernel has
-        ipsec = False
+        hd, ipsec = None, False
     want = args[0] if args else None
     out: list[str] = []
     if want in (None, "enc0"):
@@ -146,7 +138,7 @@ def main(argv: list[str]) -> int:
     for l in links:
         name = fbsd_name(l["ifname"])
         if want is None or want in (name, l["ifname"]):
-            out += render(l)
+            out += render(l, hd)
     if want is None:
         out += enc0(ipsec)
     elif not out:
@@ -160,13 +152,11 @@ def configure(args: list[str]) -> int:
     ifname = "lo" if args[0] == "lo0" else args[0]
     rest = args[1:]
     if rest and rest[0] == "inet6" and len(rest) == 2 and rest[1] in ("-ifdisabled", "ifdisabled"):
-        p = f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6"
-        try:
-            with open(p, "w") as fh:
-                fh.write("1" if rest[1] == "ifdisabled" else "0")
-        except FileNotFoundError:
+        if not os.path.exists(f"/proc/sys/net/ipv6/conf/{ifname}"):
             c.err("ifconfig", f"interface {args[0]} does not exist")
             return 1
+        try:
+            nd6.set_ifdisabled(c.host_dir(), ifname, rest[1] == "ifdisabled")
         except OSError as exc:
             c.err("ifconfig", f"ioctl (SIOCSIFINFO_IN6): {exc.strerror}")
             return 1

@@ -21,6 +21,7 @@ import threading
 import time
 
 from twin.fbsd import _common as c
+from twin.fbsd import nd6
 
 LINUX_PING = next((p for p in ("/usr/bin/ping", "/bin/ping") if os.path.exists(p)), "/bin/ping")
 """The real iputils ping, by absolute path: PATH starts with DIR/bin, where `ping` is us."""
@@ -210,7 +211,70 @@ def main_for(prog: str, argv: list[str]) -> int:
         src = source_for(6, addr, o.src) or "::"
         out.write(f"PING6({40 + 8 + size}={40}+8+{size} bytes) {src} --> {addr}\n")
     out.flush()
+    if fam == 6:
+        port = ifdisabled_egress(hd, addr)
+        if port is not None:
+            return enetdown(prog, addr, size, o)
     return run_ping(prog, fam, addr, size, o, cmd)
+
+
+def ifdisabled_egress(hd, addr: str) -> str | None:
+    """The port an IPv6 packet to `addr` would leave by, if that port is ifdisabled.
+
+    Into the engine's TUN (esp0) the packet leaves by the association's port: the port
+    holding the outbound SA's source address (the offload path hands the inner packet
+    to it as a plain IPv6 frame; FreeBSD's nd6_resolve then answers ENETDOWN).
+    """
+    dev = nd6.egress_ifname(addr)
+    if dev is None:
+        return None
+    if dev == "esp0":
+        try:
+            sas = c.engine(hd, {"op": "list_sas"}).get("sas") or []
+        except c.EngineError:
+            return None
+        target = ipaddress.ip_address(addr)
+        src = None
+        for sa in sas:
+            if sa.get("direction") != "out":
+                continue
+            for ts in sa.get("remote_ts") or []:
+                try:
+                    if target in ipaddress.ip_network(ts.split("[")[0], strict=False):
+                        src = sa.get("src")
+                except ValueError:
+                    continue
+        if src is None:
+            return None
+        dev = None
+        for p in c.host_info(hd).get("ports") or []:
+            addrs = [a.split("/")[0] for a in (p.get("addresses") or [p.get("ipv4"), p.get("ipv6")]) if a]
+            if src in addrs:
+                dev = p.get("ifname") or p.get("name")
+        if dev is None:
+            return None
+    try:
+        link = next((l for l in nd6.links() if l.get("ifname") == dev), None)
+    except RuntimeError:
+        return None
+    if link is not None and nd6.ifdisabled(hd, link):
+        return dev
+    return None
+
+
+def enetdown(prog: str, addr: str, size: int, o: Opts) -> int:
+    """Every send fails with ENETDOWN, as FreeBSD's ping6 reports it; exit 71."""
+    n = o.count or 1
+    for i in range(n):
+        if i:
+            time.sleep(o.interval)
+        sys.stderr.write(f"{prog}: sendmsg: Network is down\n")
+        sys.stderr.flush()
+        sys.stdout.write(f"{prog}: wrote {addr} {8 + size} chars, ret=-1\n")
+        sys.stdout.flush()
+    sys.stdout.write(f"\n--- {addr} ping6 statistics ---\n"
+                     f"{n} packets transmitted, 0 packets received, 100.0% packet loss\n")
+    return EX_OSERR
 
 
 def run_ping(prog: str, fam: int, addr: str, size: int, o: Opts, cmd: list[str]) -> int:
