@@ -1,6 +1,7 @@
 """The emulated appliance's SSH server: csh semantics, streams, status, SFTP, sessions."""
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import signal
@@ -221,3 +222,27 @@ def test_sshd_cli_writes_port_file_and_stops_on_sigterm(appliance, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_large_streams_both_ways(appliance):
+    """3 MB on stdout and on stderr at once, 2 MB in on stdin: nothing stalls or is lost."""
+    blob = os.urandom(2 * 1024 * 1024)
+    chan = appliance.client.get_transport().open_session()
+    chan.settimeout(60)
+    chan.exec_command("/bin/sh -c 'md5sum; head -c 3000000 /dev/zero; head -c 3000000 /dev/zero >&2'")
+    chan.sendall(blob)
+    chan.shutdown_write()
+    out, err = bytearray(), bytearray()
+    while not (chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready()):
+        if chan.recv_ready():
+            out += chan.recv(1 << 16)
+        elif chan.recv_stderr_ready():
+            err += chan.recv_stderr(1 << 16)
+        else:
+            time.sleep(0.002)
+    status = chan.recv_exit_status()
+    chan.close()
+    digest = hashlib.md5(blob).hexdigest().encode()
+    assert status == 0
+    assert out.startswith(digest + b"  -\n") and len(out) == len(digest) + 4 + 3000000
+    assert len(err) == 3000000
