@@ -259,12 +259,25 @@ def spawn(topology: str, prefix: str | None = None, run_dir: str | None = None,
             tail = "\n".join(rd.supervisor_log.read_text(errors="replace").splitlines()[-15:])
         except FileNotFoundError:
             pass
+        _remove_if_only_log(rd)
         raise LabBuildError(f"lab {prefix}: supervisor exited ({proc.returncode}) before the lab was up:\n{tail}")
     answer = json.loads(buf)
     if not answer.get("ok"):
         proc.wait(timeout=30)
+        _remove_if_only_log(rd)
         raise LabBuildError(answer.get("error", "lab build failed"))
     return {k: answer[k] for k in ("resolved", "prefix", "run_dir", "supervisor_pid")}
+
+
+def _remove_if_only_log(rd: RunDir) -> None:
+    """A failed `up` leaves nothing: the run dir spawn() made holds only the log then
+    (whose useful part the error message already carries)."""
+    try:
+        if {p.name for p in rd.path.iterdir()} <= {rd.supervisor_log.name}:
+            rd.supervisor_log.unlink(missing_ok=True)
+            rd.path.rmdir()
+    except OSError:
+        pass
 
 
 def down(run_dir: str | None = None, prefix: str | None = None, timeout: float = 20.0) -> str:

@@ -121,6 +121,7 @@ def test_cli_errors(small_topology, fresh_prefix):
     r = twin("up", "/nonexistent.yaml", "--prefix", fresh_prefix, "--components", "netns")
     assert r.returncode == 1 and "nonexistent.yaml" in r.stderr
     assert tn.list_namespaces(fresh_prefix) == []
+    assert not RunDir.for_prefix(fresh_prefix).path.exists()
 
 
 def test_fault_cli_round_trip(small_topology, fresh_prefix):
