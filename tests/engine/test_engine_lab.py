@@ -381,6 +381,15 @@ def test_npuep_personality(lab):
         b1 = settle(lab, "gB")
         moved = {k: v for k in b0["driver"] if (v := delta(b0, b1, k))}
         assert moved == {"rx_done": 4, "rx_v6": 2, "tx_taken": 5, "tx_accel": 1, "rx_nosa": 1}, moved
+        # 001 page: the appliance's own packets routed by a gateway on another port take the
+        # association's output step (tx_taken), not the offload path (tx_accel)
+        lab.call("gB", "route", action="delete", dest="fd00:a::/64")
+        lab.call("gB", "route", action="add", dest="fd00:a::/64", gateway="fd00:b::99")
+        assert ping(lab, "gB", "ipv6", HA["ipv6"], count=1).returncode == 0
+        assert ping(lab, "gB", "ipv4", HA["ipv4"], count=1).returncode == 0
+        b2 = settle(lab, "gB")
+        moved = {k: v for k in b0["driver"] if (v := delta(b1, b2, k))}
+        assert moved == {"tx_taken": 1, "tx_accel": 1, "rx_done": 1, "rx_v6": 1}, moved
     finally:
         lab.stop_engine("gB")
         host.update(driver="octep", model="xgs3300")

@@ -61,7 +61,7 @@ class EngineState:
         self.driver_loaded = host.driver_loaded
         self.driver_name = host.driver
         self.driver_md5: str | None = None
-        self.fbsd_routes: set[str] = set()
+        self.fbsd_routes: dict[str, str | None] = {}  # dest prefix -> gateway
         self.faults = JsonWatch(self.dir / "faults.json")
         self.own_big = False
         self.pids: dict[str, int] = {}
@@ -105,7 +105,8 @@ class EngineState:
         with self.lock:
             own = self._own_addrs()
             entries = [self._sa_entry(i) for i in self.sas.values()]
-            state = {"sas": entries, "own_addrs": own, "driver": self.host.driver}
+            state = {"sas": entries, "own_addrs": own, "driver": self.host.driver,
+                     "own_output_step": self._own_output_step(entries)}
             path = self.dir / "engine.state.json"
             tmp = path.with_name(".engine.state.json.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -119,6 +120,30 @@ class EngineState:
             if self.routes is not None:
                 self.routes.sync(self._desired_routes(entries, own))
             self.c.add("gen:gen_sa")
+
+    def _own_output_step(self, entries: list[dict]) -> list[str]:
+        """Inner destinations whose FreeBSD route leaves by another port than the tunnel's.
+
+        The 001 page: the appliance's own packets take the driver's offload path
+        (npuep tx_accel) when routed out of the tunnel's port, and the association's
+        output step (tx_taken) when the route names a gateway on another port.
+        """
+        out = []
+        for dest, gw in self.fbsd_routes.items():
+            if not gw:
+                continue
+            try:
+                gwa = ipaddress.ip_address(gw)
+            except ValueError:
+                continue
+            tunnel_nets = []
+            for e in entries:
+                port = self.host.port_for(e["src"])
+                if port is not None:
+                    tunnel_nets += [ipaddress.ip_interface(a).network for a in port.addresses]
+            if not any(gwa.version == n.version and gwa in n for n in tunnel_nets):
+                out.append(dest)
+        return out
 
     def _desired_routes(self, entries: list[dict], own: list[str]) -> list[RouteSpec]:
         best: dict[tuple[int, str], RouteSpec] = {}
@@ -261,11 +286,12 @@ class EngineState:
             if action == "add":
                 if dest in self.fbsd_routes:
                     return {"ok": False, "error": f"route: {dest}: route already exists"}
-                self.fbsd_routes.add(dest)
+                gw = req.get("gateway")
+                self.fbsd_routes[dest] = str(gw) if gw else None
             elif action == "delete":
                 if dest not in self.fbsd_routes:
                     return {"ok": False, "error": f"route: {dest}: not found"}
-                self.fbsd_routes.discard(dest)
+                self.fbsd_routes.pop(dest, None)
             else:
                 raise ValueError(f"route: action: expected add or delete, found {action!r}")
             self.publish()

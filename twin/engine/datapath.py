@@ -19,7 +19,9 @@ Counting (DESIGN.md "Hardware profiles"), per packet, for offloaded SAs:
              ICV/malformed -> rx_bad; inner outside the SA's selectors -> rx_blocked;
              IPv6 inner -> rx_v6; written to esp0 -> rx_done, refused -> rx_queuefail.  Unknown SPI: no driver SA, so the kernel's
              dropped-no-tdb.
-  npuep  tx: forwarded -> tx_taken, own -> tx_accel; send failure -> tx_drop.
+  npuep  tx: forwarded -> tx_taken; own -> tx_accel (the offload path), except own packets
+             whose FreeBSD route names a gateway off the tunnel's port -> tx_taken (the
+             association's output step; the 001 page); send failure -> tx_drop.
          rx: IPv4 inner delivered -> rx_done, IPv6 -> rx_v6; ICV/malformed/replay/outside
              the selectors -> rx_bad; unknown SPI -> rx_nosa.
 SAs not offloaded (offload:false, declined, driver not loaded) count FreeBSD's espstat:
@@ -89,6 +91,7 @@ class OutSa:
     fwd_limit: int
     rate_Bps: float
     inc_own: tuple[int, ...]
+    inc_own_step: tuple[int, ...]
     inc_fwd: tuple[int, ...]
     ibytes: int  # esp sent-bytes index or -1
     fail_idx: int
@@ -188,8 +191,9 @@ class TxLoop:
         self.socks: dict[str, socket.socket] = {}
         self.sas: dict[tuple[int, str], OutSa] = {}
         self.order: list[OutSa] = []
-        self.cache: dict[tuple, tuple[OutSa | None, bool]] = {}
+        self.cache: dict = {}
         self.own: set[bytes] = set()
+        self.own_step: list = []
         self.gen = (-1, -1, -1)
         self.faults_ver = -1
         self.tokens = 0.0
@@ -210,6 +214,7 @@ class TxLoop:
         self.gen = gen
         st = load_state(self.dir / "engine.state.json")
         self.own = {ipaddress.ip_address(x).packed for x in st.get("own_addrs", [])}
+        self.own_step = [ipaddress.ip_network(x) for x in st.get("own_output_step", [])]
         new: dict[tuple[int, str], OutSa] = {}
         order = []
         for e in st.get("sas", []):
@@ -243,12 +248,13 @@ class TxLoop:
         off = e["offloaded"]
         if off and self.driver == "octep":
             inc_fwd = (I["tx_encrypt"], I["FROM_KN_TO_IPSEC_ENCR"])
-            inc_own = inc_fwd + (I["out_taken"],)
+            inc_own = inc_own_step = inc_fwd + (I["out_taken"],)
             fail = I["TX_DROP_QUEUE_FULL"]
         elif off:
             inc_fwd, inc_own, fail = (I["tx_taken"],), (I["tx_accel"],), I["tx_drop"]
+            inc_own_step = inc_fwd
         else:
-            inc_fwd = inc_own = (I["esp:sent-packets"], I["hist:" + ALG_OF_CIPHER[e["cipher"]]])
+            inc_fwd = inc_own = inc_own_step = (I["esp:sent-packets"], I["hist:" + ALG_OF_CIPHER[e["cipher"]]])
             fail = I["eng:tx_sendfail"]
         suite = make_suite(e["cipher"], e["spi"], bytes.fromhex(e["enc_key"]),
                            bytes.fromhex(e["auth_key"]) if e.get("auth_key") else None)
@@ -260,7 +266,7 @@ class TxLoop:
             addr=(e["dst"], 0, 0, 0) if outer == "ipv6" else (e["dst"], 0),
             slot=e["slot"], path_mtu=e["path_mtu"], own_limit=e["own_limit"],
             fwd_limit=e["fwd_limit"], rate_Bps=(e.get("rate_mbit") or 0) * 125000.0,
-            inc_own=inc_own, inc_fwd=inc_fwd,
+            inc_own=inc_own, inc_own_step=inc_own_step, inc_fwd=inc_fwd,
             ibytes=-1 if off else I["esp:sent-bytes"], fail_idx=fail,
             outer_hdr=40 if outer == "ipv6" else 20,
             fixed=32 if e["cipher"] == "aes-gcm-16" else 40,
@@ -271,14 +277,15 @@ class TxLoop:
             self.faults_ver = self.faults.version
             self.extra_pending = 1 if fault_params(self.faults, "count_extra") is not None else 0
 
-    def select(self, pkt: bytes) -> tuple[OutSa | None, bool]:
+    def select(self, pkt: bytes) -> tuple[OutSa | None, bool, tuple[int, ...]]:
+        """(SA, own?, counter indexes to bump) for an inner packet, cached per flow."""
         key = _fast_key(pkt) or _flow(pkt)
         hit = self.cache.get(key)
         if hit is not None:
             return hit
         f = _flow(pkt)
         if f is None:
-            return None, False
+            return None, False, ()
         v, s, d, proto, sp, dp = f
         sa_ = ipaddress.ip_address(s)
         da = ipaddress.ip_address(d)
@@ -287,7 +294,16 @@ class TxLoop:
             if _sel_match(osa.local, sa_, proto, sp) and _sel_match(osa.remote, da, proto, dp):
                 chosen = osa
                 break
-        res = (chosen, s in self.own)
+        own = s in self.own
+        incs: tuple[int, ...] = ()
+        if chosen is not None:
+            if not own:
+                incs = chosen.inc_fwd
+            elif any(da.version == n.version and da in n for n in self.own_step):
+                incs = chosen.inc_own_step
+            else:
+                incs = chosen.inc_own
+        res = (chosen, own, incs)
         if len(self.cache) > 65536:
             self.cache.clear()
         self.cache[key] = res
@@ -330,7 +346,7 @@ class TxLoop:
                 f_nh, f_frag, f_ptb = fp(F, "wrong_next_header"), fp(F, "fragment_instead_of_ptb"), fp(F, "wrong_ptb_mtu")
                 f_slow = fp(F, "slow_first_stream")
                 df = dfbit(self.sysctl)
-            osa, own = select(pkt)
+            osa, own, incs = select(pkt)
             if osa is None:
                 a[i_nosa] += 1
                 continue
@@ -370,7 +386,6 @@ class TxLoop:
             osa.seq += 1
             seq = osa.seq
             esp = osa.seal(pkt, nh, seq)
-            incs = osa.inc_own if own else osa.inc_fwd
             a[incs[0]] += 1
             if len(incs) > 1:
                 for i in incs[1:]:
