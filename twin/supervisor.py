@@ -332,8 +332,14 @@ def run(topology: str, prefix: str, run_dir: str | None, components: list[str] |
     except BaseException as exc:  # the starter prints the reason
         report({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
         return 1
-    report({"ok": True, "resolved": str(lab.resolved), "prefix": lab.prefix,
-            "run_dir": str(lab.run.path), "supervisor_pid": os.getpid()})
+    try:
+        report({"ok": True, "resolved": str(lab.resolved), "prefix": lab.prefix,
+                "run_dir": str(lab.run.path), "supervisor_pid": os.getpid()})
+    except OSError as exc:  # the starter died while we built: nobody will ever use this lab
+        print(f"supervisor {lab.prefix}: starter gone ({exc.strerror}); tearing down",
+              file=sys.stderr, flush=True)
+        lab.down()
+        return 1
     sup.serve()
     return 0
 

@@ -164,3 +164,24 @@ def test_owner_exit_tears_the_lab_down(small_topology, fresh_prefix):
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def test_starter_killed_during_up_leaves_nothing(small_topology, fresh_prefix):
+    """The starter dies while the supervisor builds: the lab is never handed to anyone,
+    so the supervisor removes it instead of serving it forever."""
+    run = RunDir.for_prefix(fresh_prefix)
+    starter = subprocess.Popen([sys.executable, "-m", "twin", "up", str(small_topology),
+                                "--prefix", fresh_prefix],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not run.lab_json.exists():
+        assert time.monotonic() < deadline, "the supervisor never started building"
+        time.sleep(0.02)
+    info = read_json(run.lab_json)
+    starter.kill()
+    starter.wait()
+    deadline = time.monotonic() + 40
+    while (alive(info["supervisor"]) or run.path.exists()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    info = read_json(run.lab_json, default=info)
+    assert_gone(fresh_prefix, str(run.path), recorded_pids(info))
