@@ -356,3 +356,16 @@ def test_peer_reboot_stale_ike_sa_is_replaced(pair):
     assert pair.engines["a"].snapshot() == [] and pair.swanctl("a", "--list-sas").stdout == ""
     assert initiate(pair, "a", "net").ok
     assert len(pair.engines["a"].snapshot()) == 2 and len(pair.engines["b"].snapshot()) == 2
+
+
+def test_initiate_ike_only_then_children_reuse_it(pair):
+    lab_pair(pair)
+    r = pair.swanctl("a", "--initiate", "--ike", "lab")
+    assert r.returncode == 0 and r.stdout.endswith("initiate completed successfully\n"), r.stdout + r.stderr
+    assert "[ENC] parsed IKE_AUTH response 1 [ IDr AUTH N(MOBIKE_SUP) N(ADD_4_ADDR) ]" in r.stdout
+    (ike,) = swanctl_list_sas.parse(pair.swanctl("a", "--list-sas").stdout).ike_sas
+    assert ike.children == () and pair.engines["a"].snapshot() == []
+    res = initiate(pair, "a", "net")
+    assert res.ok and any(l.message.startswith("parsed CREATE_CHILD_SA") for l in res.log)
+    r = pair.swanctl("a", "--initiate", "--ike", "nope")
+    assert r.returncode == 1 and r.stderr == "initiate failed: IKE_SA config 'nope' not found\n"

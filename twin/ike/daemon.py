@@ -510,6 +510,8 @@ class Daemon:
                 await self._destroy(other)
         self.log(f"IKE_SA {conn.name}[{sa.uid}] established between {sa.local}[{my_id}]...{sa.remote}[{idi}]")
         auth_r = proto.psk_auth(psk.secret, sa.init_resp, sa.ni, my_id)
+        if "esp" not in msg:  # childless IKE_SA (swanctl --initiate --ike X)
+            return {"idr": my_id, "auth": auth_r}
         child = await self.respond_child(sa, msg, first=True)
         if child is None:
             return None  # child_never_up: no answer at all
@@ -599,8 +601,16 @@ class Daemon:
             self.conn_locks[key] = asyncio.Lock()
         return self.conn_locks[key]
 
-    async def initiate(self, child_name: str, ike_name: str | None, log: Log) -> ChildSA:
-        conn, cfg = self.find_child_cfg(child_name, ike_name)
+    async def initiate(self, child_name: str | None, ike_name: str | None, log: Log) -> ChildSA | None:
+        """Bring up a child (over an existing IKE_SA with the same peer config if there is
+        one), or with only `ike_name` an IKE_SA without a child (childless)."""
+        if child_name:
+            conn, cfg = self.find_child_cfg(child_name, ike_name)
+        else:
+            conn = next((c for c in self.conns if c.name == ike_name), None)
+            if conn is None:
+                raise Failed(f"IKE_SA config '{ike_name}' not found")
+            cfg = None
         remote = self.remote_for(conn)
         local = self.local_for(conn, remote)
         local_id = conn.local.id or local
@@ -609,6 +619,8 @@ class Daemon:
                        if s.same_peer_config(conn, local, remote, local_id)), None)
             if sa is None:
                 return await self._initiate_new(conn, cfg, local, remote, local_id, log)
+        if cfg is None:
+            return None  # the IKE_SA is already up
         return await self._create_child(sa, cfg, log)
 
     def _child_request(self, sa: IkeSA, conn: Connection, cfg: Child, spi: int) -> dict:
@@ -617,9 +629,9 @@ class Daemon:
         return {"esp": [c.to_json() for c in installable(cfg.esp_proposals)], "spi": spi,
                 "tsi": [to_json(t) for t in lts], "tsr": [to_json(t) for t in rts]}
 
-    async def _initiate_new(self, conn: Connection, cfg: Child, local: str, remote: str,
-                            local_id: str, log: Log) -> ChildSA:
-        fail = f"establishing CHILD_SA '{cfg.name}' failed"
+    async def _initiate_new(self, conn: Connection, cfg: Child | None, local: str, remote: str,
+                            local_id: str, log: Log) -> ChildSA | None:
+        fail = f"establishing CHILD_SA '{cfg.name}' failed" if cfg else f"establishing IKE_SA '{conn.name}' failed"
         sa = IkeSA(uid=next(self.ike_uid), conn=conn, initiator=True, spi_i=_secrets.token_hex(8),
                    spi_r="0" * 16, local=local, local_port=0, remote=remote,
                    remote_port=self.port if conn.remote_port == 500 else conn.remote_port, local_id=local_id, ni=proto.nonce())
@@ -661,15 +673,16 @@ class Daemon:
             log(f"[IKE] authentication of '{local_id}' (myself) with pre-shared key")
             spi = self.new_spi()
             uid = next(self.child_uid)
-            log(f"[IKE] establishing CHILD_SA {cfg.name}{{{uid}}}")
             auth = {"exchange": "IKE_AUTH", "idi": local_id,
-                    "auth": proto.psk_auth(psk.secret, sa.init_req, sa.nr, local_id),
-                    **self._child_request(sa, conn, cfg, spi)}
+                    "auth": proto.psk_auth(psk.secret, sa.init_req, sa.nr, local_id)}
+            if cfg is not None:
+                log(f"[IKE] establishing CHILD_SA {cfg.name}{{{uid}}}")
+                auth.update(self._child_request(sa, conn, cfg, spi))
             if peer_id_cfg:
                 auth["idr"] = peer_id_cfg
             got = await self.exchange(
                 sa, auth, log, "IDi N(INIT_CONTACT) IDr AUTH SA TSi TSr N(MOBIKE_SUP) N(ADD_4_ADDR) "
-                "N(MULT_AUTH) N(EAP_ONLY) N(MSG_ID_SYN_SUP)", suppress=self.never_up(cfg.name))
+                "N(MULT_AUTH) N(EAP_ONLY) N(MSG_ID_SYN_SUP)", suppress=bool(cfg and self.never_up(cfg.name)))
             if got is None:
                 log("[IKE] establishing IKE_SA failed, peer not responding")
                 raise Failed(fail)
@@ -683,7 +696,8 @@ class Daemon:
                 raise Failed(fail)
             idr = str(resp.get("idr", ""))
             notify = resp.get("child_notify")
-            payloads = "IDr AUTH " + (f"N({_short(notify)})" if notify else "SA TSi TSr") + " N(MOBIKE_SUP) N(ADD_4_ADDR)"
+            kid = f"N({_short(notify)}) " if notify else ("SA TSi TSr " if cfg is not None else "")
+            payloads = f"IDr AUTH {kid}N(MOBIKE_SUP) N(ADD_4_ADDR)"
             log(f"[ENC] parsed IKE_AUTH response 1 [ {payloads} ]")
             psk_r = find_psk(self.secrets, local_id, idr)
             if psk_r is None or not _secrets.compare_digest(
@@ -695,6 +709,8 @@ class Daemon:
             log(f"[IKE] IKE_SA {conn.name}[{sa.uid}] established between {sa.local}[{local_id}]...{remote}[{idr}]")
             log(f"[IKE] scheduling rekeying in {conn.rekey_time}s")
             log(f"[IKE] maximum IKE_SA lifetime {int(conn.rekey_time * 1.1)}s")
+            if cfg is None:
+                return None
             return await self._finish_child(sa, cfg, resp, spi, sa.ni, sa.nr, b"", log, fail, uid)
         except BaseException:
             if sa.state != "ESTABLISHED":

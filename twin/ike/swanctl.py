@@ -278,8 +278,8 @@ def _stream(hd: HostDir, req: dict[str, Any], verb: str, show_log: bool = True) 
 
 
 def cmd_initiate(hd: HostDir, args: argparse.Namespace) -> int:
-    if not args.child:
-        print("initiate failed: missing --child", file=sys.stderr)  # the twin needs a child
+    if not args.child and not args.ike:
+        print("initiate failed: missing configuration name", file=sys.stderr)
         return 1
     return _stream(hd, {"op": "initiate", "child": args.child, "ike": args.ike,
                         "timeout": args.timeout or None}, "initiate")
