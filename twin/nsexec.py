@@ -18,10 +18,8 @@ Steps, in order:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
-from pathlib import Path
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -39,7 +37,7 @@ too, so two emulated appliances (or the host) never see each other's scratch fil
 EXIT_SETUP_FAILED = 126
 """Exit status when the namespace cannot be entered (the command never ran)."""
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)  # glibc (Debian); ctypes.util costs 35 ms
 
 
 class NsExecError(RuntimeError):
@@ -76,7 +74,7 @@ def enter_netns(netns: str) -> None:
         os.close(fd)
 
 
-def private_mounts(host_dir: Path, netns: str | None) -> None:
+def private_mounts(host_dir: str | os.PathLike[str], netns: str | None) -> None:
     """New mount namespace with DIR/root's appliance paths bound over the real ones."""
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -87,14 +85,14 @@ def private_mounts(host_dir: Path, netns: str | None) -> None:
                 _mount(netns, "/sys", "sysfs", 0)
             except NsExecError:
                 pass
-    root = host_dir / "root"
+    root = os.path.join(os.fspath(host_dir), "root")
     keep = keep_visible(host_dir)
     for target in APPLIANCE_MOUNTS:
-        src = root / target.lstrip("/")
-        if not src.is_dir():
-            src.mkdir(parents=True, exist_ok=True)
+        src = os.path.join(root, target.lstrip("/"))
+        if not os.path.isdir(src):
+            os.makedirs(src, exist_ok=True)
             if target == "/tmp":
-                src.chmod(0o1777)
+                os.chmod(src, 0o1777)
         # Debian has no /var/db: create the (empty) mount point once; harmless on the host.
         os.makedirs(target, exist_ok=True)
         # Host paths under target that must stay reachable (the host dir in a test's /tmp,
@@ -103,7 +101,7 @@ def private_mounts(host_dir: Path, netns: str | None) -> None:
                        for k in keep if k.startswith(target + "/")})
         held = [(s, os.open(s, os.O_PATH | os.O_CLOEXEC)) for s in subs if os.path.exists(s)]
         try:
-            _mount(str(src), target, None, MS_BIND | MS_REC)
+            _mount(src, target, None, MS_BIND | MS_REC)
             for s, fd in held:
                 if os.path.isdir(f"/proc/self/fd/{fd}"):
                     os.makedirs(s, exist_ok=True)
@@ -115,14 +113,14 @@ def private_mounts(host_dir: Path, netns: str | None) -> None:
                 os.close(fd)
 
 
-def keep_visible(host_dir: Path) -> list[str]:
+def keep_visible(host_dir: str | os.PathLike[str]) -> list[str]:
     """Host paths the appliance's commands need even where an appliance mount covers them."""
     paths = {os.path.realpath(host_dir), os.path.abspath(sys.executable), os.path.realpath(sys.executable),
              os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
     return sorted(paths)
 
 
-def enter(host_dir: Path, netns: str | None) -> None:
+def enter(host_dir: str | os.PathLike[str], netns: str | None) -> None:
     """Do steps 1-4 in the current (single-threaded) process."""
     if netns:
         enter_netns(netns)
@@ -174,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     prog = args[1:]
     try:
-        enter(Path(host_dir), netns)
+        enter(host_dir, netns)
     except NsExecError as exc:
         print(f"twin.nsexec: {exc}", file=sys.stderr)
         return EXIT_SETUP_FAILED
