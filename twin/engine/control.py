@@ -306,7 +306,9 @@ class EngineState:
     def check_faults(self, force: bool = False) -> None:
         """Route-affecting faults (own_too_big_fragmented) are applied here."""
         with self.lock:
-            self.faults.refresh(time.monotonic(), force=force)
+            if self.faults.refresh(time.monotonic(), force=force):
+                print(f"engine {self.host.name}: faults now {sorted(self.faults.data) or 'none'}",
+                      file=sys.stderr, flush=True)
             big = fault_params(self.faults, "own_too_big_fragmented") is not None
             if big != self.own_big:
                 self.own_big = big

@@ -24,7 +24,7 @@ IP_PMTUDISC_DONT = 0
 IPV6_MTU_DISCOVER = 23
 IPV6_PMTUDISC_DONT = 0
 IPV6_DONTFRAG = 62
-BUF = 16 * 1024 * 1024
+BUF = 32 * 1024 * 1024  # > a TCP window of ESP frames: a burst never overflows
 
 
 def open_tun(name: str = "esp0") -> int:
