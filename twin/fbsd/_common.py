@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -101,6 +100,8 @@ def active_faults(hd: HostDir) -> dict[str, Any]:
 
 def engine(hd: HostDir, request: dict[str, Any], timeout: float = ENGINE_TIMEOUT) -> dict[str, Any]:
     """One JSON-lines round trip to DIR/engine.sock; raises EngineError on failure."""
+    import socket  # here: commands that never ask the engine skip its import cost
+
     path = str(hd.engine_sock)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)

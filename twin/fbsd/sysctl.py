@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from twin.fbsd import _common as c
@@ -35,12 +34,17 @@ WRITABLE_DEFAULTS: dict[str, int] = {
 }
 
 
-@dataclass
 class Oid:
-    name: str
-    kind: str                  # integer | uint64_t | string | opaque | struct
-    get: Callable[[], Any]
-    writable: bool = False
+    """One leaf.  A plain class, not a dataclass: `dataclasses` costs ~60 ms of start-up
+    per command under load, and every SSH counter read runs this."""
+
+    __slots__ = ("name", "kind", "get", "writable")
+
+    def __init__(self, name: str, kind: str, get: Callable[[], Any], writable: bool = False) -> None:
+        self.name = name
+        self.kind = kind          # integer | uint64_t | string | opaque | struct
+        self.get = get
+        self.writable = writable
 
 
 class Tree:
