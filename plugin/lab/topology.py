@@ -308,7 +308,8 @@ class PskRef(_Model):
     @classmethod
     def _env(cls, v: str | None) -> str | None:
         if v is not None and not _ENV_RE.match(v):
-            raise ValueError(f"expected an environment variable name, found {v!r}")
+            # not repeated: a key pasted here by mistake must not reach a log
+            raise ValueError("expected an environment variable name (letters, digits, _), found something else (not shown)")
         return v
 
     @model_validator(mode="after")
@@ -436,7 +437,10 @@ class Topology(_Model):
     @property
     def bench(self) -> Host:
         """The bench PC (a loaded topology has exactly one)."""
-        return next(h for h in self.hosts.values() if h.role == "bench")
+        for h in self.hosts.values():
+            if h.role == "bench":
+                return h
+        raise LabError(f"topology {self.lab.name} has no bench host")
 
     def host(self, name: str) -> Host:
         try:
