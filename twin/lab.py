@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib.util
-import ipaddress
 import json
 import os
 import shutil
