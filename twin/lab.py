@@ -40,6 +40,8 @@ from twin.runtime import (
 ALL_COMPONENTS = ("engine", "ike", "sshd")
 COMPONENT_MODULES = {"engine": "twin.engine.__main__", "ike": "twin.ike.daemon", "sshd": "twin.sshd"}
 READY_TIMEOUT = 20.0
+DEFAULT_SYSCTLS = {"net.inet.ipsec.dfbit": 0}
+"""sysctl.json after every (re)boot: FreeBSD's defaults for the writable sysctls."""
 INDEX_DIR = DEFAULT_BASE / ".index"
 """Symlinks prefix -> run dir, so runs outside the default base are found for cleanup."""
 
@@ -451,7 +453,7 @@ class Lab:
         }
         write_json_atomic(hd.host_json, host)
         write_json_atomic(hd.faults_json, {})
-        write_json_atomic(hd.sysctl_json, {"net.inet.ipsec.dfbit": 0})
+        write_json_atomic(hd.sysctl_json, dict(DEFAULT_SYSCTLS))
         write_json_atomic(hd.state_json, boot_state(hd, prof["driver"], prof["module_file"], boot_id))
         if _find("twin.fbsd.install") is not None:
             from twin.fbsd.install import install_bin  # type: ignore
@@ -609,6 +611,12 @@ class Lab:
     def host_dir(self, name: str) -> HostDir:
         return self.run.host_dir(name)
 
+    def topo_host(self, name: str) -> dict[str, Any]:
+        """The host's entry in the topology (read back from the file for attached labs)."""
+        if not self.topo:
+            self.topo = yaml.safe_load(Path(self.info["topology"]).read_text())
+        return self.topo["hosts"][name]
+
     @property
     def resolved(self) -> Path:
         return self.run.resolved_yaml
@@ -658,6 +666,10 @@ class Lab:
         kill_netns_processes([netns_name(self.prefix, host)])
         for sock in (hd.engine_sock, hd.ike_sock):
             sock.unlink(missing_ok=True)
+        # a reboot forgets runtime network changes and writable sysctls
+        ports = [_port_spec(host, n, p or {}) for n, p in (self.topo_host(host).get("ports") or {}).items()]
+        tn.reset_host_network(netns_name(self.prefix, host), ports)
+        write_json_atomic(hd.sysctl_json, dict(DEFAULT_SYSCTLS))
         host_json = hd.read_host()
         boot_id = int(host_json.get("boot_id", 1)) + 1
         host_json["boot_id"] = boot_id

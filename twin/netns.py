@@ -367,3 +367,64 @@ def destroy_prefix(prefix: str) -> list[str]:
 def netns_exec(ns_name: str, argv: list[str]) -> list[str]:
     """argv to run a command inside a namespace (with its /etc/netns view)."""
     return ["ip", "netns", "exec", ns_name, *argv]
+
+
+RT_TABLE_MAIN = 254
+RTPROT_KERNEL = 2
+
+
+def reset_host_network(ns_name: str, ports: list[PortSpec]) -> list[str]:
+    """Put a namespace's ports back as a fresh boot has them (the reboot of an appliance).
+
+    On hardware a reboot forgets runtime changes: `route add`, `ifconfig ... alias`, an
+    MTU set by hand.  Here the namespace survives the "reboot", so undo them: every
+    topology port gets exactly its topology addresses (link-local kept) and MTU, and the
+    main table keeps only the kernel's connected routes.  Interfaces that are not ports
+    (a test's own) are left alone.  Returns what was changed, for the supervisor's log.
+    """
+    changed: list[str] = []
+    want = {p.name: p for p in ports}
+    with NetNS(ns_name) as ns:
+        for link in ns.get_links():
+            name = link.get_attr("IFLA_IFNAME")
+            port = want.get(name)
+            if port is None:
+                continue
+            idx = link["index"]
+            if link.get_attr("IFLA_MTU") != port.mtu:
+                ns.link("set", index=idx, mtu=port.mtu)
+                changed.append(f"{name} mtu {port.mtu}")
+            keep = {str(ipaddress.ip_interface(a)) for a in (port.ipv4, port.ipv6) if a}
+            have = set()
+            for addr in ns.get_addr(index=idx):
+                ip = addr.get_attr("IFA_ADDRESS")
+                iface = ipaddress.ip_interface(f"{ip}/{addr['prefixlen']}")
+                if iface.version == 6 and iface.ip.is_link_local:
+                    continue
+                if str(iface) in keep:
+                    have.add(str(iface))
+                    continue
+                ns.addr("del", index=idx, address=ip, prefixlen=addr["prefixlen"])
+                changed.append(f"{name} -{iface}")
+            for a in sorted(keep - have):
+                iface = ipaddress.ip_interface(a)
+                kw = {"flags": IFA_F_NODAD} if iface.version == 6 else {}
+                ns.addr("add", index=idx, address=str(iface.ip), prefixlen=iface.network.prefixlen, **kw)
+                changed.append(f"{name} +{iface}")
+            ns.link("set", index=idx, state="up")
+        for family in (2, 10):
+            for route in ns.get_routes(family=family, table=RT_TABLE_MAIN):
+                table = route.get_attr("RTA_TABLE") or route["table"]
+                if table != RT_TABLE_MAIN or route["proto"] == RTPROT_KERNEL:
+                    continue
+                try:
+                    ns.route("del", **{k: v for k, v in (
+                        ("family", family), ("dst", route.get_attr("RTA_DST")),
+                        ("dst_len", route["dst_len"]), ("gateway", route.get_attr("RTA_GATEWAY")),
+                        ("oif", route.get_attr("RTA_OIF")), ("table", RT_TABLE_MAIN),
+                        ("priority", route.get_attr("RTA_PRIORITY")),
+                    ) if v is not None})
+                    changed.append(f"route -{route.get_attr('RTA_DST') or 'default'}/{route['dst_len']}")
+                except Exception as exc:  # already gone with its interface
+                    changed.append(f"route {route.get_attr('RTA_DST')}: {exc}")
+    return changed

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
 
 from twin.lab import alive, available_components, control_request
-from twin.runtime import RunDir, read_json
+from twin.runtime import RunDir, read_json, write_json_atomic
 
 from .conftest import needs_root
 from .test_lifecycle import twin, up
@@ -48,9 +49,25 @@ def test_reboot_resets_state_keeps_root(small_topology, fresh_prefix):
         topology = pytest.importorskip("plugin.lab.topology")
         resolved = topology.load_topology(out["resolved"])  # what the suite will read
         assert resolved.hosts["dut3300"].mgmt.port == port
+        # runtime changes a real reboot forgets: a route, an alias, an MTU, a sysctl
+        ns = f"{fresh_prefix}-dut3300"
+        for argv in (["ip", "route", "add", "10.99.0.0/16", "via", "198.51.100.10"],
+                     ["ip", "-6", "route", "add", "fd00:99::/64", "via", "fd00:a::10"],
+                     ["ip", "addr", "add", "10.98.0.1/24", "dev", "lan"],
+                     ["ip", "link", "set", "port8", "mtu", "1500"]):
+            subprocess.run(["ip", "netns", "exec", ns, *argv], check=True, capture_output=True)
+        write_json_atomic(hd.sysctl_json, {"net.inet.ipsec.dfbit": 1})
         r = twin("reboot", "--prefix", fresh_prefix, "dut3300")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["boot_id"] == 2
+        show = lambda *a: subprocess.run(["ip", "netns", "exec", ns, *a], capture_output=True,
+                                         text=True, check=True).stdout
+        assert "10.99.0.0" not in show("ip", "route") and "fd00:99::" not in show("ip", "-6", "route")
+        lan = show("ip", "addr", "show", "lan")
+        assert "10.98.0.1" not in lan and "198.51.100.1/26" in lan and "fd00:a::1/64" in lan
+        assert "mtu 9000" in show("ip", "link", "show", "port8")
+        assert "198.51.100.0/26" in show("ip", "route")  # connected routes stay
+        assert read_json(hd.sysctl_json)["net.inet.ipsec.dfbit"] == 0
         after = read_json(run.lab_json)["hosts"]["dut3300"]
         for comp, rec in before["components"].items():
             assert not alive(rec), f"{comp} of the old boot still runs"
