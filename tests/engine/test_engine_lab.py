@@ -439,3 +439,31 @@ def test_control_api_errors_and_driver_state(lab):
     lab.call("gA", "set_driver", loaded=True, name="octep", md5="0" * 32)
     assert lab.call("gA", "counters")["driver"]["sa_count"] == 2
     assert lab.call("gA", "status")["md5"] == "0" * 32
+
+
+def test_rekey_under_load_keeps_traffic_and_conservation(lab):
+    fresh(lab)
+    old = lab.tunnel("aes-gcm-16", "ipv4")
+    srv = lab.popen("hB", ["iperf3", "-s", "-1", "-B", HB["ipv4"]], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    cli = lab.popen("hA", ["iperf3", "-c", HB["ipv4"], "-t", "3", "-J"], stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True)
+    time.sleep(1.2)
+    new = lab.tunnel("aes-gcm-16", "ipv4")  # make-before-break: inbound and outbound installed
+    for name, sa in old.items():
+        if name.endswith("_out"):
+            lab.call(name[:2], "del_sa", spi=sa["spi"], dst=sa["dst"])
+    time.sleep(0.3)
+    for name, sa in old.items():
+        if name.endswith("_in"):
+            lab.call(name[:2], "del_sa", spi=sa["spi"], dst=sa["dst"])
+    out, err = cli.communicate(timeout=30)
+    srv.wait(10)
+    assert cli.returncode == 0, err
+    a, b = settle(lab, "gA"), settle(lab, "gB")
+    assert a["driver"]["tx_encrypt"] == b["driver"]["FROM_WIRE_TO_IPSEC_DECR"]
+    assert b["driver"]["rx_bad"] == 0 and a["esp"]["dropped-no-tdb"] == b["esp"]["dropped-no-tdb"] == 0
+    listed = {s["spi"]: s["packets"] for s in lab.call("gA", "list_sas")["sas"]}
+    assert set(listed) == {new["gA_out"]["spi"], new["gA_in"]["spi"]}
+    assert listed[new["gA_out"]["spi"]] > 100
