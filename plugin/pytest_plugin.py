@@ -113,7 +113,9 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """xdist controller -> worker: the topology file the controller validated."""
-    node.workerinput["hil_topology"] = str(node.config.stash[TOPOLOGY_PATH_KEY])
+    path = node.config.stash.get(TOPOLOGY_PATH_KEY, None)
+    if path is not None:
+        node.workerinput["hil_topology"] = str(path)
 
 
 def get_topology(config: pytest.Config) -> Topology:
