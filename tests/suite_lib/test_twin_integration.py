@@ -128,3 +128,33 @@ def test_children_not_all_up_stops_with_the_child_named(lab):
     finally:
         _twin("fault", "--prefix", lab["prefix"], "peer3300", "child_never_up", "--off")
     assert _swanctl_state(lab, "xgs136") == before_files
+
+
+def test_inner_v6_prerequisites_and_both_size_limits(lab):
+    """The 000 page through the library: route + IPv6-speaking port, the appliance's own limit
+    (exact ESP arithmetic: EMSGSIZE above it) and the forwarded gate (PTB at path MTU - 117)."""
+    from plugin.lab import esp_math
+    from plugin.lab.traffic import BenchHost
+
+    apps, topo = lab["apps"], lab["topo"]
+    dut = apps["dut3300"]
+    bench = BenchHost("bench", host_from_mgmt("bench", topo.hosts["bench"].mgmt, None))
+    plan = TunnelPlan.from_topology(topo, "lab")
+    cfg = TunnelConfig("ipv4", "ipv6", "aes-gcm-16")
+    peer_lan = "fd00:b::1"  # peer3300.lan in topologies/virtual.yaml
+    prov = TunnelProvisioner(apps, plan, cfg, Secret(secrets.token_hex(16)), run_id="suite-lib-test")
+    with prov as bu:
+        assert bu.all_up
+        assert "dut3300: route -6 add -net fd00:b::/64 2001:db8:1::2" in prov.log  # the peer's address on wan10g
+        assert "peer3300: route -6 add -net fd00:a::/64 2001:db8:1::1" in prov.log
+        own = esp_math.ping_data_for_inner(esp_math.max_inner(cfg.cipher, cfg.outer, 1500), "ipv6")
+        ok = dut.ping(peer_lan, size=own, count=2, dont_fragment=True, timeout=4)
+        too_big = dut.ping(peer_lan, size=own + 1, count=1, dont_fragment=True, timeout=3)
+        assert (ok.received, too_big.received, too_big.emsgsize_count) == (2, 0, 1)
+        gate = esp_math.forwarded_ipv6_limit(1500, cfg.outer)
+        data = esp_math.ping_data_for_inner(gate, "ipv6")
+        fits = bench.probe("pmtu", dst=peer_lan, size=data, src="fd00:a::10", iface="a_lan", via="fd00:a::1")
+        over = bench.probe("pmtu", dst=peer_lan, size=data + 1, src="fd00:a::10", iface="a_lan", via="fd00:a::1")
+        assert fits["reply"] and fits["ptb_count"] == 0
+        assert not over["reply"] and over["ptb_mtu"] == gate == 1383
+    assert "dut3300: route fd00:b::/64 via 2001:db8:1::2 removed" in prov.log
