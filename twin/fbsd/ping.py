@@ -14,6 +14,7 @@ import ipaddress
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -196,8 +197,8 @@ def main_for(prog: str, argv: list[str]) -> int:
         cmd += ["-c", str(o.count)]
     if o.wait_ms is not None:
         cmd += ["-W", f"{max(o.wait_ms, 1) / 1000.0:g}"]
-    if o.timeout is not None:
-        cmd += ["-w", f"{max(1, math.ceil(o.timeout))}"]
+    # FreeBSD's -t is a hard stop after N s (summary printed as on SIGINT); iputils' -w
+    # would instead keep sending past -c until enough replies came: run_ping times it.
     if o.src:
         cmd += ["-I", o.src]
     if o.ttl is not None:
@@ -326,6 +327,11 @@ def run_ping(prog: str, fam: int, addr: str, size: int, o: Opts, cmd: list[str])
 
     te = threading.Thread(target=read_err, daemon=True)
     te.start()
+    timer = None
+    if o.timeout is not None:
+        timer = threading.Timer(o.timeout, lambda: proc.poll() is None and proc.send_signal(signal.SIGINT))
+        timer.daemon = True
+        timer.start()
     rtts: list[float] = []
     received = dups = 0
     transmitted: int | None = None
@@ -390,6 +396,8 @@ def run_ping(prog: str, fam: int, addr: str, size: int, o: Opts, cmd: list[str])
     except KeyboardInterrupt:
         proc.terminate()
     proc.wait()
+    if timer is not None:
+        timer.cancel()
     te.join(2)
     if connect_error:
         # iputils gives up at connect(); FreeBSD keeps trying and reports each send.
