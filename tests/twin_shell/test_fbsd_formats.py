@@ -452,3 +452,12 @@ def test_ping6_through_an_ifdisabled_association_port_is_network_down(appliance)
         appliance.engine.sas = saved
         appliance.run("ifconfig wan inet6 ifdisabled")
         subprocess.run(["ip", "-n", ns, "link", "del", "esp0"], check=False)
+
+
+def test_ping_t_is_a_hard_stop(appliance):
+    import time
+    t0 = time.monotonic()
+    r = appliance.run("ping -c 1 -t 1 10.77.0.99")  # on-link, nobody answers
+    assert time.monotonic() - t0 < 4
+    assert r.status == 2
+    assert "1 packets transmitted, 0 packets received, 100.0% packet loss" in r.out
