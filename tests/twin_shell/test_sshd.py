@@ -80,6 +80,14 @@ def test_sftp_put_posix_rename_get_and_shell_sees_same_bytes(appliance):
         sftp.chmod("/usr/local/etc/swanctl/swanctl.conf", 0o600)
         assert sftp.stat("/usr/local/etc/swanctl/swanctl.conf").st_mode & 0o777 == 0o600
         sftp.mkdir("/var/db/twtest")
+        sftp.putfo(io.BytesIO(b"a"), "/var/db/twtest/a")
+        sftp.putfo(io.BytesIO(b"b"), "/var/db/twtest/b")
+        with pytest.raises(IOError):
+            sftp.rename("/var/db/twtest/a", "/var/db/twtest/b")  # SFTPv3 rename never overwrites
+        sftp.rename("/var/db/twtest/a", "/var/db/twtest/c")
+        assert sorted(sftp.listdir("/var/db/twtest")) == ["b", "c"]
+        for n in ("b", "c"):
+            sftp.remove(f"/var/db/twtest/{n}")
         sftp.rmdir("/var/db/twtest")
     finally:
         sftp.close()
