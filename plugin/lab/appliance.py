@@ -23,7 +23,7 @@ import math
 import re
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from plugin.lab.errors import CommandTimeout, LabError, ParseError, ProfileError, TransportError

@@ -23,12 +23,14 @@ log, an exception or a report (:func:`render_masked` is the report's version).
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
 import hashlib
 import ipaddress
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from plugin.lab.errors import LabError, ProvisionError
 
@@ -430,6 +432,7 @@ class Undo:
     what: str  # human text for logs and the report
     kind: str  # route | ifconfig
     args: tuple[str, ...]
+    entry: Any = None  # files.UndoEntry journalled on the appliance (None: not journalled)
 
 
 class TunnelProvisioner:
@@ -486,6 +489,9 @@ class TunnelProvisioner:
         self._undo: list[Undo] = []
         self.bringup: BringUp | None = None
         self.log: list[str] = []  # what was done, in order (no secrets) -- for the report
+        from plugin.lab.files import DEFAULT_JOURNAL_DIR
+
+        self.journal_dir = DEFAULT_JOURNAL_DIR  # where undo entries of routes/flags go
 
     def __repr__(self) -> str:
         return f"TunnelProvisioner({self.tunnel.name!r}, {self.conn!r}, psk={self._psk!r})"
@@ -607,13 +613,15 @@ class TunnelProvisioner:
         ifname = me.port_ifname
         iface = app.interface(ifname)
         if getattr(iface, "ifdisabled", False):
-            app.ifconfig(ifname, "inet6", "-ifdisabled")
-            self._undo.append(Undo(app.name, f"{ifname} inet6 ifdisabled again", "ifconfig", (ifname, "inet6", "ifdisabled")))
+            with self._journalled(app, Undo(app.name, f"{ifname} inet6 ifdisabled again", "ifconfig",
+                                            (ifname, "inet6", "ifdisabled"))):
+                app.ifconfig(ifname, "inet6", "-ifdisabled")
             self._note(f"{app.name}: ifconfig {ifname} inet6 -ifdisabled")
         if not _has_global_inet6(iface) and "ipv6" in me.port_if:
             addr = me.port_if["ipv6"]
-            app.ifconfig(ifname, "inet6", addr, "alias")
-            self._undo.append(Undo(app.name, f"{ifname} inet6 {addr} removed", "ifconfig", (ifname, "inet6", addr, "-alias")))
+            with self._journalled(app, Undo(app.name, f"{ifname} inet6 {addr} removed", "ifconfig",
+                                            (ifname, "inet6", addr, "-alias"))):
+                app.ifconfig(ifname, "inet6", addr, "alias")
             self._note(f"{app.name}: ifconfig {ifname} inet6 {addr} alias")
         net = peer.lan_net("ipv6")
         probe = str(next(ipaddress.ip_network(net).hosts()))
@@ -622,15 +630,32 @@ class TunnelProvisioner:
             # Out of the association's port: via the peer's IPv6 address on that link when the
             # topology gives one (an ordinary on-link gateway), else `-interface PORT`.
             gw = peer.port_if.get("ipv6")
-            if gw:
-                gw = str(ipaddress.ip_interface(gw).ip)
-                app.route_add(net, gateway=gw, family="ipv6")
-                how = gw
-            else:
-                app.route_add(net, interface=ifname, family="ipv6")
-                how = f"-interface {ifname}"
-            self._undo.append(Undo(app.name, f"route {net} via {how} removed", "route", (net, "ipv6")))
+            gw = str(ipaddress.ip_interface(gw).ip) if gw else None
+            how = gw or f"-interface {ifname}"
+            with self._journalled(app, Undo(app.name, f"route {net} via {how} removed", "route", (net, "ipv6"))):
+                if gw:
+                    app.route_add(net, gateway=gw, family="ipv6")
+                else:
+                    app.route_add(net, interface=ifname, family="ipv6")
             self._note(f"{app.name}: route -6 add -net {net} {how}")
+
+    @contextlib.contextmanager
+    def _journalled(self, app: Any, undo: Undo) -> Iterator[None]:
+        """Journal ``undo`` on the appliance, make the change (the with-block), then keep it
+        for ``down()``. Journalled BEFORE the change: a run killed right after the change
+        leaves the recipe for the next run's ``files.recover``. If the change itself fails,
+        the entry is dropped again (nothing to undo; never undo what someone else made)."""
+        from plugin.lab import files
+
+        entry = files.journal_undo(app.host, f"{app.name}: {undo.what}", _undo_script(undo),
+                                   self.journal_dir, self.run_id)
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                files.forget_undo(app.host, entry)
+            raise
+        self._undo.append(dataclasses.replace(undo, entry=entry))
 
     # -- teardown
     def _reload(self, name: str) -> str:
@@ -667,6 +692,10 @@ class TunnelProvisioner:
             return [msg]
         done: list[str] = []
         errors: list[str] = []
+        # A Ctrl-C (or any unexpected exception) during teardown must not leave half a
+        # tunnel: every step still runs, the first such exception is re-raised at the end (a
+        # second Ctrl-C in the same step does stop it; the journal then holds what is left).
+        interrupted: list[BaseException] = []
         # exact reverse of up(): routes and interface changes, then the SAs, then the files
         while self._undo:
             u = self._undo.pop()
@@ -677,9 +706,16 @@ class TunnelProvisioner:
                     gone = "" if app.route_delete(u.args[0], family=u.args[1]) else " (was already gone)"
                 else:
                     app.ifconfig(*u.args)
+                if u.entry is not None:
+                    from plugin.lab.files import forget_undo
+
+                    forget_undo(app.host, u.entry)
                 done.append(f"{u.appliance}: {u.what}{gone}")
             except LabError as e:
-                errors.append(f"{u.appliance}: {u.what}: {e}")
+                errors.append(f"{u.appliance}: {u.what}: {e} (journal entry kept for the next run)")
+            except BaseException as e:  # noqa: BLE001 -- finish the teardown first
+                interrupted.append(e)
+                errors.append(f"{u.appliance}: {u.what}: interrupted (journal entry kept for the next run)")
         if self._txs:
             for end in (self.initiator, "remote" if self.initiator == "local" else "local"):
                 app = self._app(end)
@@ -688,6 +724,9 @@ class TunnelProvisioner:
                     done.append(f"{app.name}: terminate {self.conn} (status {r.status})")
                 except LabError as e:
                     errors.append(f"{app.name}: terminate {self.conn}: {e}")
+                except BaseException as e:  # noqa: BLE001 -- finish the teardown first
+                    interrupted.append(e)
+                    errors.append(f"{app.name}: terminate {self.conn}: interrupted")
         # 1. the tunnel's own file, 2. load (the include still stands: charon drops the
         # connection), 3. swanctl.conf if we had to touch it.
         for kind in ("conf", "main"):
@@ -699,14 +738,38 @@ class TunnelProvisioner:
                 except LabError as e:
                     errors.append(f"{name}: restoring {what}: {e}")
                     continue
+                except BaseException as e:  # noqa: BLE001 -- finish the teardown first
+                    interrupted.append(e)
+                    errors.append(f"{name}: restoring {what}: interrupted (journal kept for the next run)")
+                    continue
                 if kind == "conf":
-                    done.append(self._reload(name))
+                    try:
+                        done.append(self._reload(name))
+                    except BaseException as e:  # noqa: BLE001 -- finish the teardown first
+                        interrupted.append(e)
         self._txs.clear()
         for d in done:
             self._note(d)
+        if interrupted:
+            for e in errors:
+                self._note(f"teardown: {e}")
+            raise interrupted[0]
         if errors:
             raise ProvisionError(f"teardown of {self.conn} incomplete: " + "; ".join(errors))
         return done
+
+
+def _undo_script(u: Undo) -> str:
+    """The sh script ``files.recover`` runs for ``u``: the same command ``down()`` runs,
+    made idempotent (an already-removed route or address is the wanted state)."""
+    import shlex
+
+    if u.kind == "route":
+        net, fam = u.args
+        cmd = ["route"] + (["-6"] if fam == "ipv6" else []) + ["delete", "-net", net]
+    else:
+        cmd = ["ifconfig", *u.args]
+    return " ".join(shlex.quote(a) for a in cmd) + " >/dev/null 2>&1 || true\n"
 
 
 def _has_global_inet6(iface: Any) -> bool:

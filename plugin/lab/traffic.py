@@ -19,7 +19,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 from plugin.lab.appliance import IperfServer, ShellCommands, _family_of, parser
 from plugin.lab.errors import LabError

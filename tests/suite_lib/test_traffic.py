@@ -7,7 +7,6 @@ import shutil
 
 import pytest
 
-from plugin.lab.errors import LabError
 from plugin.lab.remote import LocalHost
 from plugin.lab.traffic import BenchHost, ProbeError, bisect_largest, iperf_run
 
