@@ -129,8 +129,36 @@ def tunnel_cases(topology: Topology, **criteria: Any) -> list[TunnelCase]:
     return out
 
 
-def case_marks(case: TunnelCase) -> list[pytest.MarkDecorator]:
+def appliance_groups(topology: Topology) -> dict[str, str]:
+    """Tunnel name -> its xdist group: the connected set of appliances it belongs to.
+
+    Why connected sets, not pairs: two tunnels that share an appliance (the virtual lab's
+    lab/npu/many all end on peer3300) must never run at once, so every tunnel reachable
+    through shared appliances lands in one group, named by its sorted appliances joined
+    with "+" (e.g. "dut3300+peer3300+xgs136"). Under ``-n`` with ``--dist loadgroup``
+    xdist gives each group to one worker; disjoint sets run in parallel.
+    """
+    parent: dict[str, str] = {}
+
+    def find(a: str) -> str:
+        while parent.setdefault(a, a) != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for t in topology.tunnels.values():
+        parent[find(t.local.host)] = find(t.remote.host)
+    members: dict[str, list[str]] = {}
+    for host in list(parent):
+        members.setdefault(find(host), []).append(host)
+    name = {root: "+".join(sorted(hosts)) for root, hosts in members.items()}
+    return {tname: name[find(t.local.host)] for tname, t in topology.tunnels.items()}
+
+
+def case_marks(case: TunnelCase, group: str | None = None) -> list[pytest.MarkDecorator]:
     marks = [getattr(pytest.mark, case.model)]
+    if group:
+        marks.append(pytest.mark.xdist_group(group))
     if case.config.outer == "ipv6":
         marks.append(pytest.mark.outer_v6)
     if case.config.inner == "ipv6":
@@ -152,11 +180,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Teardown checks run last: they take the tunnel down on purpose."""
-    last = [i for i in items if i.get_closest_marker("runs_last") is not None]
-    if last:
-        rest = [i for i in items if i.get_closest_marker("runs_last") is None]
-        items[:] = rest + last
+    """One bring-up per configuration: the tests of one tunnel case run together (in the
+    order the cases first appear), and the teardown checks run last (they take their
+    tunnel down on purpose). Tests without a tunnel keep their place at the front."""
+    first_seen: dict[str, int] = {}
+    for item in items:
+        case = _case_of(item)
+        if case is not None:
+            first_seen.setdefault(case, len(first_seen))
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        case = _case_of(item)
+        return (item.get_closest_marker("runs_last") is not None, -1 if case is None else first_seen[case])
+
+    items.sort(key=key)
+
+
+def _case_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "tunnel" not in callspec.params:
+        return None
+    case = callspec.params["tunnel"]
+    return case.id if case is not None else None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -166,9 +211,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     marker = metafunc.definition.get_closest_marker("tunnels")
     criteria = dict(marker.kwargs) if marker else {}
-    cases = tunnel_cases(active_topology(metafunc.config), **criteria)
+    topology = active_topology(metafunc.config)
+    cases = tunnel_cases(topology, **criteria)
     if cases:
-        params = [pytest.param(c, id=c.id, marks=case_marks(c)) for c in cases]
+        groups = appliance_groups(topology)
+        params = [pytest.param(c, id=c.id, marks=case_marks(c, groups[c.tunnel])) for c in cases]
     else:
         models = _as_set(criteria.get("model")) or set(MODEL_MARKERS)
         reason = f"the topology has no tunnel matching {criteria or 'any'}"
@@ -201,8 +248,12 @@ def lab(topology: Topology) -> Iterator["Lab"]:
     bench = BenchHost(bench_name, hosts[bench_name]) if bench_name else None
     the_lab = Lab(topology, apps, bench, hosts)
     try:
+        holder = f"{getpass.getuser()}@{socket.gethostname()}: pytest (journal recovery)"
         for app in apps.values():
-            restored = recover(app.host)
+            # Under the appliance lock: a journal belongs to a dead run only when nobody
+            # holds the lock -- recovering a live run's journal would undo its tunnel mid-test.
+            with ApplianceLock(app.host, holder, wait=600, poll=2):
+                restored = recover(app.host)
             if restored:
                 the_lab.recovered[app.name] = restored
                 log.warning("%s: restored what a dead run left: %s", app.name, "; ".join(restored))

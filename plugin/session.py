@@ -64,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[ACTIVE_TOPOLOGY_KEY] = load_topology(Path(resolved)) if resolved else topology
         return
     active = topology
-    if topology.lab.virtual and _wants_lab(config):
+    if topology.lab.virtual and _wants_lab(config) and not is_running_lab(topology):
         try:
             lab = virtual_lab.start(config.stash[TOPOLOGY_PATH_KEY], owner_pid=os.getpid())
         except LabError as exc:
@@ -76,6 +76,14 @@ def pytest_configure(config: pytest.Config) -> None:
             virtual_lab.stop(lab)
             pytest.exit(f"virtual lab: its resolved lab file is invalid:\n{exc}", returncode=LAB_UP_FAILED)
     config.stash[ACTIVE_TOPOLOGY_KEY] = active
+
+
+def is_running_lab(topology: Topology) -> bool:
+    """A virtual lab file whose appliances all have management access filled in is the
+    resolved file of a lab that is already running (``python -m twin up`` wrote it): use it
+    as it is, like a hardware lab, instead of starting another one."""
+    apps = topology.appliances()
+    return bool(apps) and all(h.mgmt.address for h in apps)
 
 
 @pytest.hookimpl(optionalhook=True)
