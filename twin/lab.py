@@ -697,6 +697,13 @@ class Lab:
                                               for c, r in (v.get("components") or {}).items()}}
         return out
 
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.owner:
+            self.down()
+
     def down(self) -> None:
         """Stop every process, remove namespaces, links and the run dir.  Idempotent."""
         teardown(self.run, self.prefix, self.info or None, own=self.components)

@@ -113,9 +113,9 @@ def test_api_faults(lab):
 
 
 def test_down_leaves_nothing(small_topology, fresh_prefix):
-    lab = Lab.up(small_topology, prefix=fresh_prefix, components=())
-    run = lab.run.path
-    lab.down()
+    with Lab.up(small_topology, prefix=fresh_prefix, components=()) as lab:
+        run = lab.run.path
+        assert run.exists()
     assert tn.list_namespaces(fresh_prefix) == [] and tn.root_links(fresh_prefix) == []
     assert not run.exists()
     lab.down()  # idempotent
