@@ -79,6 +79,17 @@ def test_appliance_answers_typed(lab):
     snap = dut.snapshot()
     assert set(snap.counters) == set(dut.profile.counters)
     assert "received-packets" in snap.esp
+    from plugin.lab.report import hardware_info
+
+    hw = hardware_info(dut)
+    assert (hw.model, hw.driver, hw.module_loaded) == ("xgs3300", "octep", True)
+    assert len(hw.module_md5 or "") == 32 and hw.module_size and hw.module_size > 0
+    old = dut.sysctl_get("net.inet.ipsec.dfbit")["net.inet.ipsec.dfbit"]
+    try:
+        assert dut.sysctl_set("net.inet.ipsec.dfbit", 1) == (old, 1)
+        assert dut.sysctl_get("net.inet.ipsec.dfbit") == {"net.inet.ipsec.dfbit": 1}
+    finally:
+        dut.sysctl_set("net.inet.ipsec.dfbit", old)
 
 
 def test_lab_tunnel_up_measured_and_restored(lab):
