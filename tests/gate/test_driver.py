@@ -22,7 +22,7 @@ import pytest
 
 from plugin.lab import files
 from plugin.lab.appliance import Appliance
-from plugin.lab.driver import DriverDeployment, DriverError, recover_driver
+from plugin.lab.driver import DRIVER_JOURNAL_DIR, DriverDeployment, DriverError, recover_driver
 from plugin.lab.remote import host_from_mgmt
 from plugin.lab.topology import load_topology
 
@@ -84,12 +84,13 @@ def test_deploy_loads_the_build_and_restore_puts_the_old_one_back(lab, tmp_path)
     assert info.loaded and info.md5 == want
     assert any("build md5 " + want[:8] in line for line in res.kernel_log), res.kernel_log
     # the journal holds the previous file until restore
-    assert [b.path for b in files.pending(dut.host)] == [dut.profile.module_file]
+    assert [b.path for b in files.pending(dut.host, DRIVER_JOURNAL_DIR)] == [dut.profile.module_file]
+    assert not [b for b in files.pending(dut.host) if b.path == dut.profile.module_file]  # not the lab's journal
     dep.restore()
     assert mod_path.read_bytes() == original
     after = dut.module_info()
     assert after.loaded and after.md5 == before.md5 and after.size == before.size
-    assert files.pending(dut.host) == []
+    assert files.pending(dut.host, DRIVER_JOURNAL_DIR) == []
     dep.restore()  # idempotent
 
 
@@ -107,7 +108,7 @@ def test_unresolved_symbol_is_refused_and_the_old_module_stays(lab, tmp_path):
     assert mod_path.read_bytes() == original
     info = dut.module_info()
     assert info.loaded and info.md5 == hashlib.md5(original).hexdigest()
-    assert files.pending(dut.host) == []
+    assert files.pending(dut.host, DRIVER_JOURNAL_DIR) == []
 
 
 class _CorruptingHost:
@@ -157,4 +158,4 @@ def test_missing_local_file_is_a_clear_error(lab, tmp_path):
     dut = lab["apps"]["dut3300"]
     with pytest.raises(DriverError, match=r"no such file"):
         DriverDeployment(dut, tmp_path / "nope.ko").deploy()
-    assert files.pending(dut.host) == []
+    assert files.pending(dut.host, DRIVER_JOURNAL_DIR) == []
