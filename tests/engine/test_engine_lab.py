@@ -467,3 +467,19 @@ def test_rekey_under_load_keeps_traffic_and_conservation(lab):
     listed = {s["spi"]: s["packets"] for s in lab.call("gA", "list_sas")["sas"]}
     assert set(listed) == {new["gA_out"]["spi"], new["gA_in"]["spi"]}
     assert listed[new["gA_out"]["spi"]] > 100
+
+
+def test_more_specific_child_wins_over_the_broad_one(lab):
+    fresh(lab)
+    broad = lab.tunnel("aes-gcm-16", "ipv4")
+    port = lab.tunnel("aes-gcm-16", "ipv4", local_ts=["198.51.100.0/26[tcp]"],
+                      remote_ts=["203.0.113.0/24[tcp/5201]"])
+    srv = lab.popen("hB", ["iperf3", "-s", "-1", "-B", HB["ipv4"]], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    assert lab.run("hA", ["iperf3", "-c", HB["ipv4"], "-n", "200K"], timeout=20).returncode == 0
+    srv.wait(10)
+    assert ping(lab, "hA", "ipv4", HB["ipv4"], count=2, interval="0.05").returncode == 0
+    pk = {s["spi"]: s["packets"] for s in lab.call("gA", "list_sas")["sas"]}
+    assert pk[port["gA_out"]["spi"]] > 50
+    assert pk[broad["gA_out"]["spi"]] == 2  # only the pings

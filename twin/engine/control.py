@@ -64,6 +64,7 @@ class EngineState:
         self.fbsd_routes: dict[str, str | None] = {}  # dest prefix -> gateway
         self.faults = JsonWatch(self.dir / "faults.json")
         self.own_big = False
+        self.leaked: set[tuple[int, str]] = set()  # SAs kept by fault leak_sa_on_delete
         self.pids: dict[str, int] = {}
         self.started = time.time()
 
@@ -188,6 +189,7 @@ class EngineState:
         with self.lock:
             self.faults.refresh(time.monotonic(), force=True)
             old = self.sas.pop(spec.key, None)
+            self.leaked.discard(spec.key)
             if old is not None:
                 self.free.append(old.slot)
             if not self.free:
@@ -206,6 +208,12 @@ class EngineState:
         except (KeyError, ValueError, TypeError):
             raise ValueError("del_sa: expected spi (int) and dst (address)") from None
         with self.lock:
+            self.faults.refresh(time.monotonic(), force=True)
+            if key in self.sas and fault_params(self.faults, "leak_sa_on_delete") is not None:
+                # fault: answer as if deleted, keep the SA (a teardown that leaves state behind);
+                # switching the fault off forgets it (check_faults), so the lab heals
+                self.leaked.add(key)
+                return {"ok": True}
             inst = self.sas.pop(key, None)
             if inst is None:
                 return {"ok": False, "error": f"del_sa: no SA spi={key[0]:#x} dst={key[1]}"}
@@ -218,6 +226,7 @@ class EngineState:
             for inst in self.sas.values():
                 self.free.append(inst.slot)
             self.sas.clear()
+            self.leaked.clear()
             self.publish()
         return {"ok": True}
 
@@ -269,6 +278,7 @@ class EngineState:
         with self.lock:
             self.sas.clear()
             self.free = list(range(MAX_SA - 1, -1, -1))
+            self.leaked.clear()
             self.fbsd_routes.clear()
             self.c.zero()
             self.c.add("gen:gen_reset")
@@ -304,7 +314,8 @@ class EngineState:
         return {"ok": True, "faults": sorted(self.faults.data)}
 
     def check_faults(self, force: bool = False) -> None:
-        """Route-affecting faults (own_too_big_fragmented) are applied here."""
+        """Route-affecting faults (own_too_big_fragmented) are applied here, and SAs kept
+        by leak_sa_on_delete are dropped once that fault is off."""
         with self.lock:
             if self.faults.refresh(time.monotonic(), force=force):
                 print(f"engine {self.host.name}: faults now {sorted(self.faults.data) or 'none'}",
@@ -312,6 +323,13 @@ class EngineState:
             big = fault_params(self.faults, "own_too_big_fragmented") is not None
             if big != self.own_big:
                 self.own_big = big
+                self.publish()
+            if self.leaked and fault_params(self.faults, "leak_sa_on_delete") is None:
+                for key in self.leaked:
+                    inst = self.sas.pop(key, None)
+                    if inst is not None:
+                        self.free.append(inst.slot)
+                self.leaked.clear()
                 self.publish()
 
     OPS = ("add_sa", "del_sa", "flush", "list_sas", "counters", "status", "set_driver",

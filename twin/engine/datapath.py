@@ -164,6 +164,26 @@ def _fast_key(pkt: bytes) -> bytes | None:
     return None
 
 
+def _specificity(sel: Selector) -> int:
+    """More specific (longer prefix, a protocol, ports) is larger."""
+    return (sel.net.prefixlen * 4 + (64 if sel.proto is not None else 0)
+            + (32 if (sel.port_lo, sel.port_hi) != (0, 65535) else 0))
+
+
+def _pairs(order: list["OutSa"]) -> list[tuple["OutSa", Selector, Selector]]:
+    """Every (SA, local selector, remote selector) pair, most specific first -- as
+    strongSwan's policy priorities order the SPD; stable, so of two equal SAs (a
+    rekey) the older one is used until it is deleted."""
+    pairs = []
+    for osa in order:
+        for ls in osa.local:
+            for rs in osa.remote:
+                if ls.net.version == rs.net.version:
+                    pairs.append((-(_specificity(ls) + _specificity(rs)), len(pairs), osa, ls, rs))
+    pairs.sort(key=lambda p: (p[0], p[1]))
+    return [(p[2], p[3], p[4]) for p in pairs]
+
+
 def _sel_match(sels: list[Selector], addr, proto: int, port: int) -> bool:
     for s in sels:
         if addr.version != s.net.version or addr not in s.net:
@@ -191,6 +211,7 @@ class TxLoop:
         self.socks: dict[str, socket.socket] = {}
         self.sas: dict[tuple[int, str], OutSa] = {}
         self.order: list[OutSa] = []
+        self.pairs: list = []
         self.cache: dict = {}
         self.own: set[bytes] = set()
         self.own_step: list = []
@@ -233,6 +254,7 @@ class TxLoop:
             order.append(osa)
         self.sas = new
         self.order = order
+        self.pairs = _pairs(order)
         self.cache.clear()
         self.faults.refresh(time.monotonic(), force=True)
         self.sysctl.refresh(time.monotonic(), force=True)
@@ -290,8 +312,8 @@ class TxLoop:
         sa_ = ipaddress.ip_address(s)
         da = ipaddress.ip_address(d)
         chosen = None
-        for osa in self.order:
-            if _sel_match(osa.local, sa_, proto, sp) and _sel_match(osa.remote, da, proto, dp):
+        for osa, ls, rs in self.pairs:
+            if _sel_match((ls,), sa_, proto, sp) and _sel_match((rs,), da, proto, dp):
                 chosen = osa
                 break
         own = s in self.own
@@ -345,7 +367,9 @@ class TxLoop:
                 f_drop, f_icv, f_replay = fp(F, "drop_every"), fp(F, "corrupt_icv"), fp(F, "replay")
                 f_nh, f_frag, f_ptb = fp(F, "wrong_next_header"), fp(F, "fragment_instead_of_ptb"), fp(F, "wrong_ptb_mtu")
                 f_slow = fp(F, "slow_first_stream")
-                df = dfbit(self.sysctl)
+                # fault ipv4_df_gate: gate forwarded IPv4 by its DF bit (dfbit 2's rule)
+                # although net.inet.ipsec.dfbit says 0 -- the 000 page's IPv4 test must fail
+                df = 2 if fp(F, "ipv4_df_gate") is not None else dfbit(self.sysctl)
             osa, own, incs = select(pkt)
             if osa is None:
                 a[i_nosa] += 1
