@@ -341,6 +341,14 @@ class ActiveTunnel:
         v = getattr(found[1], self.config.inner, None)
         return str(ipaddress.ip_interface(str(v)).ip) if v else None
 
+    def bench_lan_mtu(self, end: str) -> int:
+        """The MTU a forwarded packet from the bench meets first: the smaller of the bench's
+        port and the appliance's LAN port on ``end``'s side."""
+        e = self.plan.end(end)
+        lan = self.lab.topology.port(e.host, e.lan).mtu
+        found = self.lab.bench_port_facing(e.host, e.lan)
+        return min(lan, found[1].mtu) if found else lan
+
     def masked_conf(self, end: str) -> str:
         return render_masked(self.plan, self.config, end)
 
