@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 from pathlib import Path
 
 import pytest
@@ -112,10 +113,35 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """xdist controller -> worker: the topology file the controller validated."""
+    """xdist controller -> worker: the topology file the controller validated, and loadgroup."""
     path = node.config.stash.get(TOPOLOGY_PATH_KEY, None)
     if path is not None:
         node.workerinput["hil_topology"] = str(path)
+    node.workerinput["hil_loadgroup"] = getattr(node.config.option, "dist", None) == "loadgroup"
+
+
+def _dist_given(config: pytest.Config) -> bool:
+    """Did the user choose an xdist mode (--dist/-d on the command line, PYTEST_ADDOPTS, addopts)?"""
+    args = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+            *config.getini("addopts")]
+    return any(a == "-d" or a == "--dist" or a.startswith("--dist=") for a in args)
+
+
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``-n N`` means ``--dist loadgroup`` unless the user chose a mode.
+
+    Why: tests of one connected set of appliances carry ``xdist_group(<set>)`` (see
+    plugin.fixtures.appliance_groups); only loadgroup keeps a group on one worker, so a
+    tunnel is built once and no two workers drive one appliance. Runs after xdist's own
+    tryfirst hook, which turned ``-n`` into ``dist="load"``.
+    """
+    if getattr(config.option, "dist", None) == "load" and not _dist_given(config):
+        config.option.dist = "loadgroup"
+    # A worker re-parses the command line (dist "no"), so xdist's worker side would not add
+    # the @group suffix the scheduler groups by: the controller's choice comes via workerinput.
+    wi = getattr(config, "workerinput", None)
+    if wi and wi.get("hil_loadgroup"):
+        config.option.loadgroup = True
 
 
 def get_topology(config: pytest.Config) -> Topology:
