@@ -33,6 +33,7 @@ EXPECTED = {
     "psk_inline": "32: tunnels.t.psk: expected {env: NAME} or {file: PATH}, found an inline key",
     "psk_inline_value": "32: tunnels.t.psk: expected {env: NAME} or {file: PATH}, found an inline key",
     "psk_env_not_a_name": "32: tunnels.t.psk.env: expected an environment variable name (letters, digits, _), found something else (not shown)",
+    "psk_unterminated": "33: (top): expected valid YAML, found a syntax error: found unexpected end of stream (while scanning a quoted scalar started on line 32)",
     "psk_env_and_file": "32: tunnels.t.psk: expected exactly one of env or file, found both",
     "bad_cidr": "9: hosts.gw1.ports.wan.ipv4: expected an ipv4 address with prefix length (e.g. 192.0.2.1/24), found '192.0.2.300/26'",
     "cidr_without_prefix": "9: hosts.gw1.ports.wan.ipv4: expected an ipv4 address with prefix length (e.g. 192.0.2.1/24), found '192.0.2.1'",
