@@ -40,10 +40,23 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+ACCEPTANCE_DIR = "tests_hil"
+
+
 def _wants_lab(config: pytest.Config) -> bool:
-    """Only a run that executes tests needs a lab (not --help, --markers, --collect-only)."""
+    """Only a run that executes acceptance tests needs a lab: not --help, --markers or
+    --collect-only, and not a run of the project's own tests (``pytest tests/``). The
+    paths pytest was given (or ``testpaths``) tell: one inside tests_hil/, or a folder
+    that contains it, selects acceptance tests."""
     opt = config.option
-    return not any(getattr(opt, name, False) for name in ("help", "markers", "collectonly", "showfixtures", "version"))
+    if any(getattr(opt, name, False) for name in ("help", "markers", "collectonly", "showfixtures", "version")):
+        return False
+    acceptance = (Path(config.rootpath) / ACCEPTANCE_DIR).resolve()
+    for arg in config.args or [str(config.invocation_params.dir)]:
+        path = (Path(config.invocation_params.dir) / arg.split("::", 1)[0]).resolve()
+        if path == acceptance or acceptance in path.parents or path in acceptance.parents:
+            return True
+    return False
 
 
 def reports_dir(config: pytest.Config) -> Path:
@@ -132,10 +145,34 @@ def virtual_lab_of(config: pytest.Config) -> "virtual_lab.VirtualLab | None":
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Which lab, and on each appliance the driver module (name, md5, size) and kernel."""
+    lines = []
     lab = config.stash.get(VIRTUAL_LAB_KEY, None)
-    if lab is None:
-        return []
-    return [f"virtual lab: {lab.prefix} (run dir {lab.run_dir})"]
+    if lab is not None:
+        lines.append(f"virtual lab: {lab.prefix} (run dir {lab.run_dir})")
+    if ACTIVE_TOPOLOGY_KEY not in config.stash or not _wants_lab(config):
+        return lines
+    from plugin.fixtures import build_appliances
+    from plugin.lab.report import hardware_info
+
+    try:
+        apps, hosts = build_appliances(active_topology(config))
+    except LabError as exc:
+        return lines + [f"appliances: not reachable ({exc})"]
+    try:
+        for app in apps.values():
+            try:
+                hw = hardware_info(app)
+                size = f"{hw.module_size:,} bytes" if hw.module_size is not None else "size ?"
+                state = "loaded" if hw.module_loaded else "NOT loaded"
+                lines.append(f"{app.name} ({hw.model}): {hw.driver} md5 {hw.module_md5 or '?'}, {size}, "
+                             f"{state}; kernel {hw.kernel}")
+            except LabError as exc:
+                lines.append(f"{app.name}: cannot read the driver build: {exc}")
+    finally:
+        for h in hosts.values():
+            h.close()
+    return lines
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
