@@ -121,6 +121,15 @@ REGISTRY: dict[str, Fault] = {f.name: f for f in (
            Param("seconds", int, 15, "how long after boot the cap lasts")),
           "the first TCP stream after boot runs at `mbit` for `seconds` (issue 531 on xgs136)",
           "throughput: one stream reaches the port rate (fails on xgs136 while 531 is open)"),
+    Fault("ipv4_df_gate", "engine", (),
+          "the engine applies FreeBSD's forwarded-IPv4 gate to packets with DF although "
+          "net.inet.ipsec.dfbit is 0: a forwarded IPv4 packet of the exact ESP limit with DF gets "
+          "'fragmentation needed' instead of passing",
+          "000 page: a forwarded 1,446-byte IPv4 packet with DF passes while dfbit is 0"),
+    Fault("leak_sa_on_delete", "engine", (),
+          "the engine answers del_sa ok but keeps the association (switching the fault off drops "
+          "what it kept)",
+          "teardown: no association of the tunnel left in setkey -D or the engine's sa_count"),
     Fault("child_never_up", "ike", (Param("child", str, help="child SA name that never installs"),),
           "initiating that child times out; no association appears",
           "002 page: all children come up (6 of 6) with their own identities"),
