@@ -61,11 +61,11 @@ class Capture:
 
 
 def settle(lab: MiniLab, gw: str, timeout: float = 5.0) -> dict:
-    """Counters after two equal reads 150 ms apart (the suite's settle rule)."""
+    """Counters after two equal reads 100 ms apart (the suite's settle rule)."""
     prev = lab.call(gw, "counters")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        time.sleep(0.15)
+        time.sleep(0.1)
         cur = lab.call(gw, "counters")
         if cur == prev:
             return cur

@@ -36,13 +36,15 @@ INJECT = ("import socket,sys\n"
 
 
 def fresh(lab, *gws):
+    """Reboot-like start for a test: no SAs, no faults, dfbit 0, no learned path MTUs."""
     for gw in gws or ("gA", "gB"):
         lab.call(gw, "reset")
-        lab.write_faults(gw, {})
-        lab.write_sysctl(gw, {})
+        for name, writer in (("faults.json", lab.write_faults), ("sysctl.json", lab.write_sysctl)):
+            f = lab.host_dir(gw) / name
+            if f.exists() and json.loads(f.read_text() or "{}"):
+                writer(gw, {})
     for role in ("hA", "hB", "gA", "gB"):
-        lab.run(role, ["ip", "-6", "route", "flush", "cache"])
-        lab.run(role, ["ip", "route", "flush", "cache"])
+        lab.run(role, ["sh", "-c", "ip -6 route flush cache; ip route flush cache"])
 
 
 def delta(before: dict, after: dict, key: str, section: str = "driver") -> int:
@@ -147,8 +149,7 @@ def test_kernel_cipher_end_counts_freebsd_esp_statistics(lab):
 
 
 # --- FreeBSD's size rules ----------------------------------------------------------------
-@pytest.mark.parametrize("cipher", CIPHERS)
-@pytest.mark.parametrize("outer", FAMS)
+@pytest.mark.parametrize("cipher,outer", [("aes-gcm-16", "ipv4"), ("aes-cbc-hmac-sha256", "ipv6")])
 def test_pmtu_own_exact_and_forwarded_ptb_ipv6(lab, cipher, outer):
     fresh(lab)
     lab.tunnel(cipher, outer)
