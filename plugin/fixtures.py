@@ -434,7 +434,12 @@ def record(request: pytest.FixtureRequest) -> Iterator[TestRecord]:
     page = node.get_closest_marker("page")
     hw = tuple(m for m in MODEL_MARKERS if node.get_closest_marker(m) is not None)
     doc = (getattr(request.function, "__doc__", None) or "").strip().splitlines()
-    rec = TestRecord(node.nodeid, doc[0] if doc else node.name, page.args[0] if page and page.args else None, hw)
+    title = doc[0].rstrip(".") if doc else node.name
+    if "[" in node.name:  # which configuration: the page's tables must tell them apart
+        title += f" [{node.name.split('[', 1)[1]}"
+    rec = TestRecord(node.nodeid, title, page.args[0] if page and page.args else None, hw)
+    case = _case_of(node)
+    rec.tunnel_case = case
     with collect_checks() as checks:
         yield rec
         rec.checks = list(checks)
@@ -507,6 +512,7 @@ def stream(record: TestRecord, pytestconfig: pytest.Config):
 
     def run(client, server, server_addr: str, seconds: float, *, streams: int = 1, reverse: bool = False,
             bind: str | None = None, port: int = 5201, label: str = "stream"):
+        record.traffic_seconds += seconds
         with _step(f"traffic: {label}, {streams} stream(s), {seconds:g} s"):
             res = iperf_run(client, server, server_addr, seconds=seconds, streams=streams, reverse=reverse,
                             port=port, bind=bind)

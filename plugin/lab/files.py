@@ -127,6 +127,21 @@ def backup(host: Host, path: str, journal_dir: str = DEFAULT_JOURNAL_DIR, run_id
     stamp = f"{time.time_ns()}-{_SAFE.sub('_', run_id)[:40]}-{os.urandom(3).hex()}"
     stem = f"{journal_dir}/{stamp}-{_SAFE.sub('_', os.path.basename(path))[:60]}"
     bpath, jpath = stem + ".bak", stem + ".json"
+    try:
+        return _backup(host, path, journal_dir, run_id, timeout, bpath, jpath)
+    except BaseException:
+        # Interrupted (Ctrl-C, a cut connection) between the copy and the journal entry:
+        # the file itself is not changed yet, so the half-made copy and entry are dropped
+        # (an orphan copy would hold a PSK; an entry without its copy would fail recovery).
+        try:
+            host.run(argv_rm(bpath, jpath, jpath + ".tmp"), timeout=timeout)
+        except Exception:  # noqa: BLE001 -- the original error is the one to report
+            log.warning("%s: could not remove the unfinished backup %s", host.name, bpath)
+        raise
+
+
+def _backup(host: Host, path: str, journal_dir: str, run_id: str, timeout: float, bpath: str,
+            jpath: str) -> Backup:
     r = host.run(
         SHA256_FN
         + f"p={_q(path)}; j={_q(journal_dir)}; b={_q(bpath)}\n"
@@ -219,13 +234,95 @@ def pending(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float =
     return entries
 
 
+@dataclass(frozen=True)
+class UndoEntry:
+    """A change that is not a file (a route, an interface flag, an address) and the sh
+    script that reverts it, journalled on the host BEFORE the change is made: a run killed
+    right after the change still leaves the recipe for the next run's `recover`. The
+    script must be idempotent (reverting what is already reverted is not an error)."""
+
+    what: str
+    script: str
+    journal_path: str
+    run_id: str
+    created: float = field(default_factory=time.time)
+    host: str = ""
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> "UndoEntry":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ParseError(where, 1, text, f"undo entry is not JSON ({e})") from e
+        if not isinstance(d, dict):
+            raise ParseError(where, 1, text, f"undo entry: expected an object, found {type(d).__name__}")
+        for k in ("what", "script", "journal_path", "run_id"):
+            if not isinstance(d.get(k), str):
+                raise ParseError(where, 1, text, f"undo entry field {k}: expected str, found {d.get(k)!r}")
+        return cls(what=d["what"], script=d["script"], journal_path=d["journal_path"], run_id=d["run_id"],
+                   created=float(d.get("created", 0.0)), host=str(d.get("host", "")))
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.created))
+        return f"{self.what} (journalled {when} by run {self.run_id})"
+
+
+UNDO_SUFFIX = ".undo"
+
+
+def journal_undo(host: Host, what: str, script: str, journal_dir: str = DEFAULT_JOURNAL_DIR,
+                 run_id: str = "manual", timeout: float = 60) -> UndoEntry:
+    """Record how to revert a change about to be made (call it BEFORE the change)."""
+    stamp = f"{time.time_ns()}-{_SAFE.sub('_', run_id)[:40]}-{os.urandom(3).hex()}"
+    e = UndoEntry(what=what, script=script, journal_path=f"{journal_dir}/{stamp}{UNDO_SUFFIX}",
+                  run_id=run_id, host=host.name)
+    text = json.dumps(asdict(e), sort_keys=True)
+    host.run(
+        "umask 077\n"
+        + f"j={_q(journal_dir)}\n"
+        + 'mkdir -p "$j" && chmod 700 "$j" || exit 4\n'
+        + f"printf '%s\\n' {_q(text)} > {_q(e.journal_path + '.tmp')} && mv -f {_q(e.journal_path + '.tmp')} {_q(e.journal_path)}\n",
+        timeout=timeout,
+    ).check(f"journal undo entry for {what}")
+    return e
+
+
+def forget_undo(host: Host, e: UndoEntry, timeout: float = 60) -> None:
+    """The change was reverted (or never made): drop its entry."""
+    host.run(argv_rm(e.journal_path), timeout=timeout).check(f"discard undo entry for {e.what}")
+
+
+def pending_undos(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float = 60) -> list[UndoEntry]:
+    """Every undo entry on the host, oldest first."""
+    r = host.run(
+        f"j={_q(journal_dir)}\n"
+        + '[ -d "$j" ] || exit 0\n'
+        + f'for f in "$j"/*{UNDO_SUFFIX}; do [ -f "$f" ] || continue; printf "%s\\t" "$f"; head -n 1 "$f"; done\n',
+        timeout=timeout,
+    ).check(f"list undo journal {journal_dir}")
+    out = []
+    for line in r.stdout.splitlines():
+        fname, _, text = line.partition("\t")
+        out.append(UndoEntry.from_json(text, f"{host.name}:{fname}"))
+    out.sort(key=lambda e: (e.created, e.journal_path))
+    return out
+
+
 def recover(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float = 60) -> list[str]:
-    """Restore everything dead runs left, newest first (so the oldest backup of a file
-    wins), and remove their entries. Returns one line per restored file for the report.
-    Call it while holding the appliance lock. If some restore fails, the others are
-    still done and a ProvisionError lists the failures (their entries are kept)."""
+    """Undo everything dead runs left: first their journalled non-file changes (routes,
+    interface flags; newest first), then their files, newest first (so the oldest backup
+    of a file wins), and remove their entries. Returns one line per reverted change for
+    the report. Call it while holding the appliance lock. If some step fails, the others
+    are still done and a ProvisionError lists the failures (their entries are kept)."""
     done: list[str] = []
     failed: list[str] = []
+    for u in reversed(pending_undos(host, journal_dir, timeout)):
+        try:
+            host.run(u.script, timeout=timeout).check(f"undo {u.what}")
+            forget_undo(host, u, timeout)
+            done.append(f"undone: {u.describe()}")
+        except Exception as e:  # noqa: BLE001 -- collect, then report all
+            failed.append(f"{u.what}: {e}")
     for b in reversed(pending(host, journal_dir, timeout)):
         try:
             restore(host, b, timeout)
@@ -237,7 +334,7 @@ def recover(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float =
         raise ProvisionError(f"{host.name}: recovery incomplete; restored {len(done)}, failed:\n  "
                              + "\n  ".join(failed))
     if done:
-        log.warning("%s: recovered %d file(s) a dead run left changed:\n  %s", host.name, len(done),
+        log.warning("%s: recovered %d change(s) a dead run left:\n  %s", host.name, len(done),
                     "\n  ".join(done))
     return done
 

@@ -76,6 +76,20 @@ _AGE = ('m=$(stat -c %Y "$l" 2>/dev/null || stat -f %m "$l" 2>/dev/null)\n'
         'case "$m" in ""|*[!0-9]*) ;; *) echo "age=$(( $(date +%s) - m ))";; esac\n')
 
 
+def _provably_dead(info: LockInfo) -> bool:
+    """True only when the holder ran on this machine and its pid no longer exists. A holder
+    on another machine, or a live pid (even a recycled one), is never taken for dead."""
+    if info.host != socket.gethostname() or info.pid <= 0 or info.pid == os.getpid():
+        return False
+    try:
+        os.kill(info.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 class ApplianceLock:
     """`with ApplianceLock(host, "alice: pytest -m xgs136", run_id=...) :` -- acquire, or
     wait up to `wait` seconds (polling every `poll`), then raise LockHeld naming the holder.
@@ -126,6 +140,13 @@ class ApplianceLock:
                 log.info("%s: lock %s acquired by %s", self.host.name, self.path, self.info.describe())
                 return self
             other = LockInfo.parse(content)
+            if other is not None and _provably_dead(other):
+                # Killed (SIGKILL, power) on THIS machine: its pid is gone, so the lock is
+                # stale for certain; its journal is recovered by whoever takes the lock next.
+                log.warning("%s: lock %s belongs to a run that no longer exists on this machine "
+                            "(%s); taking it over", self.host.name, self.path, other.describe())
+                self._remove_if(content)
+                continue
             if self.break_if_older_than is not None and age is not None and age > self.break_if_older_than:
                 log.warning("%s: breaking lock %s, %ds old (> %gs): %s", self.host.name, self.path, age,
                             self.break_if_older_than, other.describe() if other else content[:200])

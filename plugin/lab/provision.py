@@ -643,17 +643,25 @@ class TunnelProvisioner:
     def _journalled(self, app: Any, undo: Undo) -> Iterator[None]:
         """Journal ``undo`` on the appliance, make the change (the with-block), then keep it
         for ``down()``. Journalled BEFORE the change: a run killed right after the change
-        leaves the recipe for the next run's ``files.recover``. If the change itself fails,
-        the entry is dropped again (nothing to undo; never undo what someone else made)."""
+        leaves the recipe for the next run's ``files.recover``. If the change is refused as
+        already existing, the entry is dropped (never undo what someone else made); on any
+        other failure or interrupt it may have been made, so it is reverted like a success."""
         from plugin.lab import files
 
         entry = files.journal_undo(app.host, f"{app.name}: {undo.what}", _undo_script(undo),
                                    self.journal_dir, self.run_id)
         try:
             yield
-        except BaseException:
-            with contextlib.suppress(Exception):
-                files.forget_undo(app.host, entry)
+        except LabError as e:
+            if any(w in str(e) for w in ("already in table", "File exists")):
+                # refused because it already existed: not ours, never undo it
+                with contextlib.suppress(Exception):
+                    files.forget_undo(app.host, entry)
+            else:  # we cannot know whether it was made: down() reverts it (idempotent)
+                self._undo.append(dataclasses.replace(undo, entry=entry))
+            raise
+        except BaseException:  # interrupted: the change may well be made
+            self._undo.append(dataclasses.replace(undo, entry=entry))
             raise
         self._undo.append(dataclasses.replace(undo, entry=entry))
 
