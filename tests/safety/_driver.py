@@ -1,0 +1,89 @@
+"""A provisioning run in its own process, for the signal scenarios and the two-run test.
+
+``python tests/safety/_driver.py pause RESOLVED STEP``: provisions the lab tunnel (inner
+IPv6) with the appliance lock held, like the ``tunnel`` fixture; at STEP (see _inject) it
+lets the command run, prints ``AT STEP`` and sleeps, so the parent can deliver SIGINT or
+SIGKILL at a known point. Without a signal it tears down and prints ``DONE``.
+
+``python tests/safety/_driver.py hold RESOLVED WAIT SECONDS``: lock both ends (waiting up
+to WAIT s), bring the tunnel up, print ``UP <epoch>``, hold it SECONDS, tear down, print
+``DOWN <epoch>``; a refused lock prints ``REFUSED <message>`` and exits 3.
+
+The PSK comes from $HIL_SAFETY_PSK and is never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _inject import TEST_COMMAND, Armed, InterruptingHost, trigger  # noqa: E402
+
+from plugin.fixtures import build_appliances  # noqa: E402
+from plugin.lab.lock import ApplianceLock, LockHeld  # noqa: E402
+from plugin.lab.provision import TunnelPlan, TunnelProvisioner  # noqa: E402
+from plugin.lab.topology import TunnelConfig, load_topology  # noqa: E402
+
+CONFIG = TunnelConfig("ipv4", "ipv6", "aes-gcm-16", 1)
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    mode, resolved = argv[0], argv[1]
+    topo = load_topology(resolved)
+    apps, _ = build_appliances(topo)
+    plan = TunnelPlan.from_topology(topo, "lab")
+    psk = os.environ["HIL_SAFETY_PSK"]
+    run_id = f"drv{os.getpid()}"
+    ends = [apps[plan.local.host], apps[plan.remote.host]]
+    if mode == "pause":
+        step = argv[2]
+
+        def pause(host, call, script):
+            r = call()
+            say(f"AT {step}")
+            time.sleep(60)
+            return r
+
+        armed = Armed(trigger(step, plan.local.host, plan.remote.host), pause)
+        for a in ends:
+            a.host = InterruptingHost(a.host, armed)
+        wait, hold = 30.0, 0.0
+    else:
+        wait, hold = float(argv[2]), float(argv[3])
+    locks = [ApplianceLock(a.host, f"safety driver {mode}", run_id=run_id, wait=wait, poll=0.3) for a in ends]
+    try:
+        for lk in locks:
+            lk.acquire()
+    except LockHeld as e:
+        say(f"REFUSED {e}")
+        for lk in locks:
+            lk.release()
+        return 3
+    try:
+        prov = TunnelProvisioner({a.name: a for a in ends}, plan, CONFIG, psk, run_id=run_id)
+        prov.up()
+        try:
+            say(f"UP {time.time():.3f}")
+            ends[0].host.run(TEST_COMMAND).check("test body")
+            time.sleep(hold)
+        finally:
+            prov.down()
+        say(f"DOWN {time.time():.3f}")
+    finally:
+        for lk in locks:
+            lk.release()
+    say("DONE")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

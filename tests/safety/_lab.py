@@ -1,0 +1,174 @@
+"""One virtual lab per safety test module, and the state the integrity tests compare.
+
+The lab is started with ``python -m twin up`` (unique ``tw`` prefix, own run dir, owner
+pid = this pytest) and always torn down. Before the first test the appliances are given an
+operator's configuration -- an OPNsense-style swanctl.conf WITHOUT the include line on the
+DUT (so the suite must change and restore it) and one WITH it on the peer plus an unrelated
+conf.d file and a stale ``hil-lab.conf`` (so an existing file is overwritten and restored).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+DUT_SWANCTL = (b"# Automatically generated, do not edit (seeded by tests/safety)\n"
+               b"connections {\n}\n\nsecrets {\n}\n")
+PEER_SWANCTL = DUT_SWANCTL + b"include conf.d/*.conf\n"
+PEER_OTHER = b"# an operator's own file, never touched by the suite\n"
+PEER_STALE = b"# a stale hil-lab.conf an operator left; the suite must put it back\n"
+
+
+def twin(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "twin", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass
+class VLab:
+    prefix: str
+    run_dir: Path
+    resolved: Path
+    topo: object
+    namespaces: dict = field(default_factory=dict)
+
+    def root(self, host: str) -> Path:
+        return self.run_dir / "hosts" / host / "root"
+
+
+def seed(lab: VLab) -> None:
+    etc = "usr/local/etc/swanctl"
+    for host, files in {
+        "dut3300": {f"{etc}/swanctl.conf": DUT_SWANCTL},
+        "peer3300": {f"{etc}/swanctl.conf": PEER_SWANCTL, f"{etc}/conf.d/opnsense-other.conf": PEER_OTHER,
+                     f"{etc}/conf.d/hil-lab.conf": PEER_STALE},
+    }.items():
+        for rel, data in files.items():
+            p = lab.root(host) / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+            os.chmod(p, 0o600)
+
+
+def start_lab(tmp_path_factory) -> VLab:
+    prefix = "tw" + secrets.token_hex(2)
+    run_dir = tmp_path_factory.mktemp("safety") / prefix
+    r = twin("up", str(REPO / "topologies" / "virtual.yaml"), "--prefix", prefix, "--run-dir", str(run_dir),
+             "--owner-pid", str(os.getpid()))
+    if r.returncode != 0:
+        twin("down", "--prefix", prefix)
+        pytest.fail(f"twin up failed: {r.stderr.strip()[-800:]}")
+    from plugin.lab.topology import load_topology
+
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    lab = VLab(prefix, Path(info["run_dir"]), Path(info["resolved"]), load_topology(info["resolved"]))
+    lab.namespaces = json.loads((lab.run_dir / "lab.json").read_text())["namespaces"]
+    seed(lab)
+    return lab
+
+
+def stop_lab(lab: VLab) -> None:
+    d = twin("down", "--prefix", lab.prefix)
+    left = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+            if ns.startswith(lab.prefix)]
+    assert d.returncode == 0 and not left, f"twin down: {d.stderr.strip()[-300:]}; namespaces left: {left}"
+
+
+@pytest.fixture(scope="module")
+def vlab(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the virtual lab: network namespaces, TUN)")
+    lab = start_lab(tmp_path_factory)
+    try:
+        yield lab
+    finally:
+        stop_lab(lab)
+
+
+# ------------------------------------------------------------------ the compared state
+
+
+def file_hashes(lab: VLab, host: str) -> dict[str, str]:
+    """sha256 of every file under the appliance's swanctl directory (mode included)."""
+    base = lab.root(host) / "usr/local/etc"
+    out = {}
+    for p in sorted(base.rglob("*")):
+        if p.is_file() or p.is_symlink():
+            out[str(p.relative_to(lab.root(host)))] = (hashlib.sha256(p.read_bytes()).hexdigest(),
+                                                       oct(p.stat().st_mode & 0o7777))
+    return out
+
+
+def journal_files(lab: VLab, host: str) -> list[str]:
+    d = lab.root(host) / "var/db/ipsec-hil"
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()) if d.exists() else []
+
+
+def net_state(lab: VLab, host: str) -> dict[str, str]:
+    ns = lab.namespaces[host]
+    out = {}
+    for what, cmd in {"routes4": ["-4", "route", "show", "table", "main"],
+                      "routes6": ["-6", "route", "show", "table", "main"],
+                      "addrs": ["-br", "addr", "show"]}.items():
+        r = subprocess.run(["ip", "-n", ns, *cmd], capture_output=True, text=True, timeout=10)
+        out[what] = "\n".join(sorted(line for line in r.stdout.splitlines() if "cache" not in line))
+    return out
+
+
+def ifdisabled(app, port: str) -> bool:
+    return bool(getattr(app.interface(port), "ifdisabled", False))
+
+
+#: the far end's inner addresses each end routes to (topologies/virtual.yaml, lab tunnel)
+PEER_INNER = {"dut3300": ("198.51.100.65", "fd00:b::1"), "peer3300": ("198.51.100.1", "fd00:a::1")}
+
+
+def suite_routes(app, dsts) -> dict[str, object]:
+    """The appliance's own answer (``route get``): also routes its ESP engine holds, which
+    the namespace's kernel table does not show."""
+    out = {}
+    for d in dsts:
+        r = app.route_get(d)
+        out[d] = None if r is None else (r.interface, r.gateway, r.destination, r.mask)
+    return out
+
+
+def snapshot(lab: VLab, apps: dict) -> dict:
+    """Everything a run may change on the two ends of the lab tunnel."""
+    snap = {}
+    for h in ("dut3300", "peer3300"):
+        snap[h] = {"files": file_hashes(lab, h), "net": net_state(lab, h),
+                   "route_get": suite_routes(apps[h], PEER_INNER[h]),
+                   "ifdisabled": ifdisabled(apps[h], "wan10g")}
+    return snap
+
+
+def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float) -> tuple[str, list[str]]:
+    """Read proc's stdout until a line starting with ``prefix``; returns it and all lines."""
+    import selectors
+
+    lines: list[str] = []
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+            break
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if line.startswith(prefix):
+            return line.rstrip("\n"), lines
+    raise AssertionError(f"no {prefix!r} line from the driver within {timeout} s; got {lines}")
