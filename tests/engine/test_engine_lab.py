@@ -332,24 +332,26 @@ def test_own_too_big_fragmented(lab):
     assert ping(lab, "gA", "ipv6", GB_LAN["ipv6"], size=big).returncode != 0
 
 
-def _iperf_mbit(lab, seconds=2):
+def _iperf_mbit(lab, seconds=2, reverse=False):
     srv = lab.popen("hB", ["iperf3", "-s", "-1", "-B", HB["ipv4"]], stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL)
     time.sleep(0.3)
-    r = lab.run("hA", ["iperf3", "-c", HB["ipv4"], "-t", str(seconds), "-J"], timeout=30)
+    r = lab.run("hA", ["iperf3", "-c", HB["ipv4"], "-t", str(seconds), "-J"] + (["-R"] if reverse else []),
+                timeout=30)
     srv.wait(10)
     return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
 
 
-def test_slow_first_stream_after_reset_only(lab):
+@pytest.mark.parametrize("reverse", [False, True], ids=["sending", "receiving"])
+def test_slow_first_stream_after_reset_only(lab, reverse):
     fresh(lab)
     lab.write_faults("gA", {"slow_first_stream": {"mbit": 20, "seconds": 30}})
     lab.tunnel("aes-gcm-16", "ipv4")
-    slow = _iperf_mbit(lab)
+    slow = _iperf_mbit(lab, reverse=reverse)
     assert slow < 30, slow
     fresh(lab)
     lab.tunnel("aes-gcm-16", "ipv4")
-    fast = _iperf_mbit(lab)
+    fast = _iperf_mbit(lab, reverse=reverse)
     assert fast > 60, fast
 
 

@@ -221,16 +221,14 @@ class TxLoop:
         self.t_last = time.monotonic()
         self.fault_n = 0
         self.extra_pending = 0
-        self.first_tcp_t: float | None = None
-        self.slow_tokens = 0.0
-        self.slow_last = 0.0
+        self.slow = FirstStreamPacer()
 
     # -- state -------------------------------------------------------------------------
     def reload(self) -> None:
         a = self.a
         gen = (a[IGEN_SA], a[IGEN_FAULTS], a[IGEN_RESET])
         if gen[2] != self.gen[2]:
-            self.first_tcp_t = None
+            self.slow.reset()
             self.sas.clear()
         self.gen = gen
         st = load_state(self.dir / "engine.state.json")
@@ -449,27 +447,39 @@ class TxLoop:
                 print(f"engine tx: send failed: {exc}", file=sys.stderr)
 
     def _slow(self, params: dict, n: int) -> None:
-        """Issue 531: after boot/reset, TCP is paced to `mbit` for `seconds` from the
-        first TCP packet (this covers the first stream; iperf3's control connection
-        opens the window)."""
+        self.slow.pace(params, n)
+
+
+class FirstStreamPacer:
+    """Issue 531 (fault `slow_first_stream`): after boot/reset, TCP through this
+    direction of the engine is paced to `mbit` for `seconds` from the first TCP packet
+    (that covers the first stream; iperf3's control connection opens the window).
+    Both loops have one, so the fault slows the stream whether the appliance sends or
+    receives it (the 001 page's slow run was the first stream *into* the XGS 136)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.first: float | None = None
+        self.tokens = 0.0
+        self.last = 0.0
+
+    def pace(self, params: dict, n: int) -> None:
         now = time.monotonic()
-        if self.first_tcp_t is None:
-            self.first_tcp_t = now
-            self.slow_last = now
-            self.slow_tokens = 0.0
-        if now - self.first_tcp_t > float(params.get("seconds", 10)):
+        if self.first is None:
+            self.first = self.last = now
+            self.tokens = 0.0
+        if now - self.first > float(params.get("seconds", 15)):
             return
-        rate = max(0.01, float(params.get("mbit", 10))) * 125000.0
-        self.slow_tokens += (now - self.slow_last) * rate
-        self.slow_last = now
-        if self.slow_tokens > 16384:
-            self.slow_tokens = 16384.0
-        self.slow_tokens -= n
-        if self.slow_tokens < 0:
-            time.sleep(-self.slow_tokens / rate)
-
-
-
+        rate = max(0.01, float(params.get("mbit", 20))) * 125000.0
+        self.tokens += (now - self.last) * rate
+        self.last = now
+        if self.tokens > 16384:
+            self.tokens = 16384.0
+        self.tokens -= n
+        if self.tokens < 0:
+            time.sleep(-self.tokens / rate)
 
 
 class RxLoop:
@@ -487,13 +497,19 @@ class RxLoop:
         self.gen = (-1, -1, -1)
         self.octep = driver == "octep"
         self.wall = int(time.time())
+        self.faults = JsonWatch(self.dir / "faults.json")
+        self.f_slow: dict | None = None
+        self.slow = FirstStreamPacer()
 
     def reload(self) -> None:
         a = self.a
         gen = (a[IGEN_SA], a[IGEN_FAULTS], a[IGEN_RESET])
         if gen[2] != self.gen[2]:
             self.sas.clear()
+            self.slow.reset()
         self.gen = gen
+        self.faults.refresh(time.monotonic(), force=True)
+        self.f_slow = fault_params(self.faults, "slow_first_stream")
         st = load_state(self.dir / "engine.state.json")
         new = {}
         for e in st.get("sas", []):
@@ -534,6 +550,8 @@ class RxLoop:
             a = self.a
             if a[IGEN_SA] != self.gen[0] or a[IGEN_FAULTS] != self.gen[1] or a[IGEN_RESET] != self.gen[2]:
                 self.reload()
+            if self.faults.refresh(time.monotonic()):
+                self.f_slow = fault_params(self.faults, "slow_first_stream")
             for fd, _ in events:  # at most 64 frames per socket, then re-check generations
                 if fd == f4:
                     for _i in range(64):
@@ -606,6 +624,8 @@ class RxLoop:
             a[b + 3] = rp.top
         if not off:
             a[X_RECV_BYTES] += len(esp) - sa.fixed
+        if self.f_slow is not None and inner[9 if nh == 4 else 6] == 6:
+            self.slow.pace(self.f_slow, len(inner))
         if off and octep and nh == 41:
             a[X_RX_V6] += 1
         try:
