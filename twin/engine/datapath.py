@@ -379,7 +379,7 @@ class TxLoop:
             if not own and n > osa.fwd_limit:
                 gate = v == 6 or df == 1 or (df == 2 and pkt[6] & 0x40)
                 if gate and not (v == 6 and f_frag is not None):
-                    mtu = osa.fwd_limit + (int(f_ptb.get("delta", 0)) if f_ptb is not None else 0)
+                    mtu = osa.fwd_limit + (int(f_ptb.get("delta", -8)) if f_ptb is not None else 0)
                     try:
                         if v == 6:
                             netio.send_ptb6(self.icmp6, pkt, mtu)
