@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 from pyroute2 import IPRoute
 
-from .counters import INDEX, MAX_SA, CounterBlock
+from .counters import MAX_SA, CounterBlock
 from .faultview import JsonWatch, fault_params
 from .hostcfg import HostConfig
 from .routes import FWD_TABLE, OWN_TABLE, Routes, RouteSpec

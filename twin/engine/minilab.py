@@ -208,7 +208,6 @@ class MiniLab:
         for role in ADDR:
             name = self.ns(role)
             if name in pr_netns.listnetns():
-                subprocess.run(["ip", "netns", "pids", name], capture_output=True)
                 out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
                 for pid in out.split():
                     try:
