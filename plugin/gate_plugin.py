@@ -112,11 +112,22 @@ def page_path(config: pytest.Config) -> Path:
 
 
 def append_to_page(config: pytest.Config, section: str) -> Path | None:
-    """Append a Markdown section to this run's page (if the run wrote one), atomically."""
+    """Append a Markdown section to this run's page, atomically.
+
+    Only to a page this run wrote: the page's path is shared by every run started from the
+    same checkout (``reports/``), so a page without this run's command line on it belongs
+    to another run and is left alone (the section is then only in the terminal/JSON).
+    """
+    from plugin.session import command_line
+
     p = page_path(config)
     if not p.exists():
         return None
-    text = p.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    old = p.read_text(encoding="utf-8")
+    if f"Command: `{command_line(config)}`" not in old:
+        log.warning("page %s is not this run's (another run wrote it since); section not appended", p)
+        return None
+    text = old.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, p)

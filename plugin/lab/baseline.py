@@ -183,8 +183,11 @@ def now_iso() -> str:
 # --------------------------------------------------------------------------- load / save
 
 
+_MISSING = object()
+
+
 def _err(source: str, path: str, want: str, found: Any) -> BaselineError:
-    shown = repr(found)
+    shown = "nothing (missing)" if found is _MISSING else repr(found)
     if len(shown) > 80:
         shown = shown[:77] + "..."
     return BaselineError(f"{source}: {path}: expected {want}, found {shown}")
@@ -192,7 +195,7 @@ def _err(source: str, path: str, want: str, found: Any) -> BaselineError:
 
 def _want(d: Any, key: str, typ: type | tuple[type, ...], source: str, path: str, want: str) -> Any:
     if not isinstance(d, dict) or key not in d:
-        raise _err(source, f"{path}.{key}" if path else key, want, "nothing (missing)")
+        raise _err(source, f"{path}.{key}" if path else key, want, _MISSING)
     v = d[key]
     if not isinstance(v, typ):
         raise _err(source, f"{path}.{key}" if path else key, want, v)
@@ -233,7 +236,7 @@ def from_dict(data: Any, source: str = "<baseline>") -> Baseline:
             label = _want(f, "label", str, source, fp, "a label")
             unit = _want(f, "unit", str, source, fp, "a unit string")
             if "value" not in f:
-                raise _err(source, f"{fp}.value", "a value", "nothing (missing)")
+                raise _err(source, f"{fp}.value", "a value", _MISSING)
             value = f["value"]
             if unit in RATE_UNITS and not _is_number(value):
                 raise _err(source, f"{fp}.value", f"a finite number (unit {unit})", value)

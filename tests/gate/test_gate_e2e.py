@@ -1,0 +1,74 @@
+"""End to end: the suite run as a gate against the virtual lab (pytest in a subprocess).
+
+Two short runs of one rate test saved into one baseline (two repeats), then a run with a
+fault that costs throughput (``slow_first_stream`` paced to 5 Mbit/s: issue 531's
+symptom, deterministic -- ``drop_every`` costs TCP too little to beat two noisy 1-second
+repeats reliably) and a different driver build under test: the comparison says REGRESSION, names the
+builds compared, ``--gate`` makes the exit code 18, and the driver is restored.
+About 3-4 minutes: each run starts its own virtual lab.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from plugin.gate_plugin import GATE_REGRESSION
+from plugin.lab import baseline as bl
+
+REPO = Path(__file__).resolve().parents[2]
+TEST = "tests_hil/test_rates.py::test_forwarded_rate[lab-v4in4-gcm-1x10s-up]"
+pytestmark = pytest.mark.needs_root
+
+
+def _suite(tmp_path: Path, *args: str, fault: str = "") -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "gate"), str(REPO)])
+    env["HIL_TEST_FAULT"] = fault
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", TEST, "--traffic-seconds", "0.1", "-p", "no:cacheprovider",
+         "-p", "gate_fault_injector", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+def test_two_saved_repeats_then_a_fault_fails_the_gate(tmp_path):
+    base = tmp_path / "baseline.json"
+    for i in (1, 2):
+        r = _suite(tmp_path, "--save-baseline", str(base))
+        assert r.returncode == 0, f"baseline run {i}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+        assert f"baseline saved: {base} (repeat {i}, 2 rates)" in r.stdout
+    b = bl.load(base)
+    assert len(b.repeats) == 2
+    (key,) = [k for k in b.rate_samples() if "floor" not in k]
+    vals = b.rate_samples()[key][1]
+    assert len(vals) == 2 and all(v > 10 for v in vals), vals
+    built_md5 = b.environment["appliances"]["dut3300"]["module_md5"]
+
+    module = tmp_path / "octep-candidate.ko"
+    module.write_bytes(b"\x7fELF candidate build\n" + os.urandom(2048))
+    cand_md5 = hashlib.md5(module.read_bytes()).hexdigest()
+    alluredir = tmp_path / "allure"
+    r = _suite(tmp_path, "--baseline", str(base), "--gate", "--driver", f"xgs3300={module}",
+               "--alluredir", str(alluredir), fault="dut3300 slow_first_stream mbit=5 seconds=600")
+    out = r.stdout
+    assert r.returncode == GATE_REGRESSION, f"exit {r.returncode}:\n{out[-4000:]}\n{r.stderr[-2000:]}"
+    assert "REGRESSION" in out and f"--gate: 1 regression(s): exit {GATE_REGRESSION}" in out
+    assert f"dut3300: baseline {built_md5} -> this run {cand_md5}" in out
+    assert "dut3300: previous module restored and loaded" in out
+    comp = json.loads((REPO / "reports" / "baseline-comparison.json").read_text())
+    rows = [row for row in comp["rows"] if row["figure"] == key]
+    assert rows and rows[0]["verdict"] == "regression" and rows[0]["this_run_mbit"] < rows[0]["baseline_mean_mbit"]
+    env = (alluredir / "environment.properties").read_text()
+    assert f"driver_under_test.dut3300.md5={cand_md5}" in env and "baseline.verdict=REGRESSION" in env
+    results = [json.loads(p.read_text()) for p in alluredir.glob("*-result.json")]
+    gate = [x for x in results if x["name"] == "Compared with baseline"]
+    assert gate and gate[0]["status"] == "failed"
