@@ -66,7 +66,8 @@ def test_no_secret_in_any_artifact(tmp_path):
     assert r.returncode == 1, out[-3000:]
     assert " passed" in out and "FAILED" in out and "conservation" in out, out[-3000:]
     keys = sorted(set(keys_file.read_text().split()))
-    assert len(keys) >= 4, "no ESP keys captured from the appliances"
+    n_keys = len(keys)  # GCM: one key per direction, the same on both ends
+    assert n_keys >= 2, f"only {n_keys} ESP key(s) captured from the appliances"  # never the keys
     artifacts = [p for p in art.rglob("*") if p.is_file()]
     reports = REPO / "reports"
     artifacts += [p for p in reports.rglob("*") if p.is_file() and p.stat().st_mtime >= started - 1]
