@@ -42,6 +42,8 @@ class TestRecord:
     ledgers: list[str] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
+    traffic_seconds: float = 0.0  # seconds of traffic the test asked for (concurrent streams count once)
+    tunnel_case: str | None = None
 
     def figure(self, label: str, value: Any, unit: str = "") -> Any:
         """Record one figure for the page (and Allure); returns the value for chaining."""
@@ -176,6 +178,17 @@ def _page_entry(e: dict[str, Any]) -> PageEntry:
     )
 
 
+def timing_note(entries, wall_seconds: float) -> str:
+    """Wall time against the traffic the tests asked for (issue 5's budget: at most 1.3x the
+    traffic seconds plus one bring-up per configuration)."""
+    recs = [e.get("record") or {} for e in entries]
+    traffic = sum(float(r.get("traffic_seconds") or 0.0) for r in recs)
+    configs = len({r.get("tunnel_case") for r in recs if r.get("tunnel_case")})
+    ratio = f"{wall_seconds / traffic:.2f}x" if traffic else "n/a"
+    return (f"wall time {wall_seconds:,.0f} s for {traffic:,.0f} s of traffic asked ({ratio}), "
+            f"{configs} tunnel configuration(s) brought up")
+
+
 def write_page_and_allure_files(config: pytest.Config, started: _dt.datetime) -> Path | None:
     """Controller, end of run: the measurement page and Allure's run-level files."""
     from plugin.fixtures import build_appliances
@@ -197,16 +210,18 @@ def write_page_and_allure_files(config: pytest.Config, started: _dt.datetime) ->
     except Exception as exc:  # the page says so rather than not existing
         log.warning("page: could not read the appliances' driver builds: %s", exc)
     lab = virtual_lab_of(config)
+    finished = _dt.datetime.now(_dt.timezone.utc)
+    notes = [f"virtual lab {lab.prefix}: every figure was counted from packets that crossed its namespaces"] if lab else []
+    notes.append(timing_note(entries.values(), (finished - started).total_seconds()))
     run = RunInfo(
         title=f"IPsec offload acceptance, {topology.lab.name} lab",
         topology=str(topology.source or ""),
         virtual=bool(topology.lab.virtual),
         started=started,
-        finished=_dt.datetime.now(_dt.timezone.utc),
+        finished=finished,
         command=command_line(config),
         hardware=hardware,
-        notes=[f"virtual lab {lab.prefix}: every figure was counted from packets that crossed its namespaces"]
-        if lab else [],
+        notes=notes,
     )
     page_entries = [_page_entry(e) for e in sorted(entries.values(), key=lambda x: x["nodeid"])]
     out = reports_dir(config)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from plugin.lab import esp_math
-from plugin.lab.capture import WireCapture, decrypt, inside, is_ike, packets
+from plugin.lab.capture import CaptureError, WireCapture, addresses, decrypt, inside, is_ike, packets
 
 pytestmark = [pytest.mark.page("000")]
 
@@ -30,8 +30,6 @@ def test_only_esp_of_formula_length_that_decrypts(tunnel, record):
             assert r.received == 1, f"{app.name}: a {size}-byte ping through the tunnel was not answered ({r.errors})"
     wire = packets(cap.pcap)
     inner_nets = [tunnel.plan.local.lan_net(cfg.inner), tunnel.plan.remote.lan_net(cfg.inner)]
-    from plugin.lab.capture import addresses
-
     nets = addresses(*inner_nets)
     clear = [p for p in wire if p.proto != 50 and not is_ike(p) and (inside(p.src, nets) or inside(p.dst, nets))]
     assert not clear, f"inner traffic crossed the wire in the clear: {[(p.src, p.dst, p.proto) for p in clear[:5]]}"
@@ -54,6 +52,8 @@ def test_only_esp_of_formula_length_that_decrypts(tunnel, record):
         assert entry is not None, f"ESP with SPI {spi:#010x} has no association on {app.name} (setkey -D)"
         try:
             inner_pkt = decrypt(p, entry)
+        except CaptureError:  # the suite cannot decrypt this algorithm: a lab problem, not the driver's
+            raise
         except Exception as exc:  # scapy's integrity/padding errors: the invariant is broken
             raise AssertionError(
                 f"SPI {spi:#010x}: an ESP packet of {p.length} bytes captured on the wire does not "

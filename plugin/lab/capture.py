@@ -108,8 +108,11 @@ def packets(pcap: bytes) -> list[WirePacket]:
     return out
 
 
+#: setkey's algorithm name -> scapy's (encryption, authentication). FreeBSD's setkey names
+#: AES-CBC "rijndael-cbc" (its old name); "aes-cbc" is accepted too.
 SCAPY_ALGS = {
     "aes-gcm-16": ("AES-GCM", None),
+    "rijndael-cbc": ("AES-CBC", "SHA2-256-128"),
     "aes-cbc": ("AES-CBC", "SHA2-256-128"),
 }
 
