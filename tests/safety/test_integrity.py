@@ -82,10 +82,12 @@ INPROCESS = {
 
 
 #: step x interruption. Ctrl-C at every step; the others where they differ (a command's
-#: answer lost after it ran, a teardown step failing); each scenario costs ~10 s on 2 cores.
+#: answer lost after it ran, a teardown step failing); each scenario costs 10-25 s on 2
+#: busy cores. (A wider set -- exception at initiate/test, ssh-cut at write/teardown too --
+#: passed once; trimmed to keep the file within a few minutes.)
 IN_PROCESS_CASES = ([(s, "ctrl-c") for s in STEPS]
-                    + [(s, "exception") for s in ("initiate", "test", "teardown")]
-                    + [(s, "ssh-cut") for s in ("write", "initiate", "v6route", "teardown")])
+                    + [("teardown", "exception")]
+                    + [(s, "ssh-cut") for s in ("initiate", "v6route")])
 
 
 @pytest.mark.parametrize(("step", "how"), IN_PROCESS_CASES, ids=[f"{s}-{h}" for s, h in IN_PROCESS_CASES])
@@ -119,8 +121,8 @@ def test_interrupted_in_process(vlab, ends, step, how):
     assert_restored(vlab, apps, before)
 
 
-SIGINT_STEPS = ("initiate", "teardown")
-SIGKILL_STEPS = ("write", "v6route", "test", "teardown")
+SIGINT_STEPS = ("teardown",)
+SIGKILL_STEPS = ("v6route", "teardown")
 
 
 def _driver(vlab, step: str) -> subprocess.Popen:
@@ -174,9 +176,9 @@ def test_sigkill_then_next_run_recovers(vlab, ends, step):
         assert "/usr/local/etc/swanctl/swanctl.conf" in "\n".join(restored["dut3300"]), restored
     # SAs a killed run established stay until their peers expire them (files/routes are
     # what recovery restores): terminate them as an operator would, then compare.
-    for a in apps.values():
-        a.swanctl_terminate(ike="hil-lab-v4v6-gcm", timeout=5)
-        a.swanctl_load()
+    for name in ("dut3300", "peer3300"):
+        apps[name].swanctl_terminate(ike="hil-lab-v4v6-gcm", timeout=5)
+        apps[name].swanctl_load()
     assert_restored(vlab, apps, before)
 
 
