@@ -36,7 +36,10 @@ class WireCapture:
 
     def __enter__(self) -> "WireCapture":
         log_path = self.path + ".log"
-        cmd = argv("tcpdump", "-n", "-U", "-s", str(self.snaplen), "-i", self.ifname, "-w", self.path, *shlex.split(self.bpf))
+        # --immediate-mode: without it libpcap's ring buffer keeps the last packets and a
+        # SIGINT loses them ("6 received by filter, 0 captured"); FreeBSD's tcpdump has it too.
+        cmd = argv("tcpdump", "--immediate-mode", "-n", "-U", "-s", str(self.snaplen), "-i", self.ifname,
+                   "-w", self.path, *shlex.split(self.bpf))
         s = "\n".join([
             f"nohup {cmd} > {shlex.quote(log_path)} 2>&1 < /dev/null &",
             "pid=$!",
