@@ -156,8 +156,10 @@ ROWS: tuple[Row, ...] = (
          Cell(fault("dut3300", "drop_every", n=2), r"pings answered"))),
     Row("test_matrix.py::test_one_stream_each_way",
         _node("test_matrix.py::test_one_stream_each_way", "lab-v4in4-gcm-encrypting"),
-        (Cell(fault("dut3300", "drop_every", n=10), r"invariant broken: one stream",
-              why="10 % of the DUT's ESP frames lost: TCP collapses below the floor"),)),
+        (Cell(fault("dut3300", "drop_every", n=2), r"invariant broken: one stream",
+              why="half of the DUT's ESP frames lost: TCP collapses below the floor (measured: "
+                  "with n=10 one stream between the appliances still held the floor -- the "
+                  "namespace RTT is tiny, so TCP recovers fast)"),)),
     Row("test_rates.py::test_forwarded_rate",
         _node("test_rates.py::test_forwarded_rate", "lab-v4in4-gcm-1x10s-up"),
         (Cell(fault("dut3300", "drop_every", n=10), r"invariant broken: one stream up"),)),
@@ -184,6 +186,17 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+#: Faults whose cells need a pytest run of their own (a fresh tunnel); every other cell
+#: runs in one shared subprocess, faults switched per run (tests/teeth/stepper.py).
+ALONE: dict[str, str] = {
+    "child_never_up": "acts on bring-up: the tunnel must be built while it is on",
+    "peer_unreachable": "acts on bring-up: the tunnel must be built while it is on",
+    "decline_ipv6_sa": "the driver decides when an association is added: a fresh bring-up",
+    "slow_first_stream": "its test reboots the appliance",
+    "leak_sa_on_delete": "its test takes its tunnel down",
+}
+
+
 def rows() -> tuple[Row, ...]:
     return ROWS
 
@@ -205,8 +218,15 @@ class Group:
 
 
 def groups() -> list[Group]:
-    """Cells grouped by identical fault (host, name, params), in table order."""
+    """The ALONE cells grouped by identical fault (host, name, params), in table order:
+    one pytest run each."""
     order: dict[FaultSpec, list[tuple[Row, Cell]]] = {}
     for r, c in all_cells():
-        order.setdefault(c.fault, []).append((r, c))
+        if c.fault.name in ALONE:
+            order.setdefault(c.fault, []).append((r, c))
     return [Group(f, tuple(m)) for f, m in order.items()]
+
+
+def stepped() -> list[tuple[Row, Cell]]:
+    """Every other cell: run in one shared pytest run, fault switched per node run."""
+    return [(r, c) for r, c in all_cells() if c.fault.name not in ALONE]

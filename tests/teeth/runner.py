@@ -83,15 +83,17 @@ def parse_junit(path: Path) -> dict[str, NodeResult]:
 
 
 def run_pytest(nodes: list[str], resolved: Path, workdir: Path, *, tag: str,
-               timeout: float = 600.0) -> RunOutput:
+               timeout: float = 600.0, extra: tuple[str, ...] = (),
+               env_extra: dict[str, str] | None = None) -> RunOutput:
     """``python -m pytest NODES --topology=RESOLVED`` in a scratch rootdir; junit parsed."""
     workdir.mkdir(parents=True, exist_ok=True)
     junit = workdir / f"{tag}.xml"
     junit.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", *nodes, f"--topology={resolved}", "-p", "no:cacheprovider",
            "-q", "--traffic-seconds", TRAFFIC_SECONDS, "--junitxml", str(junit),
-           "--rootdir", str(workdir), "-c", str(REPO_ROOT / "pytest.ini")]
+           "--rootdir", str(workdir), "-c", str(REPO_ROOT / "pytest.ini"), *extra]
     env = dict(os.environ)
+    env.update(env_extra or {})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env.pop("PYTEST_ADDOPTS", None)
     t0 = time.monotonic()
@@ -192,6 +194,44 @@ def run_group(lab, resolved: Path, group: Group, workdir: Path, tag: str) -> lis
     cells = []
     for row, cell in group.members:
         res = out.results[row.name]
+        ok, why = judge(cell, res)
+        cells.append(CellOutcome(row, cell, res, ok, why))
+    return cells
+
+
+def run_stepped(lab, resolved: Path, members: list[tuple[Row, Cell]], workdir: Path,
+                tag: str = "stepped") -> list[CellOutcome]:
+    """Every cell in ONE pytest run: tests/teeth/stepper.py switches each cell's fault on,
+    runs the node, switches it off. Nodes in table order, faults in table order per node."""
+    import json
+
+    steps: dict[str, list[dict]] = {}
+    nodes: list[str] = []
+    for row, cell in members:
+        if row.node not in nodes:
+            nodes.append(row.node)
+        steps.setdefault(row.name, []).append(
+            {"host": cell.fault.host, "name": cell.fault.name, "params": cell.fault.kwargs})
+    results = workdir / f"{tag}.results.json"
+    results.unlink(missing_ok=True)
+    plan = workdir / f"{tag}.plan.json"
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan.write_text(json.dumps({"run_dir": str(lab.run.path), "results": str(results), "steps": steps}))
+    try:
+        out = run_pytest(nodes, resolved, workdir, tag=tag, timeout=1200.0,
+                         extra=("-p", "tests.teeth.stepper"), env_extra={"TEETH_PLAN": str(plan)})
+    finally:
+        for _, cell in members:  # a subprocess that died mid-run leaves nothing switched on
+            clear_fault(lab, cell.fault)
+    got = json.loads(results.read_text()) if results.exists() else []
+    found: dict[tuple[str, str], NodeResult] = {}
+    for r in got:
+        spec = FaultSpec(r["fault"]["host"], r["fault"]["name"], tuple(sorted(r["fault"]["params"].items())))
+        found[(r["name"], spec.label)] = NodeResult(r["outcome"], r["message"], r["text"], r["seconds"])
+    cells = []
+    for row, cell in members:
+        res = found.get((row.name, cell.fault.label)) or NodeResult(
+            "missing", f"no result from the stepped run (pytest exit {out.returncode})", out.tail[-1500:])
         ok, why = judge(cell, res)
         cells.append(CellOutcome(row, cell, res, ok, why))
     return cells

@@ -52,10 +52,15 @@ def result(teeth_lab, tmp_path_factory, request) -> runner.MatrixResult:
     t0 = time.monotonic()
     m = runner.MatrixResult(rows=matrix.rows(), registry=tuple(REGISTRY))
     try:
+        stepped = [(r, c) for r, c in matrix.stepped() if not only or c.fault.name in only]
+        if stepped:
+            m.cells += runner.run_stepped(lab, vl.resolved, stepped, work)
         for i, g in enumerate(matrix.groups(), 1):
             if only and g.fault.name not in only:
                 continue
             m.cells += runner.run_group(lab, vl.resolved, g, work, tag=f"g{i:02d}-{g.fault.name}")
+        order = {id(c): k for k, (_, c) in enumerate(matrix.all_cells())}
+        m.cells.sort(key=lambda co: order[id(co.cell)])
         for k in range(int(os.environ.get("TEETH_HEALTHY_RUNS", "1"))):
             m.healthy.append(runner.run_healthy(vl.resolved, matrix.rows(), work, tag=f"healthy{k + 1}"))
     finally:

@@ -89,11 +89,13 @@ def test_child_never_up_names_a_child_of_the_nodes_tunnel():
 
 
 def test_groups_cover_every_cell_once():
-    seen = [(r.node, c) for g in matrix.groups() for r, c in g.members]
+    seen = [(r.node, c) for g in matrix.groups() for r, c in g.members] + [(r.node, c) for r, c in matrix.stepped()]
     assert sorted(map(repr, seen)) == sorted(repr((r.node, c)) for r, c in matrix.all_cells())
     for g in matrix.groups():
         assert len(set(g.nodes)) == len(g.nodes), f"{g.fault.label}: a node twice in one run"
         assert all(c.fault == g.fault for _, c in g.members)
+        assert g.fault.name in matrix.ALONE
+    assert not any(c.fault.name in matrix.ALONE for _, c in matrix.stepped())
 
 
 JUNIT = textwrap.dedent("""\
