@@ -384,7 +384,7 @@ class ActiveTunnel:
 
     def backups(self) -> list[tuple[str, Any]]:
         """(appliance, files.Backup) of every file the tunnel's transactions saved."""
-        return [(name, b) for name, tx in self.provisioner._txs for b in tx.backups]
+        return self.provisioner.backups()
 
 
 @pytest.fixture(scope="session")

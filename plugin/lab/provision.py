@@ -685,6 +685,11 @@ class TunnelProvisioner:
             log.error("teardown after a failed bring-up also failed: %s", e)
             self.log.append(f"teardown after failure also failed: {e}")
 
+    def backups(self) -> list[tuple[str, Any]]:
+        """(appliance, files.Backup) of every file this tunnel's transactions saved (the
+        state to compare with after teardown)."""
+        return [(t[0], b) for t in self._txs for b in t[1].backups]
+
     def down(self) -> list[str]:
         """Undo everything ``up`` did (reverse order); returns what was done. Idempotent."""
         if self.keep:
