@@ -353,21 +353,8 @@ class ActiveTunnel:
         return render_masked(self.plan, self.config, end)
 
     def reestablish(self) -> None:
-        """After a reboot: load the kept configuration on both ends and bring every child up.
-
-        A rebooted OPNsense keeps swanctl.conf (and conf.d) but no SAs; the peer replaces
-        its stale SAs when the rebooted end initiates again (INITIAL_CONTACT).
-        """
-        from plugin.lab.errors import ProvisionError
-
-        prov = self.provisioner
-        for end in ("local", "remote"):
-            prov._load(end)
-        bu = prov._initiate()
-        if not bu.all_up:
-            raise ProvisionError(f"{self.conn}: after the reboot {bu.children_up} of {bu.children_total} children "
-                                 "came back: " + "; ".join(f"{c}: {o}" for c, o in bu.failures()))
-        prov.bringup = bu
+        """After a reboot: the kept configuration loaded again and every child up."""
+        self.provisioner.reestablish()
 
     def spis(self, app: Appliance) -> set[int]:
         """This tunnel's SPIs (both directions) on ``app``, from ``swanctl --list-sas``."""

@@ -685,6 +685,21 @@ class TunnelProvisioner:
             log.error("teardown after a failed bring-up also failed: %s", e)
             self.log.append(f"teardown after failure also failed: {e}")
 
+    def reestablish(self) -> BringUp:
+        """After a reboot of an end: load the kept files on both ends and bring every child
+        up again (a rebooted OPNsense keeps swanctl.conf and conf.d, but no SA; the peer
+        replaces its stale SAs when the rebooted end initiates with INITIAL_CONTACT)."""
+        for end in ("local", "remote"):
+            self._load(end)
+        bu = self._initiate()
+        if not bu.all_up:
+            raise ProvisionError(
+                f"{self.conn}: after the reboot {bu.children_up} of {bu.children_total} children came back: "
+                + "; ".join(f"child {c}: {o}" for c, o in bu.failures()))
+        bu.sas = {a.name: a.list_sas() for a in self._ends_apps()}
+        self.bringup = bu
+        return bu
+
     def backups(self) -> list[tuple[str, Any]]:
         """(appliance, files.Backup) of every file this tunnel's transactions saved (the
         state to compare with after teardown)."""
