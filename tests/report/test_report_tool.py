@@ -1,0 +1,93 @@
+"""tools/report's own logic, without Allure or a lab: history carried, builds numbered, errors.
+
+Why: the trend is only right if each run gets the next buildOrder after the carried
+history and the run's own executor.json is respected; a bad results directory must say
+which file is wrong instead of an Allure stack trace.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = REPO / "tools" / "report"
+
+
+def _load():
+    loader = importlib.machinery.SourceFileLoader("tools_report", str(TOOL))
+    spec = importlib.util.spec_from_loader("tools_report", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+rep = _load()
+
+
+def _trend(d: Path, *orders: int) -> None:
+    (d / "history").mkdir(parents=True, exist_ok=True)
+    (d / "history" / "history-trend.json").write_text(json.dumps([{"buildOrder": o} for o in orders]))
+
+
+def test_carry_history_copies_the_previous_reports_history(tmp_path):
+    report, results = tmp_path / "report", tmp_path / "results"
+    _trend(report, 3, 2)
+    results.mkdir()
+    (results / "history").mkdir()
+    (results / "history" / "stale.json").write_text("{}")
+    assert rep.carry_history(report, results) == 1
+    assert sorted(p.name for p in (results / "history").iterdir()) == ["history-trend.json"]
+
+
+def test_no_previous_report_means_no_history(tmp_path):
+    (tmp_path / "results").mkdir()
+    assert rep.carry_history(tmp_path / "none", tmp_path / "results") == 0
+    assert not (tmp_path / "results" / "history").exists()
+
+
+def test_next_build_after_the_carried_history_and_again_on_a_rerun(tmp_path):
+    (tmp_path / "executor.json").write_text(json.dumps({"name": "ipsec-hil"}))
+    _trend(tmp_path, 4, 3)
+    assert rep.number_build(tmp_path) == 5
+    assert json.loads((tmp_path / "executor.json").read_text()) == {"name": "ipsec-hil", "buildOrder": 5}
+    _trend(tmp_path, 5, 4, 3)  # reported once: the report's history now holds build 5
+    assert rep.number_build(tmp_path) == 6
+
+
+def test_a_runs_own_build_order_is_kept(tmp_path):
+    (tmp_path / "executor.json").write_text(json.dumps({"name": "ci", "buildOrder": 42}))
+    _trend(tmp_path, 7)
+    assert rep.number_build(tmp_path) == 42
+
+
+def test_no_executor_file_nothing_invented(tmp_path):
+    assert rep.number_build(tmp_path) is None
+    assert not (tmp_path / "executor.json").exists()
+
+
+def test_bad_executor_file_named(tmp_path):
+    (tmp_path / "executor.json").write_text("[1, 2]")
+    with pytest.raises(rep.ReportError, match=r"executor\.json: expected a JSON object"):
+        rep.number_build(tmp_path)
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: None, "no such results directory"),
+    (lambda d: d.mkdir(), "no \\*-result.json in it"),
+])
+def test_cli_errors_are_one_line_and_exit_2(tmp_path, setup, message):
+    results = tmp_path / "results"
+    setup(results)
+    r = subprocess.run([sys.executable, str(TOOL), "--results", str(results), "--out", str(tmp_path / "o"),
+                        "--single", str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("report: error: "), r.stderr
+    assert message.replace("\\", "") in lines[0]
