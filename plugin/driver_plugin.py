@@ -159,8 +159,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                     dr.deployments.append(dep)
                     dr.results.append(dep.deploy())
             except LabError as exc:
-                dr.failures.append(f"{app.name}: {exc}")
-                pytest.exit(f"driver under test not deployed: {app.name}: {exc}", returncode=DRIVER_DEPLOY_FAILED)
+                dr.failures.append(str(exc))  # DriverError/LabError texts name the appliance
+                pytest.exit(f"driver under test not deployed (previous module restored on {app.name}): {exc}",
+                            returncode=DRIVER_DEPLOY_FAILED)
 
 
 def _wants_lab(config: pytest.Config) -> bool:

@@ -200,7 +200,8 @@ def run_figures(config: pytest.Config) -> tuple[list[bl.FigureValue], dict[str, 
     figures: list[bl.FigureValue] = []
     counters: dict[str, list[str]] = {}
     outcomes: dict[str, str] = {}
-    for nodeid, e in sorted(entries.items()):
+    for raw_id, e in sorted(entries.items()):
+        nodeid = bl.canonical_nodeid(raw_id)  # without xdist's @group: serial and -n runs compare
         outcomes[nodeid] = str(e.get("outcome", "passed"))
         rec = e.get("record") or {}
         for f in rec.get("figures", []) or []:

@@ -27,6 +27,7 @@ import datetime as _dt
 import json
 import math
 import os
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,8 +136,17 @@ class Baseline:
         return out
 
 
+_XDIST_GROUP = re.compile(r"@[^\]\[/:@]+$")
+
+
+def canonical_nodeid(nodeid: str) -> str:
+    """The node id without xdist's ``@group`` suffix (``--dist loadgroup`` appends the
+    group to the id), so a parallel run compares with a serial baseline and back."""
+    return _XDIST_GROUP.sub("", nodeid)
+
+
 def figure_key(nodeid: str, label: str) -> str:
-    return f"{nodeid} :: {label}"
+    return f"{canonical_nodeid(nodeid)} :: {label}"
 
 
 def _is_number(v: Any) -> bool:

@@ -132,3 +132,11 @@ def test_not_json_and_missing_file(tmp_path):
         bl.load(p)
     with pytest.raises(bl.BaselineError, match=r"nope\.json: baseline file not found"):
         bl.load(tmp_path / "nope.json")
+
+
+def test_xdist_group_suffix_does_not_change_the_key(tmp_path):
+    base = _saved(tmp_path, 95.0, 97.0, 96.0)
+    grouped = [bl.FigureValue(NODE + "@dut3300+peer3300+xgs136", LABEL, 80.0, "Mbit/s")]
+    c = bl.compare(base, grouped, _env())
+    assert [r.verdict for r in c.rows if r.label == LABEL] == ["regression"]
+    assert bl.canonical_nodeid("t.py::test[user@host]") == "t.py::test[user@host]"
