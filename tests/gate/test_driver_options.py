@@ -1,0 +1,35 @@
+"""--driver MODEL=PATH parsing: every bad value is a usage error naming it (fast, no lab)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from plugin.driver_plugin import parse_driver_options
+
+
+def test_relative_path_resolved_and_build_read(tmp_path):
+    (tmp_path / "octep.ko").write_bytes(b"module bytes")
+    got = parse_driver_options(["xgs3300=octep.ko"], tmp_path)
+    path, build = got["xgs3300"]
+    assert path == tmp_path / "octep.ko"
+    assert build.md5 == hashlib.md5(b"module bytes").hexdigest() and build.size == 12
+
+
+@pytest.mark.parametrize("value,why", [
+    ("octep.ko", "expected MODEL=PATH"),
+    ("xgs9999=octep.ko", "unknown model 'xgs9999'; known: xgs3300, xgs136"),
+    ("xgs3300=missing.ko", "no such file"),
+    ("xgs3300=empty.ko", "file is empty"),
+])
+def test_bad_values_are_usage_errors(tmp_path, value, why):
+    (tmp_path / "empty.ko").write_bytes(b"")
+    with pytest.raises(pytest.UsageError, match=f"--driver '{value}': .*{why}"):
+        parse_driver_options([value], tmp_path)
+
+
+def test_one_build_per_model(tmp_path):
+    (tmp_path / "a.ko").write_bytes(b"a")
+    with pytest.raises(pytest.UsageError, match="a second build for xgs3300"):
+        parse_driver_options(["xgs3300=a.ko", "xgs3300=a.ko"], tmp_path)
