@@ -1,0 +1,92 @@
+"""The safety fixes in the library, on a LocalHost (seconds, no lab): the undo journal,
+recovery's report, the interrupted backup, the lock of a dead run on this machine."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from plugin.lab.files import backup, journal_undo, pending, pending_undos, recover
+from plugin.lab.lock import ApplianceLock, LockHeld, LockInfo
+from plugin.lab.remote import LocalHost, argv
+
+
+@pytest.fixture
+def host():
+    return LocalHost("unit")
+
+
+def test_undo_entry_is_run_by_the_next_recover(host, tmp_path):
+    j, marker = str(tmp_path / "journal"), tmp_path / "route-added"
+    marker.write_text("x")
+    e = journal_undo(host, "route fd00:b::/64 removed", argv("rm", "-f", str(marker)), j, run_id="dead-run")
+    assert [u.journal_path for u in pending_undos(host, j)] == [e.journal_path]
+    assert pending(host, j) == []  # undo entries are not file backups
+    done = recover(host, j)
+    assert not marker.exists() and pending_undos(host, j) == []
+    assert len(done) == 1 and done[0].startswith("undone: route fd00:b::/64 removed") and "dead-run" in done[0]
+
+
+def test_recover_undoes_before_it_restores_files(host, tmp_path):
+    j, f = str(tmp_path / "journal"), tmp_path / "swanctl.conf"
+    f.write_bytes(b"original\n")
+    backup(host, str(f), j, run_id="r")
+    journal_undo(host, "flag", argv("sh", "-c", f"cat {f} > {tmp_path}/seen-by-undo"), j, run_id="r")
+    f.write_bytes(b"changed by the dead run\n")
+    done = recover(host, j)
+    assert f.read_bytes() == b"original\n"
+    assert (tmp_path / "seen-by-undo").read_bytes() == b"changed by the dead run\n"  # undo ran first
+    assert done[0].startswith("undone: flag") and done[1].startswith(f"{f} (9 bytes")
+
+
+class _CutAfterCopy:
+    """A host whose first command runs and then 'loses' its answer (KeyboardInterrupt)."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.fired = inner, inner.name, False
+
+    def run(self, script, **kw):
+        r = self.inner.run(script, **kw)
+        if not self.fired and "cp -p" in script:
+            self.fired = True
+            raise KeyboardInterrupt
+        return r
+
+
+def test_interrupted_backup_leaves_no_orphan_copy(host, tmp_path):
+    j, f = tmp_path / "journal", tmp_path / "swanctl.conf"
+    f.write_bytes(b"secret = \"psk\"\n")
+    with pytest.raises(KeyboardInterrupt):
+        backup(_CutAfterCopy(host), str(f), str(j), run_id="r")
+    assert list(j.iterdir()) == []  # the copy (which holds the PSK) is gone too
+
+
+def _lock_record(path: Path, **kw) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(LockInfo(holder="killed run", run_id="k", **kw).to_json() + "\n")
+
+
+def test_lock_of_a_dead_pid_on_this_machine_is_taken_over(host, tmp_path):
+    p = subprocess.Popen(["true"])
+    p.wait()  # a pid that existed and is gone
+    lock = tmp_path / "run.lock"
+    _lock_record(lock, pid=p.pid, host=socket.gethostname())
+    with ApplianceLock(host, "next run", path=str(lock)) as lk:
+        assert LockInfo.parse(lock.read_text()).holder == "next run" and lk.held
+
+
+@pytest.mark.parametrize("who", ["live pid here", "other machine"])
+def test_lock_of_a_live_or_remote_holder_is_refused_naming_it(host, tmp_path, who):
+    lock = tmp_path / "run.lock"
+    if who == "live pid here":
+        _lock_record(lock, pid=os.getppid(), host=socket.gethostname())
+    else:
+        _lock_record(lock, pid=999999, host="elsewhere.example")
+    with pytest.raises(LockHeld) as ei:
+        ApplianceLock(host, "next run", path=str(lock)).acquire()
+    assert "killed run" in str(ei.value) and str(lock) in str(ei.value)
+    assert LockInfo.parse(lock.read_text()).holder == "killed run"
