@@ -5,7 +5,8 @@ fault that costs throughput (``slow_first_stream`` paced to 5 Mbit/s: issue 531'
 symptom, deterministic -- ``drop_every`` costs TCP too little to beat two noisy 1-second
 repeats reliably) and a different driver build under test: the comparison says REGRESSION, names the
 builds compared, ``--gate`` makes the exit code 18, and the driver is restored.
-About 3-4 minutes: each run starts its own virtual lab.
+About 1.5-4 minutes (machine load): each run starts its own virtual lab. A second test: a
+module that does not link stops the run before any test with exit 19.
 """
 
 from __future__ import annotations
@@ -72,3 +73,16 @@ def test_two_saved_repeats_then_a_fault_fails_the_gate(tmp_path):
     results = [json.loads(p.read_text()) for p in alluredir.glob("*-result.json")]
     gate = [x for x in results if x["name"] == "Compared with baseline"]
     assert gate and gate[0]["status"] == "failed"
+
+
+def test_a_module_that_does_not_link_stops_the_run_with_19(tmp_path):
+    from plugin.driver_plugin import DRIVER_DEPLOY_FAILED
+
+    module = tmp_path / "octep-wrong-kernel.ko"
+    module.write_bytes(b"\x7fELF built against another kernel\ntwin-unresolved-symbol=ipsec_accel_sa_newkey\n")
+    r = _suite(tmp_path, "--driver", f"xgs3300={module}")
+    text = r.stdout + r.stderr
+    assert r.returncode == DRIVER_DEPLOY_FAILED, text[-3000:]
+    assert "link_elf_obj: symbol ipsec_accel_sa_newkey undefined" in text
+    assert "Please check dmesg(8)" in text and "previous module restored" in text
+    assert " passed" not in r.stdout  # no test ran against a half-deployed lab
