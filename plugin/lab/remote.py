@@ -414,6 +414,9 @@ class SshHost:
         finally:
             chan.close()
         dur = time.monotonic() - t0
+        if status == -1:  # no exit-status: the connection dropped, or sh died by a signal
+            raise TransportError(f"{self.name}: the command ended without an exit status after {dur:.1f}s "
+                                 "(SSH connection lost, or the remote shell was killed by a signal)")
         log.debug("%s: sh script (%d lines) status=%d in %.3fs", self.name,
                   script.count("\n") + 1, status, dur)
         return RunResult(_decode(out), _decode(err), status, dur, self.name)

@@ -75,7 +75,9 @@ _ERROR_PREFIX = re.compile(r"^[Ee]rror: ")
 # libstrongswan complains on stderr about plugins named in its config but not installed
 # (seen on Debian 12 for every swanctl run); kept as warnings, not errors
 # and --load-all names every credential directory it could not open (exit status stays 0)
-_PLUGIN_WARNING = re.compile(r"plugin '[^']*': failed to load - .+|opening directory '[^']*' failed: .+")
+# and a missing swanctl.conf or include only says so (measured on 5.9.8: exit status 0)
+_PLUGIN_WARNING = re.compile(r"plugin '[^']*': failed to load - .+|opening directory '[^']*' failed: .+"
+                             r"|no files found matching '[^']*'|failed to open config file '[^']*'")
 _DOWN = re.compile(r"(?:[Ee]rror: )?connecting to '[^']*' URI failed: .+")
 
 
