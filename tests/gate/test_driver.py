@@ -159,3 +159,25 @@ def test_missing_local_file_is_a_clear_error(lab, tmp_path):
     with pytest.raises(DriverError, match=r"no such file"):
         DriverDeployment(dut, tmp_path / "nope.ko").deploy()
     assert files.pending(dut.host, DRIVER_JOURNAL_DIR) == []
+
+
+def test_keep_leaves_the_build_loaded_and_the_previous_file_beside_it(lab, tmp_path):
+    dut = lab["apps"]["dut3300"]
+    mod_path = _root_file(lab, "dut3300", dut.profile.module_file)
+    original = mod_path.read_bytes()
+    fake = _fake_module(tmp_path, "kept-build")
+    dep = DriverDeployment(dut, fake, run_id="gate-test-keep")
+    dep.deploy()
+    kept = dep.keep()
+    assert kept == dut.profile.module_file + ".previous"
+    assert _root_file(lab, "dut3300", kept).read_bytes() == original
+    assert files.pending(dut.host, DRIVER_JOURNAL_DIR) == []  # the next run must not undo the choice
+    assert dut.module_info().md5 == hashlib.md5(fake.read_bytes()).hexdigest()
+    # put the original back for the other tests, as an operator would: deploy the kept file
+    back = tmp_path / "previous.ko"
+    back.write_bytes(original)
+    DriverDeployment(dut, back, run_id="gate-test-keep").deploy()  # its journal entry: the fake
+    dut.host.remove(kept)
+    for b in files.pending(dut.host, DRIVER_JOURNAL_DIR):
+        files.discard(dut.host, b)
+    assert mod_path.read_bytes() == original and dut.module_info().loaded
