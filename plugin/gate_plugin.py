@@ -21,7 +21,6 @@ failed or broken tests is not one (its figures are still on the page).
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import os

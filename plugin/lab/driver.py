@@ -132,7 +132,8 @@ class DriverDeployment:
 
     # ------------------------------------------------------------------ remote helpers
 
-    def _run(self, script: str, what: str):
+    def _run(self, script: str, what: str = ""):
+        """One sh script on the appliance (``what`` names the step for readers of the code)."""
         return self.host.run(script, timeout=self.timeout)
 
     def _where(self) -> str:
