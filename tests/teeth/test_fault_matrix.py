@@ -12,6 +12,7 @@ figure is then not asserted).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -70,11 +71,14 @@ def result(teeth_lab, tmp_path_factory, request) -> runner.MatrixResult:
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     REPORT.write_text(text)
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
     if tr is not None:
-        tr.write_line("")
-        for line in text.splitlines():
-            tr.write_line(line)
-        tr.write_line(f"(written to {REPORT}; subprocess logs in {work})")
+        # around the fixture pytest captures fd 1: print past it, the table is the result
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+            tr.write_line("")
+            for line in text.splitlines():
+                tr.write_line(line)
+            tr.write_line(f"(written to {REPORT}; subprocess logs in {work})")
     return m
 
 
