@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 PROPERTY = "hil_record"
 ENTRIES_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
+#: Where this run's page was written (controller, after pytest_sessionfinish), so other
+#: plugins (the gate) add to this run's page and never to a concurrent run's.
+PAGE_PATH_KEY = pytest.StashKey[Path]()
 
 
 @dataclass
@@ -226,6 +229,7 @@ def write_page_and_allure_files(config: pytest.Config, started: _dt.datetime) ->
     page_entries = [_page_entry(e) for e in sorted(entries.values(), key=lambda x: x["nodeid"])]
     out = reports_dir(config)
     path = write_page(run, page_entries, out)
+    config.stash[PAGE_PATH_KEY] = path
     alluredir = getattr(config.option, "allure_report_dir", None)
     if alluredir:
         write_allure_files(alluredir, run)
