@@ -242,21 +242,17 @@ def run_id() -> str:
 
 @pytest.fixture(scope="session")
 def lab(topology: Topology) -> Iterator["Lab"]:
-    """Every appliance and the bench, connected; a dead run's journal recovered first."""
+    """Every appliance and the bench, connected.
+
+    A dead run's journal is recovered by the tunnel fixture, per appliance, once it holds
+    that appliance's lock (``Lab.recover_once``): under xdist a worker must not lock
+    appliances of another worker's group (it would wait for that group's tunnels to end).
+    """
     apps, hosts = build_appliances(topology)
     bench_name = next((n for n, h in topology.hosts.items() if not h.is_appliance), None)
     bench = BenchHost(bench_name, hosts[bench_name]) if bench_name else None
     the_lab = Lab(topology, apps, bench, hosts)
     try:
-        holder = f"{getpass.getuser()}@{socket.gethostname()}: pytest (journal recovery)"
-        for app in apps.values():
-            # Under the appliance lock: a journal belongs to a dead run only when nobody
-            # holds the lock -- recovering a live run's journal would undo its tunnel mid-test.
-            with ApplianceLock(app.host, holder, wait=600, poll=2):
-                restored = recover(app.host)
-            if restored:
-                the_lab.recovered[app.name] = restored
-                log.warning("%s: restored what a dead run left: %s", app.name, "; ".join(restored))
         yield the_lab
     finally:
         for h in hosts.values():
@@ -273,6 +269,22 @@ class Lab:
     bench: BenchHost | None
     hosts: dict[str, Any]
     recovered: dict[str, list[str]] = field(default_factory=dict)
+    _checked: set[str] = field(default_factory=set)
+
+    def recover_once(self, app: Appliance) -> None:
+        """Restore what a dead run left on ``app`` (its journal), once per process.
+
+        Call it only while holding ``app``'s ApplianceLock: a journal belongs to a dead run
+        only when nobody holds the lock -- recovering a live run's journal would undo its
+        tunnel mid-test.
+        """
+        if app.name in self._checked:
+            return
+        self._checked.add(app.name)
+        restored = recover(app.host)
+        if restored:
+            self.recovered[app.name] = restored
+            log.warning("%s: restored what a dead run left: %s", app.name, "; ".join(restored))
 
     def bench_port_facing(self, host: str, port: str) -> tuple[str, Any] | None:
         """The bench's port wired to ``host.port`` (name, Port), if the bench has one."""
@@ -391,6 +403,8 @@ def tunnel(request: pytest.FixtureRequest, lab: Lab, run_id: str) -> Iterator[Ac
         for lk in locks:
             lk.acquire()
             stack.callback(lk.release)
+        for app in (local, remote):
+            lab.recover_once(app)
         prov = TunnelProvisioner({local.name: local, remote.name: remote}, plan, case.config, psk,
                                  run_id=run_id, keep=keep)
         _allure_step_text(f"provision {prov.conn}", render_masked(plan, case.config, "local"), "swanctl.conf (local, masked)")
