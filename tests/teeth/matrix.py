@@ -11,9 +11,11 @@ virtual lab (topologies/virtual.yaml) that the fault applies to -- lab-v4in4-gcm
 10G path, kernel cipher on the peer), lab-v6in4-gcm (inner IPv6), lab-v4in6-gcm (outer
 IPv6), npu-v4in4-gcm (the XGS 136), many-v4in4-gcm-c6 (six children).
 
-Fault parameters are chosen so the outcome does not depend on timing: drop_every n=2 on a
-five-ping test drops at least two replies; n=10 collapses TCP far below the 60 % floor;
-n=50 (2 %) is what a conservation ledger must catch exactly. Names are those of
+Fault parameters are chosen so the outcome does not depend on timing or machine load:
+drop_every n=2 on a five-ping test drops at least two replies and collapses a single TCP
+stream below the 60 % floor (n=10 did not, reliably: the namespaces' RTT is tiny); n=10
+on the six streams breaks the handed-vs-decrypted tolerance (0.1 %) by two orders of
+magnitude; n=50 (2 %) is what a conservation ledger must catch exactly. Names are those of
 twin.faults.REGISTRY; a unit test checks every parameter against the registry.
 """
 
@@ -162,7 +164,9 @@ ROWS: tuple[Row, ...] = (
                   "namespace RTT is tiny, so TCP recovers fast)"),)),
     Row("test_rates.py::test_forwarded_rate",
         _node("test_rates.py::test_forwarded_rate", "lab-v4in4-gcm-1x10s-up"),
-        (Cell(fault("dut3300", "drop_every", n=10), r"invariant broken: one stream up"),)),
+        (Cell(fault("dut3300", "drop_every", n=2), r"invariant broken: one stream up",
+              why="n=10 broke it on a loaded machine but not on a quieter one (TCP recovered): "
+                  "a fault must break its test every time"),)),
     Row("test_rates.py::test_first_stream_after_boot",
         _node("test_rates.py::test_first_stream_after_boot", "lab-v4in4-gcm"),
         (Cell(fault("dut3300", "slow_first_stream", mbit=20, seconds=15),
