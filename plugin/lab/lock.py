@@ -116,7 +116,9 @@ class ApplianceLock:
             + f"if (set -C; printf '%s\\n' {shlex.quote(rec)} > \"$l\") 2>/dev/null; then echo acquired=1; exit 0; fi\n"
             + '[ -e "$l" ] || { echo "cannot create $l" >&2; exit 3; }\n'
             + "echo acquired=0\n" + _AGE
-            + 'printf "content="; head -c 4096 "$l"\n',
+            # the holder may release between the attempt and this read: an empty content
+            # then means "try again", not an error
+            + 'printf "content="; head -c 4096 "$l" 2>/dev/null; true\n',
             timeout=self.timeout,
         )
         r.check(f"lock {self.path}")
@@ -133,12 +135,16 @@ class ApplianceLock:
 
     def acquire(self) -> "ApplianceLock":
         deadline = time.monotonic() + self.wait
+        vanished = 0
         while True:
             ok, content, age = self._try()
             if ok:
                 self.held = True
                 log.info("%s: lock %s acquired by %s", self.host.name, self.path, self.info.describe())
                 return self
+            if not content.strip() and vanished < 5:  # released between our attempt and the read
+                vanished += 1
+                continue
             other = LockInfo.parse(content)
             if other is not None and _provably_dead(other):
                 # Killed (SIGKILL, power) on THIS machine: its pid is gone, so the lock is

@@ -7,7 +7,9 @@ from twin import faults as F
 
 EXPECTED = {"drop_every", "count_extra", "corrupt_icv", "replay", "wrong_next_header",
             "decline_ipv6_sa", "fragment_instead_of_ptb", "wrong_ptb_mtu",
-            "own_too_big_fragmented", "slow_first_stream", "child_never_up", "peer_unreachable"}
+            "own_too_big_fragmented", "slow_first_stream", "child_never_up", "peer_unreachable",
+            # added for the fault matrix: tests no other fault could break
+            "ipv4_df_gate", "leak_sa_on_delete"}
 
 
 def test_registry_complete_and_documented():
