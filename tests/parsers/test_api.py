@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from plugin.lab.errors import LabError
-from plugin.lab.parsers import MODULES, ParseError, iperf3, kldstat, netstat_esp, setkey, swanctl_list_sas, sysctl
+from plugin.lab.parsers import (
+    MODULES, ParseError, iperf3, kldstat, netstat_esp, ping, setkey, setkey_spd, swanctl_list_sas, sysctl,
+)
+from plugin.lab.parsers import boottime, netstat_m, swanctl_list_sas_raw, vmstat_m, vmstat_z
 
 from .golden import GOLDEN
 
@@ -61,8 +64,57 @@ def test_setkey_keys_never_in_repr() -> None:
     assert entry.enc_key and entry.enc_key not in repr(dump) and entry.enc_key[:8] not in repr(entry)
     assert len(bytes.fromhex(entry.enc_key)) == 36  # AES-256 key + 4-byte salt (RFC 4106)
     assert entry.cipher == "aes-gcm-16"
-    cbc = setkey.parse((GOLDEN / "setkey" / "cbc-natt.txt").read_text()).entries[0]
+    cbc = setkey.parse((GOLDEN / "setkey" / "rijndael-cbc-natt-before-14.txt").read_text()).entries[0]
     assert cbc.cipher == "aes-cbc-hmac-sha256" and len(bytes.fromhex(cbc.auth_key or "")) == 32
+
+
+def test_setkey_aes_cbc_of_freebsd14_and_rijndael_cbc_name_the_same_cipher() -> None:
+    fbsd14 = setkey.parse((GOLDEN / "setkey" / "fbsd14-aes-cbc-pair.txt").read_text()).entries
+    older = setkey.parse((GOLDEN / "setkey" / "rijndael-cbc-natt-before-14.txt").read_text()).entries
+    assert {e.enc_alg for e in fbsd14} == {"aes-cbc"} and older[0].enc_alg == "rijndael-cbc"
+    assert {e.cipher for e in fbsd14 + older} == {"aes-cbc-hmac-sha256"}
+
+
+def test_setkey_replay_is_bytes_and_the_window_is_eight_times_that() -> None:
+    """strongSwan's 32-packet default: inbound `replay=4`, outbound `replay=0` (no window)."""
+    inbound, outbound = setkey.parse((GOLDEN / "setkey" / "gcm-pair.txt").read_text()).entries
+    assert (inbound.replay_bytes, inbound.replay_window_packets) == (4, 32)
+    assert (outbound.replay_bytes, outbound.replay_window_packets) == (0, 0)
+    wide = setkey.parse((GOLDEN / "setkey" / "main-ipsec-offload.txt").read_text()).entries[0]
+    assert (wide.replay_bytes, wide.replay_window_packets) == (128, 1024)
+    assert setkey.SadEntry(src="a", dst="b", satype="esp", mode="tunnel", spi=1, reqid=1, state="mature",
+                           replay_bytes=8, seq=0, flags=0).replay_window_packets == 64
+
+
+def test_setkey_offload_counters_present_or_none() -> None:
+    inbound, outbound = setkey.parse((GOLDEN / "setkey" / "main-ipsec-offload.txt").read_text()).entries
+    assert inbound.hw_offload_ifs == ("mce0",) and outbound.hw_offload_ifs == ("mce0", "mce1")
+    assert (inbound.hw_offload_packets, inbound.hw_offload_bytes) == (9988, 15398464)
+    assert (inbound.sw_offload_packets, inbound.sw_offload_bytes) == (12, 1536)
+    assert outbound.hw_offload_use is None  # str_time's 20 blanks: never
+    plain = setkey.parse((GOLDEN / "setkey" / "gcm-pair.txt").read_text()).entries[0]
+    assert plain.hw_offload_ifs is None and plain.hw_offload_bytes is None and plain.sw_offload_packets is None
+
+
+def test_setkey_spd_pairs_each_child_by_reqid() -> None:
+    spd = setkey_spd.parse((GOLDEN / "setkey_spd" / "fbsd14-v4-six-tcp-children.txt").read_text())
+    assert len(spd.policies) == 12 and len(spd.direction("in")) == len(spd.direction("out")) == 6
+    for reqid, port in zip(range(1, 7), range(5201, 5207)):
+        out, = [p for p in spd.by_reqid(reqid) if p.direction == "out"]
+        in_, = [p for p in spd.by_reqid(reqid) if p.direction == "in"]
+        assert (out.src_selector, out.dst_selector, out.upper) == ("10.77.0.0/24", "10.88.0.0/24", "tcp")
+        assert (out.src_port, out.dst_port) == (None, port)
+        assert (in_.src_port, in_.dst_port) == (port, None)
+        assert (out.requests[0].tunnel_src, in_.requests[0].tunnel_src) == ("192.0.2.1", "192.0.2.2")
+    assert setkey_spd.parse("No SPD entries.\n").policies == ()
+
+
+def test_ping_keeps_the_resolved_name_and_the_pattern() -> None:
+    named = ping.parse((GOLDEN / "ping" / "fbsd14-v4-hostname-handbook.txt").read_text())
+    assert (named.host, named.target) == ("web.geo.FreeBSD.org", "147.28.184.45")
+    v6 = ping.parse((GOLDEN / "ping" / "fbsd14-v6-canonname.txt").read_text())
+    assert (v6.host, v6.target, v6.received) == ("mirror.sched.example.net", "2001:db8:3a00:42:3a::1", 4)
+    assert ping.parse((GOLDEN / "ping" / "fbsd14-v4-pattern.txt").read_text()).pattern == "deadbeef"
 
 
 def test_sysctl_helpers() -> None:
@@ -80,3 +132,30 @@ def test_list_sas_child_lookup_and_iperf_ok() -> None:
     assert (child.spi_in, child.bytes_out) == ("8a31efca", 44803683)
     refused = iperf3.parse((GOLDEN / "iperf3" / "connection-refused.txt").read_text())
     assert not refused.ok and refused.sent_bps is None
+
+
+def test_health_parsers_text_and_json_agree_and_sum() -> None:
+    """The two forms of each health command read the same numbers; the helpers add them up."""
+    text = vmstat_z.parse((GOLDEN / "vmstat_z" / "fbsd14-text.txt").read_text())
+    json_ = vmstat_z.parse((GOLDEN / "vmstat_z" / "fbsd14-json.txt").read_text())
+    assert text.zones == json_.zones and (text.libxo_version, json_.libxo_version) == (None, "1")
+    assert set(text.matching(("octep",))) == {"octep_sa_ctx", "octep_cmd"}
+    doubled = vmstat_z.UmaZones(text.zones + text.zones[-3:-2]).by_name()["octep_sa_ctx"]
+    assert (doubled.used, doubled.requests) == (8, 236)
+    malloc = vmstat_m.parse((GOLDEN / "vmstat_m" / "fbsd14-text.txt").read_text())
+    assert malloc.types == vmstat_m.parse((GOLDEN / "vmstat_m" / "fbsd14-json.txt").read_text()).types
+    assert malloc.matching(("octep",))["octep"].memory_kib == 4098
+    mbufs = netstat_m.parse((GOLDEN / "netstat_m" / "clusters-exhausted-with-sfbufs.txt").read_text())
+    assert (mbufs.denied, mbufs.delayed, mbufs.nsfbufs) == (4228, 12, 6656)
+    assert boottime.parse("{ sec = 5, usec = 7 } Thu Jan  1 00:00:05 1970\n").instant == (5, 7)
+
+
+def test_list_sas_raw_timers_already_past_are_negative() -> None:
+    """charon prints rekey-time as int64: right after an automatic rekey the DELETED child's
+    is -1 (tests/twin_ike/list_sas_rekeyed_raw_sample.txt, a real 5.9.8 event line; the
+    capture kept only the event, so the reply line that ends every --raw listing is added)."""
+    event = (Path(__file__).resolve().parents[1] / "twin_ike" / "list_sas_rekeyed_raw_sample.txt").read_text()
+    sas = swanctl_list_sas_raw.parse(event.rstrip("\n") + "\nlist-sas reply {}\n")
+    old, new = sas.ike_sas[0].children
+    assert (old.state, old.rekey_in, old.expires_in) == ("DELETED", -1, 33)
+    assert (new.state, new.rekey_in) == ("INSTALLED", 5)

@@ -3,8 +3,9 @@
 Inputs are random text and mutated real samples (the golden success cases): truncate,
 delete/duplicate/swap a line, flip a character, turn a digit into a letter or another
 digit, insert junk. Besides "no other exception", two teeth checks (best effort, as the
-brief asks): for netstat_esp and iperf3 a truncated sample never parses into the same
-value as the full one, and for netstat_esp a changed digit never yields the original value.
+brief asks): for netstat_esp, iperf3, setkey_spd and the health parsers (HEALTH_PARSERS) a
+truncated sample never parses into the same value as the full one, and for netstat_esp,
+setkey_spd and the health parsers a changed digit never yields the original value.
 Bounded: 200 examples per parser and strategy, no deadline, no example database on disk.
 """
 from __future__ import annotations
@@ -29,6 +30,8 @@ FUZZ = settings(
     max_examples=200, deadline=None, database=None, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
+# the appliance-health parsers keep every number and name they read: any cut or changed digit shows
+HEALTH_PARSERS = ("netstat_m", "vmstat_z", "vmstat_m", "dmesg", "boottime")
 MUTATIONS = ("truncate", "delete_line", "dup_line", "swap_lines", "flip_char", "digit_to_letter",
              "digit_to_digit", "insert_junk")
 
@@ -89,9 +92,9 @@ def test_mutated_samples_parse_or_raise_parse_error(command: str, data: st.DataO
         return
     if command == "netstat_esp" and not case.expected["loaded"]:
         return  # "not loaded" samples: truncating to nothing legitimately means "not loaded" too
-    if command in ("netstat_esp", "iperf3") and kind == "truncate":
+    if command in ("netstat_esp", "iperf3", "setkey_spd", *HEALTH_PARSERS) and kind == "truncate":
         assert result != case.expected, f"{case.name}: truncated at {at} parses like the full sample"
-    if command == "netstat_esp" and kind in ("digit_to_letter", "digit_to_digit"):
+    if command in ("netstat_esp", "setkey_spd", *HEALTH_PARSERS) and kind in ("digit_to_letter", "digit_to_digit"):
         assert result != case.expected, f"{case.name}: changed digit at {at} gives the original value"
 
 
@@ -100,6 +103,15 @@ _JUNK_LINES = st.sampled_from([
     "list-sas reply {}", "No SAD entries.", "Id Refs Address Size Name", "\tinet6 ::1 prefixlen 128",
     "lab: #1, ESTABLISHED, IKEv2, 0000000000000000_i* 0000000000000000_r", '{"statistics": {}}',
     "MD5 (x) = 0cc175b9c0f1b6a831c399e269772661", "   route to: ::1", "a.b: 1",
+    "No SPD entries.", "10.0.0.0/8[any] 10.1.0.0/16[any] any", "\tout ipsec",
+    "\tesp/tunnel/192.0.2.1-192.0.2.2/unique:1",
+    "\tspid=1 seq=0 pid=1 scope=global ", "\trefcnt=1", "\thw offl if: mce0", "PATTERN: 0xff",
+    "\thw offl use: Nov 30 10:00:01 2026\thw offl allocated: 1\thw offl: 84(bytes)",
+    "0/0/0 requests for mbufs denied (mbufs/clusters/mbuf+clusters)", '{"mbuf-statistics": {}}',
+    "ITEM                   SIZE  LIMIT     USED     FREE      REQ     FAILSLEEP XDOMAIN",
+    "mbuf:                   256, 6507312,    1211,    6244,102991870,   0,   0,   0",
+    "         Type InUse MemUse Requests  Size(s)", "       octep    12  4098K       40  64,256",
+    "{ sec = 1700000000, usec = 123 } Tue Nov 14 22:13:20 2023", "lock order reversal:",
 ])
 
 

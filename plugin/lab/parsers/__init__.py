@@ -18,7 +18,13 @@ MODULES = (
     "md5",
     "ifconfig",
     "setkey",
+    "setkey_spd",
     "route_get",
+    "netstat_m",
+    "vmstat_z",
+    "vmstat_m",
+    "dmesg",
+    "boottime",
 )
 
 __all__ = ["ParseError", "MODULES"]

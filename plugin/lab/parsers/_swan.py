@@ -1,8 +1,35 @@
-"""Result types shared by the two `swanctl --list-sas` parsers (text and --raw)."""
+"""What the swanctl parsers share: the result types of the two `swanctl --list-sas` parsers
+(text and --raw), and the lines every swanctl command may print besides its own."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
+
+from ._base import numbered_lines
+
+# libstrongswan complains on stderr about plugins named in its config but not installed
+# (seen on Debian 12 for every swanctl run): a warning, never an error
+PLUGIN_WARNING = r"plugin '[^']*': failed to load - .+"
+# charon's VICI socket did not answer; swanctl exits with the errno and may print its usage text
+CHARON_DOWN = r"(?:[Ee]rror: )?connecting to '(?P<uri>[^']*)' URI failed: (?P<why>.+)"
+_ERROR_PREFIX = re.compile(r"^[Ee]rror: ")
+
+
+def charon_error(line: str) -> str:
+    """A CHARON_DOWN line as the result keeps it: without the "Error: " some releases print."""
+    return _ERROR_PREFIX.sub("", line)
+
+
+def both_streams(stdout: str, stderr: str) -> list[tuple[str, int, str]]:
+    """(stream, 1-based number, line) of stdout then stderr, blank lines included.
+
+    swanctl's lines mean the same whichever stream they arrive on, so a parser classifies
+    them together (and a `2>&1` capture parses the same); the stream is kept for the
+    error message, which names the line as `stdout`/`stderr` number N.
+    """
+    return [(stream, no, line) for stream, text in (("stdout", stdout), ("stderr", stderr))
+            for no, line in numbered_lines(text)]
 
 IKE_STATES = frozenset(
     "CREATED CONNECTING ESTABLISHED PASSIVE REKEYING REKEYED DELETING DESTROYING".split()

@@ -9,38 +9,32 @@ keyword outside the known set is an error.
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass
 from typing import Optional
 
-from ._base import fail, numbered_lines
+from ._base import fail
+from ._lines import LineTable, content_lines
 
 COMMAND = "ifconfig"
-_HEAD = re.compile(
-    r"(?P<name>[A-Za-z0-9_.-]+): flags=(?P<hex>[0-9a-f]+)<(?P<flags>[A-Z0-9_,]*)>"
-    r"(?: metric (?P<metric>[0-9]+))? mtu (?P<mtu>[0-9]+)"
-)
-_INET = re.compile(
-    r"\tinet (?P<addr>[0-9.]+)(?: --> (?P<peer>[0-9.]+))? netmask 0x(?P<mask>[0-9a-f]{8})"
-    r"(?: broadcast (?P<bcast>[0-9.]+))?(?: vhid [0-9]+)?"
-)
 _INET6_FLAGS = frozenset("anycast tentative duplicated detached deprecated autoconf temporary prefer_source".split())
-_INET6 = re.compile(
-    r"\tinet6 (?P<addr>[0-9a-fA-F:.]+)(?:%(?P<zone>[A-Za-z0-9_.-]+))?(?: --> (?P<peer>\S+))? "
-    r"prefixlen (?P<plen>[0-9]+)(?P<flags>(?: [a-z_]+)*)(?: scopeid 0x(?P<scope>[0-9a-f]+))?"
-    r"(?: pltime [0-9]+ vltime [0-9]+)?(?: vhid [0-9]+)?"
-)
-_ND6 = re.compile(r"\tnd6 options=(?P<hex>[0-9a-f]+)<(?P<names>[A-Z0-9_,]*)>")
 _ND6_BITS = {"PERFORMNUD": 0x1, "ACCEPT_RTADV": 0x2, "PREFER_SOURCE": 0x4, "IFDISABLED": 0x8,
              "DONT_SET_IFROUTE": 0x10, "AUTO_LINKLOCAL": 0x20, "NO_RADR": 0x40, "NO_PREFER_IFACE": 0x80,
              "NO_DAD": 0x100, "IPV6_ONLY": 0x200, "IPV6_ONLY_MANUAL": 0x400, "DEFAULTIF": 0x8000}
-_OTHER = re.compile(
-    r"\t(?P<key>options|capabilities|ether|hwaddr|media|status|groups|description|drivername|tunnel|"
-    r"vlan|vlanproto|vlanpcp|parent|laggproto|laggoptions|laggstatistics|lagghash|laggport|member|"
-    r"plugged|vendor|syncpeer|pfsync|carp|id|priority|bridge|maxaddr|ifmaxaddr|root|"
-    r"ssid|regdomain|country|channel)[:= ](?P<value>.*)"
-)
-
+_LINES = LineTable(COMMAND, {
+    "head": r"(?P<name>[A-Za-z0-9_.-]+): flags=(?P<hex>[0-9a-f]+)<(?P<flags>[A-Z0-9_,]*)>"
+            r"(?: metric (?P<metric>[0-9]+))? mtu (?P<mtu>[0-9]+)",
+    # an interface's detail lines
+    "inet": r"\tinet (?P<addr>[0-9.]+)(?: --> (?P<peer>[0-9.]+))? netmask 0x(?P<mask>[0-9a-f]{8})"
+            r"(?: broadcast (?P<bcast>[0-9.]+))?(?: vhid [0-9]+)?",
+    "inet6": r"\tinet6 (?P<addr>[0-9a-fA-F:.]+)(?:%(?P<zone>[A-Za-z0-9_.-]+))?(?: --> (?P<peer>\S+))? "
+             r"prefixlen (?P<plen>[0-9]+)(?P<flags>(?: [a-z_]+)*)(?: scopeid 0x(?P<scope>[0-9a-f]+))?"
+             r"(?: pltime [0-9]+ vltime [0-9]+)?(?: vhid [0-9]+)?",
+    "nd6": r"\tnd6 options=(?P<hex>[0-9a-f]+)<(?P<names>[A-Z0-9_,]*)>",
+    "other": r"\t(?P<key>options|capabilities|ether|hwaddr|media|status|groups|description|drivername|tunnel|"
+             r"vlan|vlanproto|vlanpcp|parent|laggproto|laggoptions|laggstatistics|lagghash|laggport|member|"
+             r"plugged|vendor|syncpeer|pfsync|carp|id|priority|bridge|maxaddr|ifmaxaddr|root|"
+             r"ssid|regdomain|country|channel)[:= ](?P<value>.*)",
+})
 
 @dataclass(frozen=True)
 class Inet4:
@@ -101,10 +95,8 @@ def parse(text: str) -> IfconfigResult:
         if cur is not None:
             interfaces.append(Interface(**{k: tuple(v) if isinstance(v, list) else v for k, v in cur.items()}))
 
-    for no, line in numbered_lines(text):
-        if not line.strip():
-            continue
-        if m := _HEAD.fullmatch(line):
+    for no, line in content_lines(text):
+        if m := _LINES.match(line, "head"):
             close()
             flags = tuple(f for f in m["flags"].split(",") if f)
             cur = dict(name=m["name"], flags=flags, mtu=int(m["mtu"]),
@@ -112,13 +104,14 @@ def parse(text: str) -> IfconfigResult:
             continue
         if cur is None:
             fail(COMMAND, no, line, "expected an interface header '<if>: flags=...<...> mtu N'")
-        if m := _INET.fullmatch(line):
+        kind, m = _LINES.read(no, line, "unknown ifconfig detail line", "inet", "inet6", "nd6", "other")
+        if kind == "inet":
             mask = int(m["mask"], 16)
             plen = bin(mask).count("1")
             if mask != ((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1):
                 fail(COMMAND, no, line, "netmask is not contiguous")
             cur["inet"].append(Inet4(m["addr"], plen, m["bcast"], m["peer"]))
-        elif m := _INET6.fullmatch(line):
+        elif kind == "inet6":
             try:
                 ipaddress.IPv6Address(m["addr"])
             except ValueError:
@@ -129,16 +122,14 @@ def parse(text: str) -> IfconfigResult:
                 fail(COMMAND, no, line, f"unknown inet6 address flag(s) {bad}" if bad else "prefixlen > 128")
             cur["inet6"].append(Inet6(m["addr"], int(m["plen"]), m["zone"],
                                       int(m["scope"], 16) if m["scope"] else None, flags6, m["peer"]))
-        elif m := _ND6.fullmatch(line):
+        elif kind == "nd6":
             value = int(m["hex"], 16)
             names = tuple(n for n in m["names"].split(",") if n)
             if any(n not in _ND6_BITS for n in names) or sum(_ND6_BITS[n] for n in names) != value:
                 fail(COMMAND, no, line, "nd6 option names do not match the hex value")
             cur["nd6_options"], cur["nd6_flags"] = value, names
-        elif m := _OTHER.fullmatch(line):
-            cur["other"].append((m["key"], m["value"].strip()))
         else:
-            fail(COMMAND, no, line, "unknown ifconfig detail line")
+            cur["other"].append((m["key"], m["value"].strip()))
     close()
     if not interfaces:
         fail(COMMAND, 0, text, "no interface in the output")

@@ -5,18 +5,22 @@
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Optional
 
 from ._base import fail, numbered_lines
+from ._lines import LineTable
 
 COMMAND = "md5"
-_BSD = re.compile(r"MD5 \((?P<path>.*)\) = (?P<hex>[0-9a-f]{32})")
-_REVERSED = re.compile(r"(?P<hex>[0-9a-f]{32}) (?P<path>.+)")
-_QUIET = re.compile(r"(?P<hex>[0-9a-f]{32})")
-_MISSING = re.compile(r"md5: (?P<path>.+): No such file or directory")
-_OTHER_ERR = re.compile(r"md5: (?P<path>.+): (?P<why>.+)")
+_STDOUT = LineTable(COMMAND, {
+    "bsd": r"MD5 \((?P<path>.*)\) = (?P<hex>[0-9a-f]{32})",
+    "quiet": r"(?P<hex>[0-9a-f]{32})",  # -q and stdin: no name
+    "reversed": r"(?P<hex>[0-9a-f]{32}) (?P<path>.+)",
+})
+_STDERR = LineTable(COMMAND, {
+    "missing": r"md5: (?P<path>.+): No such file or directory",
+    "other": r"md5: (?P<path>.+): (?P<why>.+)",
+})
 
 
 @dataclass(frozen=True)
@@ -43,20 +47,15 @@ class Md5Result:
 def parse(text: str, stderr: str = "", status: int = 0) -> Md5Result:
     entries: list[Md5Entry] = []
     for no, line in numbered_lines(text):
-        if m := _BSD.fullmatch(line):
-            entries.append(Md5Entry(m["path"], m["hex"]))
-        elif m := _QUIET.fullmatch(line):
-            entries.append(Md5Entry(None, m["hex"]))
-        elif m := _REVERSED.fullmatch(line):
-            entries.append(Md5Entry(m["path"], m["hex"]))
-        else:
-            fail(COMMAND, no, line, "expected 'MD5 (file) = <hex>', '<hex> file' or '<hex>'")
+        kind, m = _STDOUT.read(no, line, "expected 'MD5 (file) = <hex>', '<hex> file' or '<hex>'")
+        entries.append(Md5Entry(None if kind == "quiet" else m["path"], m["hex"]))
     missing: list[str] = []
     errors: list[str] = []
     for no, line in numbered_lines(stderr):
-        if m := _MISSING.fullmatch(line):
+        kind, m = _STDERR.classify(line)
+        if kind == "missing":
             missing.append(m["path"])
-        elif _OTHER_ERR.fullmatch(line):
+        elif kind == "other":
             errors.append(line)
         elif line.strip():
             fail(COMMAND, no, line, "stderr: unexpected line")

@@ -9,44 +9,53 @@ with every counter None, never zeros.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields
-from typing import Optional
+from typing import NamedTuple, Optional
 
-from ._base import fail, load_json, json_line_of, numbered_lines, to_int
+from . import _libxo
+from ._base import fail, json_line_of, numbered_lines, to_int
+from ._lines import LineTable
 
 COMMAND = "netstat -s -p esp"
 
-# (canonical field, FreeBSD JSON key, text after the number with %s for the plural)
-COUNTERS: tuple[tuple[str, str, str], ...] = (
-    ("dropped_short_header", "dropped-short-header", "packet%s shorter than header shows"),
-    ("dropped_bad_protocol", "dropped-bad-protocol", "packet%s dropped; protocol family not supported"),
-    ("dropped_no_tdb", "dropped-no-tdb", "packet%s dropped; no TDB"),
-    ("dropped_bad_kcr", "dropped-bad-kcr", "packet%s dropped; bad KCR"),
-    ("dropped_queue_full", "dropped-queue-full", "packet%s dropped; queue full"),
-    ("dropped_no_transform", "dropped-no-transform", "packet%s dropped; no transform"),
-    ("dropped_bad_length", "dropped-bad-length", "packet%s dropped; bad ilen"),
-    ("replay_counter_wraps", "replay-counter-wraps", "replay counter wrap%s"),
-    ("dropped_bad_crypto", "dropped-bad-crypto", "packet%s dropped; bad encryption detected"),
-    ("dropped_bad_auth", "dropped-bad-auth", "packet%s dropped; bad authentication detected"),
-    ("possible_replay", "possible-replay-detected", "possible replay packet%s detected"),
-    ("received_packets", "received-packets", "packet%s in"),
-    ("sent_packets", "sent-packets", "packet%s out"),
-    ("dropped_bad_tdb", "dropped-bad-tdb", "packet%s dropped; invalid TDB"),
-    ("received_bytes", "receieve-bytes", "byte%s in"),
-    ("sent_bytes", "sent-bytes", "byte%s out"),
-    ("dropped_too_large", "dropped-too-large", "packet%s dropped; larger than IP_MAXPACKET"),
-    ("dropped_policy_violation", "dropped-policy-violation", "packet%s blocked due to policy"),
-    ("crypto_failures", "crypto-failures", "crypto processing failure%s"),
-    ("tunnel_failures", "tunnel-failures", "tunnel sanity check failure%s"),
+
+class EspCounter(NamedTuple):
+    """One `struct espstat` counter under its three names."""
+
+    field: str  # EspStats' attribute
+    key: str  # FreeBSD's libxo JSON key (its spelling, typos included)
+    text: str  # the text netstat prints after the number, %s where the plural adds an "s"
+
+
+COUNTERS: tuple[EspCounter, ...] = (
+    EspCounter("dropped_short_header", "dropped-short-header", "packet%s shorter than header shows"),
+    EspCounter("dropped_bad_protocol", "dropped-bad-protocol", "packet%s dropped; protocol family not supported"),
+    EspCounter("dropped_no_tdb", "dropped-no-tdb", "packet%s dropped; no TDB"),
+    EspCounter("dropped_bad_kcr", "dropped-bad-kcr", "packet%s dropped; bad KCR"),
+    EspCounter("dropped_queue_full", "dropped-queue-full", "packet%s dropped; queue full"),
+    EspCounter("dropped_no_transform", "dropped-no-transform", "packet%s dropped; no transform"),
+    EspCounter("dropped_bad_length", "dropped-bad-length", "packet%s dropped; bad ilen"),
+    EspCounter("replay_counter_wraps", "replay-counter-wraps", "replay counter wrap%s"),
+    EspCounter("dropped_bad_crypto", "dropped-bad-crypto", "packet%s dropped; bad encryption detected"),
+    EspCounter("dropped_bad_auth", "dropped-bad-auth", "packet%s dropped; bad authentication detected"),
+    EspCounter("possible_replay", "possible-replay-detected", "possible replay packet%s detected"),
+    EspCounter("received_packets", "received-packets", "packet%s in"),
+    EspCounter("sent_packets", "sent-packets", "packet%s out"),
+    EspCounter("dropped_bad_tdb", "dropped-bad-tdb", "packet%s dropped; invalid TDB"),
+    EspCounter("received_bytes", "receieve-bytes", "byte%s in"),
+    EspCounter("sent_bytes", "sent-bytes", "byte%s out"),
+    EspCounter("dropped_too_large", "dropped-too-large", "packet%s dropped; larger than IP_MAXPACKET"),
+    EspCounter("dropped_policy_violation", "dropped-policy-violation", "packet%s blocked due to policy"),
+    EspCounter("crypto_failures", "crypto-failures", "crypto processing failure%s"),
+    EspCounter("tunnel_failures", "tunnel-failures", "tunnel sanity check failure%s"),
 )
 _MAIN_RECEIVE_BYTES = "receive-bytes"  # freebsd-src main fixed the typo
-_KEY_TO_FIELD = {key: name for name, key, _ in COUNTERS}
+_KEY_TO_FIELD = {c.key: c.field for c in COUNTERS}
 _KEY_TO_FIELD[_MAIN_RECEIVE_BYTES] = "received_bytes"
 _TEXT_TO_FIELD: dict[str, tuple[str, bool]] = {}
-for _name, _key, _fmt in COUNTERS:
-    _TEXT_TO_FIELD[_fmt % ""] = (_name, True)  # singular form, only valid for 1
-    _TEXT_TO_FIELD[_fmt % "s"] = (_name, False)
+for _c in COUNTERS:
+    _TEXT_TO_FIELD[_c.text % ""] = (_c.field, True)  # singular form, only valid for 1
+    _TEXT_TO_FIELD[_c.text % "s"] = (_c.field, False)
 HISTOGRAM_KEY = "esp-output-histogram"
 
 
@@ -77,6 +86,8 @@ class EspStats:
     tunnel_failures: Optional[int] = None
     # (algorithm name, count); unnamed SADB indexes appear as "#<n>"
     histogram: tuple[tuple[str, int], ...] = ()
+    # JSON only: libxo's "__version" key as printed; None when absent (FreeBSD 14's netstat)
+    libxo_version: Optional[str] = None
 
     def as_dict(self) -> dict[str, object]:
         """Canonical names plus the FreeBSD keys (both spellings of bytes-in)."""
@@ -110,14 +121,9 @@ def _complete(values: dict[str, int], sparse: bool, line_no: int, line: str) -> 
 
 
 def _parse_json(text: str, sparse: bool) -> EspStats:
-    doc = load_json(COMMAND, text)
-    # libxo adds "__version" (netstat's xo_set_version) beside the data; nothing else may be there.
-    if (not isinstance(doc, dict) or set(doc) - {"__version"} != {"statistics"}
-            or not isinstance(doc["statistics"], dict)):
-        fail(COMMAND, 1, text.splitlines()[0][:200], 'expected one top-level "statistics" object')
-    stats = doc["statistics"]
+    stats, version = _libxo.object_container(COMMAND, text, "statistics")
     if not stats:
-        return EspStats(loaded=False)
+        return EspStats(loaded=False, libxo_version=version)
     if set(stats) != {"esp-statictics"} or not isinstance(stats["esp-statictics"], dict):
         no, line = json_line_of(text, next(iter(stats)))
         fail(COMMAND, no, line, 'expected only the "esp-statictics" container (sic)')
@@ -137,7 +143,7 @@ def _parse_json(text: str, sparse: bool) -> EspStats:
             fail(COMMAND, no, line, f"{key}: counter given twice")
         values[name] = value
     _complete(values, sparse, 1, "esp-statictics")
-    return EspStats(loaded=True, histogram=tuple(histogram), **values)
+    return EspStats(loaded=True, histogram=tuple(histogram), libxo_version=version, **values)
 
 
 def _json_histogram(value: object, text: str) -> list[tuple[str, int]]:
@@ -157,8 +163,12 @@ def _json_histogram(value: object, text: str) -> list[tuple[str, int]]:
     return out
 
 
-_COUNTER_LINE = re.compile(r"\t(\S+) (.+)")
-_HIST_LINE = re.compile(r"\t\t(#[0-9]+|[a-z0-9][a-z0-9-]*): (\S+)")
+_LINES = LineTable(COMMAND, {
+    "title": r"esp:",
+    "histogram_title": r"\tESP output histogram:",
+    "histogram": r"\t\t(?P<name>#[0-9]+|[a-z0-9][a-z0-9-]*): (?P<count>\S+)",
+    "counter": r"\t(?P<value>\S+) (?P<text>.+)",
+})
 
 
 def _parse_text(text: str, sparse: bool) -> EspStats:
@@ -168,37 +178,28 @@ def _parse_text(text: str, sparse: bool) -> EspStats:
     last = (0, "")
     for no, line in numbered_lines(text):
         last = (no, line)
-        if state == "title":
-            if not line.strip():
-                continue
-            if line != "esp:":
-                fail(COMMAND, no, line, "expected the title line 'esp:'")
-            state = "counters"
-            continue
         if not line.strip():
             continue  # a trailing empty line is not a counter
-        if state in ("counters",) and line == "\tESP output histogram:":
+        if state == "title":
+            _LINES.expect("title", no, line, "expected the title line 'esp:'")
+            state = "counters"
+        elif state == "counters" and _LINES.match(line, "histogram_title"):
             state = "histogram"
-            continue
-        if state == "histogram":
-            m = _HIST_LINE.fullmatch(line)
-            if not m:
-                fail(COMMAND, no, line, "expected a histogram row '\\t\\t<alg>: <count>'")
-            histogram.append((m.group(1), to_int(COMMAND, no, line, m.group(2), "histogram count")))
-            continue
-        m = _COUNTER_LINE.fullmatch(line)
-        if not m:
-            fail(COMMAND, no, line, "expected '\\t<number> <description>'")
-        value = to_int(COMMAND, no, line, m.group(1), "counter value")
-        known = _TEXT_TO_FIELD.get(m.group(2))
-        if known is None:
-            fail(COMMAND, no, line, "unknown ESP counter description")
-        name, singular = known
-        if singular != (value == 1):
-            fail(COMMAND, no, line, "singular/plural form does not match the number")
-        if name in values:
-            fail(COMMAND, no, line, "counter given twice")
-        values[name] = value
+        elif state == "histogram":
+            m = _LINES.expect("histogram", no, line, "expected a histogram row '\\t\\t<alg>: <count>'")
+            histogram.append((m["name"], to_int(COMMAND, no, line, m["count"], "histogram count")))
+        else:
+            m = _LINES.expect("counter", no, line, "expected '\\t<number> <description>'")
+            value = to_int(COMMAND, no, line, m["value"], "counter value")
+            known = _TEXT_TO_FIELD.get(m["text"])
+            if known is None:
+                fail(COMMAND, no, line, "unknown ESP counter description")
+            name, singular = known
+            if singular != (value == 1):
+                fail(COMMAND, no, line, "singular/plural form does not match the number")
+            if name in values:
+                fail(COMMAND, no, line, "counter given twice")
+            values[name] = value
     if state == "title":
         return EspStats(loaded=False)
     if state == "histogram" and not histogram:

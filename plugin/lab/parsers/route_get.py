@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ._base import fail, numbered_lines, to_int
+from ._base import fail, to_int
+from ._lines import content_lines
 
 COMMAND = "route -n get"
 _LABELS = {"route to": "route_to", "destination": "destination", "mask": "mask", "gateway": "gateway",
@@ -46,9 +47,7 @@ def parse(text: str, stderr: str = "", status: int = 0) -> RouteGet:
     values: dict = {}
     header: Optional[list[str]] = None
     metrics: dict[str, int] = {}
-    for no, line in numbered_lines(text):
-        if not line.strip():
-            continue
+    for no, line in content_lines(text):
         if header is not None:
             nums = line.split()
             if metrics or len(nums) != len(header):

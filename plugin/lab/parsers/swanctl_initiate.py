@@ -13,7 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from ._base import fail, numbered_lines
+from ._base import fail
+from ._lines import LineTable
+from ._swan import CHARON_DOWN, PLUGIN_WARNING, both_streams, charon_error
 
 COMMAND = "swanctl --initiate"
 
@@ -56,23 +58,27 @@ class InitiateResult:
         return self.outcome is Outcome.ESTABLISHED
 
 
-_LOG = re.compile(r"\[(?P<group>[A-Z]{3})\] (?P<msg>.*)")
-_FAILED = re.compile(r"initiate failed: (?P<err>.+)")
-_ERROR_PREFIX = re.compile(r"^[Ee]rror: ")
-# libstrongswan complains on stderr about plugins named in its config but not installed
-# (seen on Debian 12 for every swanctl run); kept as warnings, not errors
-_PLUGIN_WARNING = re.compile(r"plugin '[^']*': failed to load - .+")
-_DOWN = re.compile(r"(?:[Ee]rror: )?connecting to '(?P<uri>[^']*)' URI failed: (?P<why>.+)")
-_ESTABLISHED = re.compile(
-    r"CHILD_SA (?P<child>\S+)\{(?P<id>[0-9]+)\} established with SPIs (?P<spi_in>[0-9a-f]{8})_i "
-    r"(?P<spi_out>[0-9a-f]{8})_o and TS (?P<lts>\S+(?: \S+)*) === (?P<rts>\S+(?: \S+)*)"
-)
-_NOT_FOUND = re.compile(r"CHILD_SA config '(?P<child>[^']*)' not found")
-_ESTAB_FAILED = re.compile(r"establishing CHILD_SA '(?P<child>[^']*)' failed")
-_NOT_ESTAB = re.compile(r"CHILD_SA '(?P<child>[^']*)' not established after (?P<ms>[0-9]+)ms")
-_RETRANSMIT = re.compile(r"retransmit [0-9]+ of request with message ID [0-9]+")
-_GIVING_UP = re.compile(r"giving up after [0-9]+ retransmits")
-_PROPOSAL = re.compile(r"selected proposal: (?P<p>ESP:\S+|AH:\S+)")
+# the lines swanctl --initiate prints, on either stream
+_LINES = LineTable(COMMAND, {
+    "log": r"\[(?P<group>[A-Z]{3})\] (?P<msg>.*)",
+    "warning": PLUGIN_WARNING,
+    "completed": r"initiate completed successfully",
+    "failed": r"initiate failed: (?P<err>.+)",
+    "down": CHARON_DOWN,
+})
+# what a log line's message says about the CHILD_SA
+_MESSAGES = LineTable(COMMAND, {
+    "established": r"CHILD_SA (?P<child>\S+)\{(?P<id>[0-9]+)\} established with SPIs (?P<spi_in>[0-9a-f]{8})_i "
+                   r"(?P<spi_out>[0-9a-f]{8})_o and TS (?P<lts>\S+(?: \S+)*) === (?P<rts>\S+(?: \S+)*)",
+    "retransmit": r"retransmit [0-9]+ of request with message ID [0-9]+",
+    "proposal": r"selected proposal: (?P<p>ESP:\S+|AH:\S+)",
+})
+# the <errmsg> of `initiate failed: <errmsg>`
+_ERRORS = LineTable(COMMAND, {
+    "not_found": r"CHILD_SA config '(?P<child>[^']*)' not found",
+    "timeout": r"CHILD_SA '(?P<child>[^']*)' not established after (?P<ms>[0-9]+)ms",
+    "failed": r"establishing CHILD_SA '(?P<child>[^']*)' failed",
+})
 # log messages that explain an "establishing CHILD_SA failed", first match wins
 _CAUSES: tuple[tuple[re.Pattern[str], Outcome], ...] = (
     (re.compile(r"received TS_UNACCEPTABLE notify.*"), Outcome.TS_UNACCEPTABLE),
@@ -80,7 +86,7 @@ _CAUSES: tuple[tuple[re.Pattern[str], Outcome], ...] = (
     (re.compile(r"no acceptable proposal found"), Outcome.NO_PROPOSAL_CHOSEN),
     (re.compile(r"received AUTHENTICATION_FAILED notify.*"), Outcome.AUTHENTICATION_FAILED),
     (re.compile(r"tried [0-9]+ shared keys? for .* but MAC mismatched"), Outcome.AUTHENTICATION_FAILED),
-    (_GIVING_UP, Outcome.TIMEOUT),
+    (re.compile(r"giving up after [0-9]+ retransmits"), Outcome.TIMEOUT),
 )
 
 
@@ -88,50 +94,40 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> InitiateResult:
     log: list[LogLine] = []
     completed = False
     failed: Optional[tuple[int, str, str]] = None
-    down: Optional[tuple[int, str, str]] = None
-    other: list[tuple[int, str, str]] = []
+    down: Optional[str] = None
+    other: list[tuple[str, int, str]] = []
     warnings: list[str] = []
-    numbered = [(f"stdout:{no}", line) for no, line in numbered_lines(stdout)]
-    numbered += [(f"stderr:{no}", line) for no, line in numbered_lines(stderr)]
-    for where, line in numbered:
-        no = int(where.split(":")[1])
-        m = _LOG.fullmatch(line)
-        if m:
+    lines = both_streams(stdout, stderr)
+    for stream, no, line in lines:
+        kind, m = _LINES.classify(line)
+        if kind == "log":
             log.append(LogLine(m["group"], m["msg"]))
-            continue
-        if _PLUGIN_WARNING.fullmatch(line):
+        elif kind == "warning":
             warnings.append(line)
-            continue
-        if line == "initiate completed successfully":
+        elif kind == "completed":
             completed = True
-            continue
-        m = _FAILED.fullmatch(line)
-        if m:
+        elif kind == "failed":
             if failed:
-                fail(COMMAND, no, line, f"{where.split(':')[0]}: second 'initiate failed' line")
+                fail(COMMAND, no, line, f"{stream}: second 'initiate failed' line")
             failed = (no, line, m["err"])
-            continue
-        m = _DOWN.fullmatch(line)
-        if m:
-            down = (no, line, _ERROR_PREFIX.sub("", line))
-            continue
-        if line.strip():
-            other.append((no, line, where.split(":")[0]))
-    if down:  # swanctl printed its usage text before giving up: the only case with free text
-        return InitiateResult(outcome=Outcome.CHARON_DOWN, status=status, error=down[2], log=tuple(log),
+        elif kind == "down":
+            down = charon_error(line)
+        elif line.strip():
+            other.append((stream, no, line))
+    if down is not None:  # swanctl printed its usage text before giving up: the only case with free text
+        return InitiateResult(outcome=Outcome.CHARON_DOWN, status=status, error=down, log=tuple(log),
                               warnings=tuple(warnings))
     if other:
-        no, line, stream = other[0]
+        stream, no, line = other[0]
         fail(COMMAND, no, line, f"{stream}: not a log line nor a result line")
-    proposal = next((_PROPOSAL.fullmatch(l.message)["p"] for l in reversed(log)  # type: ignore[index]
-                     if _PROPOSAL.fullmatch(l.message)), None)
-    retransmits = sum(1 for l in log if _RETRANSMIT.fullmatch(l.message))
+    proposal = next((m["p"] for l in reversed(log) if (m := _MESSAGES.match(l.message, "proposal"))), None)
+    retransmits = sum(1 for l in log if _MESSAGES.match(l.message, "retransmit"))
     common = dict(status=status, log=tuple(log), proposal=proposal, retransmits=retransmits,
                   warnings=tuple(warnings))
     if completed:
         if failed or status != 0:
             fail(COMMAND, 0, f"status={status}", "'initiate completed successfully' with a failure")
-        est = [m for l in log if (m := _ESTABLISHED.fullmatch(l.message))]
+        est = [m for l in log if (m := _MESSAGES.match(l.message, "established"))]
         if not est:
             fail(COMMAND, 0, "initiate completed successfully", "no 'CHILD_SA ... established with SPIs' line")
         m = est[-1]
@@ -141,21 +137,19 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> InitiateResult:
             remote_ts=tuple(m["rts"].split()), **common,  # type: ignore[arg-type]
         )
     if not failed:
-        last = numbered[-1] if numbered else ("stdout:0", "")
-        fail(COMMAND, 0, last[1], f"neither 'initiate completed successfully' nor 'initiate failed' (status {status})")
+        last = lines[-1][2] if lines else ""
+        fail(COMMAND, 0, last, f"neither 'initiate completed successfully' nor 'initiate failed' (status {status})")
     no, line, err = failed
     if status == 0:
         fail(COMMAND, no, line, "'initiate failed' with exit status 0")
     common["error"] = err
-    m = _NOT_FOUND.fullmatch(err)
-    if m:
-        return InitiateResult(outcome=Outcome.CONFIG_NOT_FOUND, child=m["child"], **common)  # type: ignore[arg-type]
-    m = _NOT_ESTAB.fullmatch(err)
-    if m:
-        return InitiateResult(outcome=Outcome.TIMEOUT, child=m["child"], timeout_ms=int(m["ms"]), **common)  # type: ignore[arg-type]
-    m = _ESTAB_FAILED.fullmatch(err)
-    if not m:
+    kind, m = _ERRORS.classify(err)
+    if kind is None:
         fail(COMMAND, no, line, "unknown 'initiate failed' message")
+    if kind == "not_found":
+        return InitiateResult(outcome=Outcome.CONFIG_NOT_FOUND, child=m["child"], **common)  # type: ignore[arg-type]
+    if kind == "timeout":
+        return InitiateResult(outcome=Outcome.TIMEOUT, child=m["child"], timeout_ms=int(m["ms"]), **common)  # type: ignore[arg-type]
     for rx, outcome in _CAUSES:
         if any(rx.fullmatch(l.message) for l in log):
             return InitiateResult(outcome=outcome, child=m["child"], **common)  # type: ignore[arg-type]

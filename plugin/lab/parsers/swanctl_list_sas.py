@@ -5,47 +5,38 @@ regular expressions, never split on columns. Empty output means no SAs.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 from ._base import fail, numbered_lines
+from ._lines import LineTable
 from ._swan import CHILD_STATES, CHILD_STATES_WITH_SPIS, IKE_STATES, MODES, ChildSa, IkeSa, SaList
 
 COMMAND = "swanctl --list-sas"
 
-_IKE = re.compile(
-    r"(?P<name>[^\s:]+): #(?P<uniqueid>[0-9]+), (?P<state>[A-Z]+), IKEv(?P<version>[12]), "
-    r"(?P<ispi>[0-9a-f]{16})_i(?P<istar>\*?) (?P<rspi>[0-9a-f]{16})_r(?P<rstar>\*?)"
-)
 _VIPS = r"(?P<vips>(?: \[[^\]\s]+\])*)"
-_LOCAL = re.compile(r"  local  '(?P<id>.*)' @ (?P<host>[^\s\[]+)\[(?P<port>[0-9]+)\]" + _VIPS)
-_REMOTE = re.compile(
-    r"  remote '(?P<id>.*)' @ (?P<host>[^\s\[]+)\[(?P<port>[0-9]+)\]"
-    r"(?: EAP: '[^']*')?(?: XAuth: '[^']*')?" + _VIPS
-)
 _ALG = r"[A-Z][A-Z0-9_]*(?:-[0-9]+)?"
-_IKE_PROPOSAL = re.compile(rf"  (?P<p>{_ALG}(?:/{_ALG})+)")
-_ESTABLISHED = re.compile(
-    r"  established (?P<ago>[0-9]+)s ago(?:, rekeying in (?P<rekey>[0-9]+)s)?"
-    r"(?:, reauth in (?P<reauth>[0-9]+)s)?(?:, expires in (?P<expires>[0-9]+)s)?"
-)
-_TASKS = re.compile(r"  (?P<kind>queued|active|passive): +(?P<tasks>\S+(?: \S+)*)")
-_CHILD = re.compile(
-    r"  (?P<name>[^\s:]+): #(?P<uniqueid>[0-9]+), reqid (?P<reqid>[0-9]+), (?P<state>[A-Z]+), "
-    r"(?P<mode>[A-Z]+?)(?P<encap>-in-UDP)?, (?P<proto>ESP|AH):(?P<proposal>(?:{a}(?:/{a})*)?)".format(a=_ALG)
-)
-_INSTALLED = re.compile(
-    r"    installed (?P<ago>[0-9]+)s ago(?:, rekeying in (?P<rekey>[0-9]+)s)?"
-    r"(?:, expires in (?P<expires>[0-9]+)s)?"
-)
-_TRAFFIC = re.compile(
-    r"    (?P<dir>in|out) {1,2}(?P<spi>[0-9a-f]{8})(?:/(?P<cpi>[0-9a-f]{4}))?"
-    r"(?: \(0x[0-9a-f]+/0x[0-9a-f]+\))?(?: \(if-id 0x[0-9a-f]+\))?"
-    r", +(?P<bytes>[0-9]+) bytes, +(?P<packets>[0-9]+) packets(?:, +(?P<use>[0-9]+)s ago)?"
-)
-_TS_LOCAL = re.compile(r"    local  ?(?P<ts>(?:\S+(?: \S+)*)?)")
-_TS_REMOTE = re.compile(r"    remote ?(?P<ts>(?:\S+(?: \S+)*)?)")
-
+_LINES = LineTable(COMMAND, {
+    "ike": r"(?P<name>[^\s:]+): #(?P<uniqueid>[0-9]+), (?P<state>[A-Z]+), IKEv(?P<version>[12]), "
+           r"(?P<ispi>[0-9a-f]{16})_i(?P<istar>\*?) (?P<rspi>[0-9a-f]{16})_r(?P<rstar>\*?)",
+    # an IKE_SA's details, before its first child
+    "local": r"  local  '(?P<id>.*)' @ (?P<host>[^\s\[]+)\[(?P<port>[0-9]+)\]" + _VIPS,
+    "remote": r"  remote '(?P<id>.*)' @ (?P<host>[^\s\[]+)\[(?P<port>[0-9]+)\]"
+              r"(?: EAP: '[^']*')?(?: XAuth: '[^']*')?" + _VIPS,
+    "proposal": rf"  (?P<p>{_ALG}(?:/{_ALG})+)",
+    "established": r"  established (?P<ago>[0-9]+)s ago(?:, rekeying in (?P<rekey>-?[0-9]+)s)?"
+                   r"(?:, reauth in (?P<reauth>-?[0-9]+)s)?(?:, expires in (?P<expires>-?[0-9]+)s)?",
+    "tasks": r"  (?P<kind>queued|active|passive): +(?P<tasks>\S+(?: \S+)*)",
+    "child": r"  (?P<name>[^\s:]+): #(?P<uniqueid>[0-9]+), reqid (?P<reqid>[0-9]+), (?P<state>[A-Z]+), "
+             rf"(?P<mode>[A-Z]+?)(?P<encap>-in-UDP)?, (?P<proto>ESP|AH):(?P<proposal>(?:{_ALG}(?:/{_ALG})*)?)",
+    # a CHILD_SA's details
+    "installed": r"    installed (?P<ago>[0-9]+)s ago(?:, rekeying in (?P<rekey>-?[0-9]+)s)?"
+                 r"(?:, expires in (?P<expires>-?[0-9]+)s)?",
+    "traffic": r"    (?P<dir>in|out) {1,2}(?P<spi>[0-9a-f]{8})(?:/(?P<cpi>[0-9a-f]{4}))?"
+               r"(?: \(0x[0-9a-f]+/0x[0-9a-f]+\))?(?: \(if-id 0x[0-9a-f]+\))?"
+               r", +(?P<bytes>[0-9]+) bytes, +(?P<packets>[0-9]+) packets(?:, +(?P<use>[0-9]+)s ago)?",
+    "ts_local": r"    local  ?(?P<ts>(?:\S+(?: \S+)*)?)",
+    "ts_remote": r"    remote ?(?P<ts>(?:\S+(?: \S+)*)?)",
+})
 
 def _opt(value: Optional[str]) -> Optional[int]:
     return None if value is None else int(value)
@@ -86,7 +77,7 @@ def parse(text: str) -> SaList:
     for no, line in numbered_lines(text):
         if not line.strip():
             fail(COMMAND, no, line, "unexpected blank line")
-        m = _IKE.fullmatch(line)
+        m = _LINES.match(line, "ike")
         if m:
             b.close_ike()
             if m["state"] not in IKE_STATES:
@@ -104,7 +95,7 @@ def parse(text: str) -> SaList:
         if b.child is None and not b.children:
             if _ike_line(b.ike, no, line):
                 continue
-        m = _CHILD.fullmatch(line)
+        m = _LINES.match(line, "child")
         if m:
             b.close_child()
             if "local_id" not in b.ike or "remote_id" not in b.ike:
@@ -128,63 +119,49 @@ def parse(text: str) -> SaList:
 
 def _ike_line(ike: dict[str, Any], no: int, line: str) -> bool:
     """Handle an IKE_SA detail line; False if LINE is not one (a child follows)."""
-    for key, rx in (("local", _LOCAL), ("remote", _REMOTE)):
-        m = rx.fullmatch(line)
-        if m:
-            if f"{key}_id" in ike:
-                fail(COMMAND, no, line, f"second {key} line")
-            if key == "remote" and "local_id" not in ike:
-                fail(COMMAND, no, line, "remote line before local line")
-            ike[f"{key}_id"], ike[f"{key}_host"], ike[f"{key}_port"] = m["id"], m["host"], int(m["port"])
-            ike[f"{key}_vips"] = tuple(v.strip()[1:-1] for v in m["vips"].split(" ") if v)
-            return True
+    key, m = _LINES.classify(line, "local", "remote")
+    if key is not None:
+        if f"{key}_id" in ike:
+            fail(COMMAND, no, line, f"second {key} line")
+        if key == "remote" and "local_id" not in ike:
+            fail(COMMAND, no, line, "remote line before local line")
+        ike[f"{key}_id"], ike[f"{key}_host"], ike[f"{key}_port"] = m["id"], m["host"], int(m["port"])
+        ike[f"{key}_vips"] = tuple(v.strip()[1:-1] for v in m["vips"].split(" ") if v)
+        return True
     if "remote_id" not in ike:
         fail(COMMAND, no, line, "expected the IKE_SA's 'local' and 'remote' lines")
-    m = _IKE_PROPOSAL.fullmatch(line)
-    if m:
+    kind, m = _LINES.classify(line, "proposal", "established", "tasks")
+    if kind == "proposal":
         if "proposal" in ike or "established_ago" in ike:
             fail(COMMAND, no, line, "unexpected proposal line")
         ike["proposal"] = m["p"]
-        return True
-    m = _ESTABLISHED.fullmatch(line)
-    if m:
+    elif kind == "established":
         if "established_ago" in ike:
             fail(COMMAND, no, line, "second 'established' line")
         ike.update(established_ago=int(m["ago"]), rekey_in=_opt(m["rekey"]), reauth_in=_opt(m["reauth"]),
                    expires_in=_opt(m["expires"]))
-        return True
-    m = _TASKS.fullmatch(line)
-    if m:
+    elif kind == "tasks":
         ike[f"tasks_{m['kind']}"] = tuple(m["tasks"].split(" "))
-        return True
-    return False
+    return kind is not None
 
 
 def _child_line(child: dict[str, Any], no: int, line: str) -> None:
-    m = _INSTALLED.fullmatch(line)
-    if m:
+    kind, m = _LINES.read(no, line, "unexpected line in CHILD_SA block", "installed", "traffic", "ts_local", "ts_remote")
+    if kind == "installed":
         if "installed_ago" in child or child["state"] not in CHILD_STATES_WITH_SPIS:
             fail(COMMAND, no, line, "unexpected 'installed' line")
         child.update(installed_ago=int(m["ago"]), rekey_in=_opt(m["rekey"]), expires_in=_opt(m["expires"]))
-        return
-    m = _TRAFFIC.fullmatch(line)
-    if m:
+    elif kind == "traffic":
         d = m["dir"]
         if f"spi_{d}" in child or "installed_ago" not in child or (d == "out" and "spi_in" not in child):
             fail(COMMAND, no, line, f"unexpected '{d}' line")
         child.update({f"spi_{d}": m["spi"], f"cpi_{d}": m["cpi"], f"bytes_{d}": int(m["bytes"]),
                       f"packets_{d}": int(m["packets"]), f"use_{d}": _opt(m["use"])})
-        return
-    m = _TS_LOCAL.fullmatch(line)
-    if m and line.startswith("    local "):
+    elif kind == "ts_local":
         if "local_ts" in child:
             fail(COMMAND, no, line, "second 'local' traffic selector line")
         child["local_ts"] = tuple(m["ts"].split()) if m["ts"] else ()
-        return
-    m = _TS_REMOTE.fullmatch(line)
-    if m and line.startswith("    remote"):
+    else:
         if "remote_ts" in child or "local_ts" not in child:
             fail(COMMAND, no, line, "unexpected 'remote' traffic selector line")
         child["remote_ts"] = tuple(m["ts"].split()) if m["ts"] else ()
-        return
-    fail(COMMAND, no, line, "unexpected line in CHILD_SA block")

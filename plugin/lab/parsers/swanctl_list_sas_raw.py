@@ -178,11 +178,14 @@ class _Fields:
             self.fail(key, "expected a value")
         return v
 
-    def num(self, key: str, required: bool = False) -> Optional[int]:
+    def num(self, key: str, required: bool = False, *, signed: bool = False) -> Optional[int]:
+        """A decimal number; ``signed`` for the timers charon prints as int64 (a rekey time
+        already past is negative: ``rekey-time=-1`` right after an automatic rekey)."""
         v = self.text(key, required)
         if v is None:
             return None
-        if not v.isdigit():
+        digits = v[1:] if signed and v.startswith("-") else v
+        if not digits.isdigit():
             self.fail(key, f"expected a decimal number, found {v!r}")
         return int(v)
 
@@ -230,8 +233,8 @@ def _ike(no: int, line: str, name: str, d: dict[str, Node]) -> IkeSa:
         initiator=f.text("initiator", False) == "yes",
         local_id=f.text("local-id"), local_host=f.text("local-host"), local_port=f.num("local-port", True),  # type: ignore[arg-type]
         remote_id=f.text("remote-id"), remote_host=f.text("remote-host"), remote_port=f.num("remote-port", True),  # type: ignore[arg-type]
-        proposal=f.proposal(True), established_ago=f.num("established"), rekey_in=f.num("rekey-time"),
-        reauth_in=f.num("reauth-time"), expires_in=f.num("life-time"),
+        proposal=f.proposal(True), established_ago=f.num("established"), rekey_in=f.num("rekey-time", signed=True),
+        reauth_in=f.num("reauth-time", signed=True), expires_in=f.num("life-time", signed=True),
         local_vips=f.items("local-vips"), remote_vips=f.items("remote-vips"),
         tasks_queued=f.items("tasks-queued"), tasks_active=f.items("tasks-active"),
         tasks_passive=f.items("tasks-passive"), children=children,
@@ -252,8 +255,8 @@ def _child(no: int, line: str, where: str, d: Node) -> ChildSa:
     return ChildSa(
         name=f.text("name"), uniqueid=f.num("uniqueid", True), reqid=f.num("reqid", True), state=state,  # type: ignore[arg-type]
         mode=mode, encap=f.text("encap", False) == "yes", protocol=f.text("protocol"),  # type: ignore[arg-type]
-        proposal=f.proposal(False) or "", installed_ago=f.num("install-time"), rekey_in=f.num("rekey-time"),
-        expires_in=f.num("life-time"), spi_in=f.spi("spi-in", 8, False), spi_out=f.spi("spi-out", 8, False),
+        proposal=f.proposal(False) or "", installed_ago=f.num("install-time"), rekey_in=f.num("rekey-time", signed=True),
+        expires_in=f.num("life-time", signed=True), spi_in=f.spi("spi-in", 8, False), spi_out=f.spi("spi-out", 8, False),
         cpi_in=f.spi("cpi-in", 4, False), cpi_out=f.spi("cpi-out", 4, False),
         bytes_in=f.num("bytes-in"), packets_in=f.num("packets-in"), use_in=f.num("use-in"),
         bytes_out=f.num("bytes-out"), packets_out=f.num("packets-out"), use_out=f.num("use-out"),

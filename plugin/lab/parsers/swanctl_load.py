@@ -9,11 +9,12 @@ arrive on. The per-kind summary must agree with the per-item lines and with the 
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Optional
 
-from ._base import fail, numbered_lines
+from ._base import fail
+from ._lines import LineTable
+from ._swan import CHARON_DOWN, PLUGIN_WARNING, both_streams, charon_error
 
 COMMAND = "swanctl --load-all"
 _PLURAL = {"connection": "connections", "pool": "pools", "authority": "authorities"}
@@ -58,27 +59,27 @@ class LoadResult:
         return next((s for s in self.summaries if s.kind == kind), None)
 
 
-_LOADED = re.compile(r"loaded (?P<kind>connection|pool|authority) '(?P<name>[^']*)'")
-_SECRET = re.compile(r"loaded (?P<type>[A-Za-z0-9]+) secret '(?P<name>[^']*)'")
-_CRED = re.compile(r"loaded (?:certificate|[A-Za-z0-9]+ key) from '[^']*'")
-_FAILED = re.compile(r"loading (?P<kind>[a-z0-9 ]+?) (?:'(?P<name>[^']*)' )?failed: (?P<why>.+)")
-_UNLOAD_FAILED = re.compile(r"unloading (?P<kind>[a-z]+) '(?P<name>[^']*)' failed: (?P<why>.+)")
-_OK = re.compile(r"successfully loaded (?P<n>[0-9]+) (?P<kinds>connections|pools|authorities), (?P<u>[0-9]+) unloaded")
-_NONE = re.compile(r"no (?P<kinds>connections|pools|authorities) found, (?P<u>[0-9]+) unloaded")
-_PARTIAL = re.compile(
-    r"loaded (?P<n>[0-9]+) of (?P<t>[0-9]+) (?P<kinds>connections|pools|authorities), "
-    r"(?P<f>[0-9]+) failed to load, (?P<u>[0-9]+) unloaded"
-)
-_PARSING = re.compile(r"parsing '(?P<file>[^']*)' failed")
-_CONF_DETAIL = re.compile(r"\S+:[0-9]+(?::[0-9]+)?: .+")
-_ERROR_PREFIX = re.compile(r"^[Ee]rror: ")
-# libstrongswan complains on stderr about plugins named in its config but not installed
-# (seen on Debian 12 for every swanctl run); kept as warnings, not errors
-# and --load-all names every credential directory it could not open (exit status stays 0)
-# and a missing swanctl.conf or include only says so (measured on 5.9.8: exit status 0)
-_PLUGIN_WARNING = re.compile(r"plugin '[^']*': failed to load - .+|opening directory '[^']*' failed: .+"
-                             r"|no files found matching '[^']*'|failed to open config file '[^']*'")
-_DOWN = re.compile(r"(?:[Ee]rror: )?connecting to '[^']*' URI failed: .+")
+_KINDS = r"(?P<kinds>connections|pools|authorities)"
+# the lines swanctl --load-all prints, on either stream, in the order they are tried
+_LINES = LineTable(COMMAND, {
+    # besides libstrongswan's plugin warnings, --load-all names every credential directory it
+    # could not open (exit status stays 0), and a missing swanctl.conf or include only says so
+    # (measured on 5.9.8: exit status 0)
+    "warning": PLUGIN_WARNING + r"|opening directory '[^']*' failed: .+"
+                                r"|no files found matching '[^']*'|failed to open config file '[^']*'",
+    "loaded": r"loaded (?P<kind>connection|pool|authority) '(?P<name>[^']*)'",
+    "secret": r"loaded (?P<type>[A-Za-z0-9]+) secret '(?P<name>[^']*)'",
+    "credential": r"loaded (?:certificate|[A-Za-z0-9]+ key) from '[^']*'",
+    "summary_ok": rf"successfully loaded (?P<n>[0-9]+) {_KINDS}, (?P<u>[0-9]+) unloaded",
+    "summary_none": rf"no {_KINDS} found, (?P<u>[0-9]+) unloaded",
+    "summary_partial": rf"loaded (?P<n>[0-9]+) of (?P<t>[0-9]+) {_KINDS}, (?P<f>[0-9]+) failed to load, "
+                       r"(?P<u>[0-9]+) unloaded",
+    "failed": r"loading (?P<kind>[a-z0-9 ]+?) (?:'(?P<name>[^']*)' )?failed: (?P<why>.+)",
+    "unload_failed": r"unloading (?P<kind>[a-z]+) '(?P<name>[^']*)' failed: (?P<why>.+)",
+    "config_error": r"parsing '(?P<file>[^']*)' failed",
+    "down": CHARON_DOWN,
+    "config_detail": r"\S+:[0-9]+(?::[0-9]+)?: .+",
+})
 
 
 def parse(stdout: str, stderr: str = "", status: int = 0) -> LoadResult:
@@ -91,38 +92,36 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> LoadResult:
     charon: Optional[str] = None
     free_text: list[tuple[int, str, str]] = []
     warnings: list[str] = []
-    lines = [("stdout", no, l) for no, l in numbered_lines(stdout)] + [("stderr", no, l) for no, l in numbered_lines(stderr)]
     last = ("stdout", 0, "")
-    for stream, no, line in lines:
+    for stream, no, line in both_streams(stdout, stderr):
         if not line.strip():
             continue
         last = (stream, no, line)
-        if _PLUGIN_WARNING.fullmatch(line):
+        kind, m = _LINES.classify(line)
+        if kind == "warning":
             warnings.append(line)
-        elif m := _LOADED.fullmatch(line):
+        elif kind == "loaded":
             names[m["kind"]].append(m["name"])
-        elif m := _SECRET.fullmatch(line):
+        elif kind == "secret":
             secrets.append((m["type"], m["name"]))
-        elif _CRED.fullmatch(line):
+        elif kind == "credential":
             creds.append(line)
-        elif m := (_OK.fullmatch(line) or _NONE.fullmatch(line) or _PARTIAL.fullmatch(line)):
-            kind = _SINGULAR[m["kinds"]]
-            if kind in summaries:
+        elif kind in ("summary_ok", "summary_none", "summary_partial"):
+            of = _SINGULAR[m["kinds"]]
+            if of in summaries:
                 fail(COMMAND, no, line, f"{stream}: second summary for {m['kinds']}")
             n = int(m.groupdict().get("n") or 0)
             f = int(m.groupdict().get("f") or 0)
             t = int(m.groupdict().get("t") or n)
             if n + f != t:
                 fail(COMMAND, no, line, f"{stream}: loaded + failed != total")
-            summaries[kind] = Summary(kind, n, t, f, int(m["u"]))
-        elif m := (_FAILED.fullmatch(line) or _UNLOAD_FAILED.fullmatch(line)):
+            summaries[of] = Summary(of, n, t, f, int(m["u"]))
+        elif kind in ("failed", "unload_failed"):
             failures.append(Failure(m["kind"], m["name"] or "", m["why"]))
-        elif m := _PARSING.fullmatch(line):
+        elif kind in ("config_error", "config_detail"):
             config_errors.append(line)
-        elif _DOWN.fullmatch(line):
-            charon = _ERROR_PREFIX.sub("", line)
-        elif _CONF_DETAIL.fullmatch(line):
-            config_errors.append(line)
+        elif kind == "down":
+            charon = charon_error(line)
         else:
             free_text.append((no, line, stream))
     if charon is None and free_text:  # usage text accompanies only the connect error

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Optional, Union
 
 from ._base import fail, numbered_lines
+from ._lines import content_lines
 
 COMMAND = "sysctl"
 Value = Union[int, str, tuple[int, ...]]
@@ -91,9 +92,7 @@ def parse(text: str, mode: str = "name", names: Optional[Iterable[str]] = None) 
 def parse_errors(stderr: str) -> list[str]:
     """Unknown OIDs named by `sysctl: unknown oid 'x'` lines; any other line is an error."""
     unknown: list[str] = []
-    for no, line in numbered_lines(stderr):
-        if not line.strip():
-            continue
+    for no, line in content_lines(stderr):
         m = _UNKNOWN.fullmatch(line.strip())
         if not m:
             fail(COMMAND, no, line, "unexpected stderr line (only 'unknown oid' is understood)")
