@@ -23,6 +23,8 @@ EXPECTED = {
     "link_unknown_port": "24: links[1].b: expected a port of bench (a), found 'eth9'",
     "link_endpoint_syntax": "24: links[1].b: expected HOST.PORT (e.g. dut3300.lan), found 'bench'",
     "link_endpoint_twice": "25: links[2].b: expected each port on one link, found gw1.lan already on links[1]",
+    "link_mtu_mismatch": "23: links[0].b: expected the same MTU at both ends of a wire (gw1.wan has 1500), found 9000 on gw2.wan",
+    "tunnel_mtu_mismatch": "27: tunnels.t.remote.port: expected the MTU of gw1.wan (1500) on gw2.wan too (a tunnel has one path MTU), found 9000",
     "link_subnet_mismatch": "24: links[1].b: expected bench.a's ipv4 address in gw1.lan's network 198.51.100.0/26, found 198.51.100.200/26",
     "tunnel_unknown_port": "28: tunnels.t.remote.port: expected a port of gw2 (wan, lan), found 'wan9'",
     "tunnel_unknown_host": "27: tunnels.t.local.host: expected a host of this file (gw1, gw2, bench), found 'gw7'",
@@ -46,9 +48,10 @@ EXPECTED = {
     "no_bench": "4: hosts: expected exactly one host with role: bench, found 0",
     "duplicate_address": "21: hosts.bench.ports.a.ipv4: expected a unique address, found 198.51.100.1 again (also hosts.gw1.ports.lan.ipv4)",
     "duplicate_key": "7: hosts.gw1.role: expected each key once, found 'role' again (first on line 6)",
-    "children_zero": "32: tunnels.t.children.count: expected 1..256 children, found 0",
-    "children_too_many": "32: tunnels.t.children.count: expected 1..256 children, found 300",
+    "children_zero": "32: tunnels.t.children.count: expected 1..1024 children, found 0",
+    "children_too_many": "32: tunnels.t.children.count: expected 1..1024 children, found 1025",
     "children_by_udp": "32: tunnels.t.children.by: expected 'tcp_port', found 'udp_port'",
+    "lifetimes_past_rekey": "33: tunnels.t.lifetimes: expected rand_time: 0 with rekey_time: 0 (5.9.8 would list a rekey in the past that never fires), found rand_time: 3",
     "children_without_split": "32: tunnels.t.children: expected by: tcp_port and first_port for 6 children",
     "unknown_cipher": "31: tunnels.t.ciphers[0]: expected 'aes-gcm-16' or 'aes-cbc-hmac-sha256', found 'aes-ccm-16'",
     "unknown_family": "29: tunnels.t.outer[1]: expected 'ipv4' or 'ipv6', found 'ipx'",
@@ -58,6 +61,10 @@ EXPECTED = {
     "negative_rate": "23: links[0].rate_mbit: expected a value > 0",
     "not_a_mapping": "1: (top): expected a mapping with lab, hosts, links, tunnels, found a list",
     "empty": "1: (top): expected a topology (lab, hosts, links, tunnels), found an empty file",
+    "labgrid_bad_coordinator": "5: lab.labgrid.coordinator: expected HOST:PORT of the labgrid coordinator (e.g. labgrid.example:20408), found 'lab.example'",
+    "labgrid_bad_tag": "6: lab.labgrid.tags: expected tags as key: value in lower-case letters, digits and _ (a key starts with a letter), found Board: 'XGS'",
+    "labgrid_place_and_tags": "4: lab.labgrid: expected exactly one of place or tags, found both",
+    "labgrid_with_mgmt_address": "11: hosts.gw1.mgmt.address: expected no mgmt.address or mgmt.local on an appliance of a lab with lab.labgrid (its place's NetworkService gives address and user), found '192.0.2.200'",
 }
 
 
@@ -110,6 +117,26 @@ def test_virtual_lab_shape():
     assert many.identities is not None
     assert topo.host("xgs136").hardware.driver == "npuep"
     assert topo.host("dut3300").hardware.driver == "octep"
+
+
+def test_derived_facts_are_the_models():
+    """Path MTU, end ports, LAN networks and the bench's facing port come from Topology."""
+    topo = load_topology(REPO / "topologies/virtual.yaml")
+    assert topo.path_mtu("npu") == topo.path_mtu(topo.tunnel("many")) == 9000
+    assert topo.path_mtu("lab") == 1500
+    npu = topo.tunnel("npu")
+    # one path MTU, the same from either end (the loader refuses two)
+    assert topo.outer_port(npu.local).mtu == topo.outer_port(npu.remote).mtu == topo.path_mtu("npu")
+    assert topo.outer_port(npu.remote).ip("ipv6") == "2001:db8:2::2"
+    assert topo.lan_port(npu.local).network("ipv4") == "203.0.113.0/26"
+    assert topo.lan_port(npu.local).ip("ipv4") == "203.0.113.1"
+    name, port = topo.bench_port_facing("xgs136", "f1")
+    assert name == "c_f1" and port.ip("ipv4") == "203.0.113.10"
+    assert topo.bench_port_facing("xgs136", "port8") is None  # wired to peer3300, not the bench
+    assert topo.bench_port_facing("dut3300", "nope") is None
+    assert npu.end("remote") is npu.remote
+    with pytest.raises(LabError, match="end must be 'local' or 'remote'"):
+        npu.end("left")
 
 
 def test_lookups_name_what_exists():

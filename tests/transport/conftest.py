@@ -15,7 +15,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,3 +198,29 @@ def workdir(sshd_server: SshServer, ssh_host: SshHost, request: pytest.FixtureRe
     d = f"{sshd_server.home}/w-{request.node.name[:40]}-{os.urandom(3).hex()}"
     ssh_host.run(f"mkdir -p '{d}'", timeout=10).check("mkdir workdir")
     return d
+
+
+def _in_threads(work: Callable[[int], None], n: int, timeout: float = 60) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            work(i)
+        except BaseException as e:  # noqa: BLE001 -- returned to the test, which asserts on it
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout)
+    return errors
+
+
+@pytest.fixture
+def in_threads() -> Callable[[Callable[[int], None], int], list[BaseException]]:
+    """``in_threads(work, n)``: ``work(0)`` .. ``work(n - 1)`` in n threads at once, joined;
+    returns what they raised. The transport is shared by threads (one connection, SFTP per
+    thread, sshd's MaxSessions), so several tests drive it from many threads the same way;
+    an exception in a thread would otherwise be lost, not fail the test."""
+    return _in_threads

@@ -13,7 +13,7 @@ import pytest
 from plugin.lab import files
 from plugin.lab.errors import ParseError, ProvisionError
 from plugin.lab.files import Backup, Transaction, backup, discard, pending, recover, remote_sha256, restore, verify
-from plugin.lab.lock import ApplianceLock, LockHeld, LockInfo
+from plugin.lab.lock import ApplianceLock, LeaseLost, LockHeld, LockInfo
 from plugin.lab.remote import LocalHost, argv
 
 ORIGINAL = b"# swanctl.conf\nsecrets { ike-lab { secret = \"s3cr\\1t!$`x`\" } }\n\x00\xff\n"
@@ -183,7 +183,7 @@ def test_backup_rejects_directory_and_relative(ssh_host, workdir):
 
 
 def test_backup_json_roundtrip():
-    b = Backup("/p", True, "a" * 64, 3, "/j/x.bak", "/j/x.json", "r")
+    b = Backup("/p", True, "a" * 64, 3, "/j/x.bak", journal_path="/j/x.json", run_id="r")
     assert Backup.from_json(b.to_json(), "w") == b
 
 
@@ -262,24 +262,42 @@ def test_break_if_older_than(ssh_host, workdir):
         assert lk.current().holder == "bob"
 
 
-def test_lock_is_atomic_under_contention(ssh_host, workdir):
+def test_lock_is_atomic_under_contention(ssh_host, workdir, in_threads):
     path = f"{workdir}/lock"
     winners: list[str] = []
-    errors: list[BaseException] = []
+    held: list[ApplianceLock] = []  # released at the end: a held lease keeps renewing
 
     def grab(i: int) -> None:
         try:
-            ApplianceLock(ssh_host, f"h{i}", path=path).acquire()
+            held.append(ApplianceLock(ssh_host, f"h{i}", path=path).acquire())
             winners.append(f"h{i}")
         except LockHeld:
             pass
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
 
-    ts = [threading.Thread(target=grab, args=(i,)) for i in range(6)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(60)
+    errors = in_threads(grab, 6)
     assert not errors and len(winners) == 1
     assert LockInfo.parse(ssh_host.read_file(path).decode()).holder == winners[0]
+    for lk in held:
+        lk.release()
+
+
+def test_lease_over_ssh_expiry_takeover_and_break(ssh_host, workdir):
+    """The lease's scripts through the real sshd and tcsh user: a holder on another machine
+    that stopped renewing is taken over once its lease expired (host clock); a break with a
+    reason stops the holder at its next renewal and is shown to the next acquirer."""
+    path = f"{workdir}/run.lock"
+    dead = ApplianceLock(ssh_host, LockInfo(holder="bob", host="machine-b"), path=path, lease=2, renew_every=1)
+    dead.acquire()
+    dead.keeper.stop()  # machine-b died
+    alice = ApplianceLock(ssh_host, LockInfo(holder="alice", host="machine-a"), path=path, wait=30, poll=0.5,
+                          lease=30, renew_every=10).acquire()
+    assert "taken over by alice on machine-a" in ssh_host.read_file(f"{path}.log").decode()
+    alice.renew()
+    assert alice.status().holder.holder == "alice" and not alice.status().expired
+    ApplianceLock(ssh_host, "carol", path=path).break_("DUT needs a firmware update", "carol@ws7")
+    with pytest.raises(LeaseLost, match="DUT needs a firmware update"):
+        alice.renew()
+    with ApplianceLock(ssh_host, "dave", path=path) as dave:
+        assert "carol@ws7" in dave.broken_note and "firmware update" in dave.broken_note
+    alice.release()
+    assert not ssh_host.exists(path) and not ssh_host.exists(f"{path}.broken")

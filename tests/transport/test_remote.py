@@ -8,7 +8,6 @@ import shlex
 import subprocess
 import threading
 import time
-from types import SimpleNamespace
 
 import paramiko
 import pytest
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 
 from plugin.lab.errors import CommandTimeout, HostKeyError, TransportError
 from plugin.lab.remote import CommandFailed, Host, LocalHost, RunResult, SshHost, argv, host_from_mgmt, script
+from plugin.lab.topology import Mgmt
 
 NASTY = [
     "plain",
@@ -146,7 +146,15 @@ def test_large_output_on_both_streams_does_not_deadlock(ssh_host):
     assert len(r.stderr) == n and set(r.stderr) == {"e"}
 
 
+#: pid files of commands of other runs, not this shell's ($$): the remote host is this
+#: machine, where other runs of the suite may be running commands right now
+OTHER_PID_FILES = 'for f in /tmp/.ipsec-hil-run-*; do [ -e "$f" ] && [ "$(cat "$f")" != "$$" ] && echo "$f"; done; true'
+
+
 def test_timeout_raises_quickly_kills_remote_and_host_stays_usable(sshd_server, ssh_host):
+    # only files that were not there before count: another run's live command (the other
+    # xdist worker's tests, a second checkout) has its own
+    before = set(ssh_host.run(OTHER_PID_FILES, timeout=10).stdout.split())
     t0 = time.monotonic()
     with pytest.raises(CommandTimeout):
         ssh_host.run("sleep 31; echo never", timeout=1)
@@ -156,8 +164,13 @@ def test_timeout_raises_quickly_kills_remote_and_host_stays_usable(sshd_server, 
     left = subprocess.run(["pgrep", "-u", sshd_server.user, "-f", "^sleep 31$"], capture_output=True, text=True)
     assert left.stdout == "", f"remote sleep still running: {left.stdout}"
     assert ssh_host.run("echo ok", timeout=10).stdout == "ok\n"
-    others = 'for f in /tmp/.ipsec-hil-run-*; do [ -e "$f" ] && [ "$(cat "$f")" != "$$" ] && echo "$f"; done; true'
-    assert ssh_host.run(others, timeout=10).stdout == ""  # pid files of finished/killed runs are gone
+    left_files = set(ssh_host.run(OTHER_PID_FILES, timeout=10).stdout.split()) - before
+    # the killed command's pid file must be gone; one that appeared meanwhile belongs to a
+    # command still running elsewhere only if its process lives
+    dead = [f for f in sorted(left_files)
+            if ssh_host.run(f'[ -e {f} ] && ! kill -0 "$(cat {f})" 2>/dev/null && echo gone; true',
+                                    timeout=10).stdout.strip()]
+    assert not dead, f"pid files of finished/killed commands left behind: {dead}"
 
 
 def test_unknown_host_key_refused_before_any_command(sshd_server, ssh_host, workdir, tmp_path):
@@ -228,24 +241,15 @@ def test_atomic_write_read_modes_and_no_temp_left(ssh_host, workdir):
     assert ssh_host.run(argv("ls", "-A", workdir), timeout=10).stdout == ""
 
 
-def test_threads_share_connection_with_own_sftp(ssh_host, workdir):
-    errors: list[BaseException] = []
-
+def test_threads_share_connection_with_own_sftp(ssh_host, workdir, in_threads):
     def work(i: int) -> None:
-        try:
-            for j in range(5):
-                p = f"{workdir}/t{i}-{j}"
-                ssh_host.write_file_atomic(p, f"{i}-{j}".encode() * 1000)
-                assert ssh_host.read_file(p) == f"{i}-{j}".encode() * 1000
-                assert ssh_host.run(argv("cat", p), timeout=10).stdout == f"{i}-{j}" * 1000
-        except BaseException as e:  # noqa: BLE001 -- reported below
-            errors.append(e)
+        for j in range(5):
+            p = f"{workdir}/t{i}-{j}"
+            ssh_host.write_file_atomic(p, f"{i}-{j}".encode() * 1000)
+            assert ssh_host.read_file(p) == f"{i}-{j}".encode() * 1000
+            assert ssh_host.run(argv("cat", p), timeout=10).stdout == f"{i}-{j}" * 1000
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(60)
+    errors = in_threads(work, 4)
     assert not errors, errors
 
 
@@ -275,18 +279,18 @@ def test_jump_host_direct_tcpip(sshd_server):
 
 
 def test_host_from_mgmt(sshd_server, tmp_path):
-    m = SimpleNamespace(address="127.0.0.1", port=sshd_server.port, user=sshd_server.user,
-                        key_file=str(sshd_server.key_file), jump=None, connect_timeout=5, command_timeout=7)
+    m = Mgmt(address="127.0.0.1", port=sshd_server.port, user=sshd_server.user,
+             key_file=str(sshd_server.key_file), jump=None, connect_timeout=5, command_timeout=7)
     h = host_from_mgmt("dut", m, sshd_server.known_hosts)
     assert isinstance(h, SshHost) and h.command_timeout == 7
     try:
         assert h.run("echo hi").stdout == "hi\n"
     finally:
         h.close()
-    loc = host_from_mgmt("bench", SimpleNamespace(local=True, netns=None), None)
+    loc = host_from_mgmt("bench", Mgmt(local=True, netns=None), None)
     assert isinstance(loc, LocalHost) and isinstance(loc, Host)
     with pytest.raises(TransportError, match="lacks"):
-        host_from_mgmt("x", SimpleNamespace(address=None, port=22, user="root", key_file="k"), "kh")
+        host_from_mgmt("x", Mgmt(address=None, port=22, user="root", key_file="k"), "kh")
     with pytest.raises(HostKeyError):
         host_from_mgmt("x", m, None)
 
@@ -342,25 +346,17 @@ def test_localhost_in_netns(netns):
         h.run("sleep 30", timeout=0.5)
 
 
-def test_more_concurrent_channels_than_maxsessions(ssh_host, workdir):
+def test_more_concurrent_channels_than_maxsessions(ssh_host, workdir, in_threads):
     """sshd allows 10 sessions per connection (MaxSessions); 14 threads at once wait for a
     free slot instead of failing or tearing down the shared connection."""
-    errors: list[BaseException] = []
     barrier = threading.Barrier(14)
 
     def work(i: int) -> None:
-        try:
-            barrier.wait(10)
-            r = ssh_host.run(f"sleep 0.3; echo {i}", timeout=30)
-            assert r.stdout == f"{i}\n"
-        except BaseException as e:  # noqa: BLE001 -- reported below
-            errors.append(e)
+        barrier.wait(10)
+        r = ssh_host.run(f"sleep 0.3; echo {i}", timeout=30)
+        assert r.stdout == f"{i}\n"
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(14)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(60)
+    errors = in_threads(work, 14)
     assert not errors, errors
 
 

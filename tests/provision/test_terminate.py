@@ -1,0 +1,57 @@
+"""Teardown's proof that a tunnel is gone: the initiator read once, the responder until clean.
+
+Fake appliances answer ``list_sas`` from a script of listings (the parsers' own SaList
+types); what is asserted is the decision: success once both are clean, an error at once
+when the initiator still lists something (waiting cannot fix that), an error naming the
+leftovers when the responder is still not clean at the bound.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from plugin.lab.errors import ProvisionError
+from plugin.lab.parsers._swan import SaList
+from plugin.lab.provision import terminate
+
+from .test_verify import CONN, P1, child, established, ike
+
+
+class _App:
+    def __init__(self, name: str, listings: list[SaList]) -> None:
+        self.name, self.listings, self.reads = name, listings, 0
+
+    def list_sas(self) -> SaList:
+        self.reads += 1
+        return self.listings[min(self.reads, len(self.listings)) - 1]
+
+
+UP = SaList((ike(CONN, child(P1, 3, "c2000001", "c1000001")),))
+GONE = SaList(())
+INITIATED = {P1: established(7, "c1000001", "c2000001")}
+
+
+@pytest.fixture(autouse=True)
+def fast(monkeypatch):
+    monkeypatch.setattr(terminate, "GONE_POLL_S", 0.01)
+
+
+def test_the_responder_is_read_until_its_half_is_gone():
+    init, resp = _App("dut", [GONE]), _App("peer", [UP, UP, GONE])
+    assert terminate.check_gone(init, resp, CONN, [P1], INITIATED) == f"no SA of {CONN} left on dut or peer"
+    assert (init.reads, resp.reads) == (1, 3)
+
+
+def test_what_the_initiator_still_lists_fails_at_once():
+    init, resp = _App("dut", [UP]), _App("peer", [UP])
+    with pytest.raises(ProvisionError, match=f"{CONN} not terminated: dut still lists IKE_SA {CONN}"):
+        terminate.check_gone(init, resp, CONN, [P1], INITIATED)
+    assert resp.reads == 1
+
+
+def test_a_responder_that_keeps_its_half_fails_at_the_bound(monkeypatch):
+    monkeypatch.setattr(terminate, "bound_s", lambda n: 0.05)
+    init, resp = _App("dut", [GONE]), _App("peer", [UP])
+    with pytest.raises(ProvisionError, match=f"peer still lists IKE_SA {CONN} #1 \\(ESTABLISHED\\), CHILD_SA {P1}"):
+        terminate.check_gone(init, resp, CONN, [P1], INITIATED)
+    assert resp.reads > 1
