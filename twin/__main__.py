@@ -1,4 +1,4 @@
-"""`python -m twin`: up | down | status | fault | reboot for the virtual lab.
+"""`python -m twin`: up | down | status | fault | seq | reboot for the virtual lab.
 
 `up` prints one JSON line {"resolved", "prefix", "run_dir"} and returns while a detached
 supervisor keeps the lab running (DESIGN.md "The virtual lab at run time").  Errors go
@@ -11,8 +11,10 @@ import json
 import sys
 
 from twin import faults
+from twin.errors import TwinError
 from twin.lab import Lab, LabBuildError, cleanup_dead, find_run, list_runs
 from twin.runtime import read_json
+from plugin.lab.topology import TopologyError  # the lab file's schema: the one contract shared with the suite
 
 
 def _components(value: str | None) -> list[str] | None:
@@ -88,6 +90,20 @@ def cmd_fault(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_seq(a: argparse.Namespace) -> int:
+    """Start an outbound association's sequence number at SEQ (the engine's set_seq):
+    how a test reaches 2^32 with ESN in seconds."""
+    from twin.engine.client import engine_request
+    lab = Lab.attach(run_dir=a.run_dir, prefix=a.prefix)
+    lab._check_host(a.host)
+    req = {"op": "set_seq", "spi": int(a.spi, 0), "seq": int(a.seq, 0)}
+    if a.dst:
+        req["dst"] = a.dst
+    engine_request(lab.host_dir(a.host).engine_sock, req)
+    print(json.dumps({"host": a.host, "spi": req["spi"], "seq": req["seq"]}))
+    return 0
+
+
 def cmd_reboot(a: argparse.Namespace) -> int:
     from twin import supervisor
     rd = find_run(run_dir=a.run_dir, prefix=a.prefix)
@@ -134,6 +150,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("words", nargs="*", metavar="HOST NAME [k=v ...]")
     p.set_defaults(func=cmd_fault)
 
+    p = sub.add_parser("seq", help="start an outbound SA's sequence number at SEQ (next frame: SEQ+1)")
+    where(p)
+    p.add_argument("host")
+    p.add_argument("spi", help="the outbound SPI (0x... or decimal)")
+    p.add_argument("seq", help="the last sequence number sent, e.g. 0xfffffff0 (above 2^32-1: ESN only)")
+    p.add_argument("--dst", help="the SA's destination, when two outbound SAs share the SPI")
+    p.set_defaults(func=cmd_seq)
+
     p = sub.add_parser("reboot", help="reboot one appliance")
     where(p)
     p.add_argument("host")
@@ -147,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         return a.func(a)
-    except (LabBuildError, faults.FaultError, ValueError, OSError) as exc:
+    except (TwinError, LabBuildError, TopologyError, ValueError, OSError) as exc:  # FaultError is a TwinError
         print(f"twin: {exc}", file=sys.stderr)
         return 1
 

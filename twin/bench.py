@@ -19,7 +19,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from twin.engine.minilab import ADDR, LAN, MiniLab
+from twin.runtime import stop_process, wait_for_socket
 
 CHARON = shutil.which("charon-systemd") or "/usr/sbin/charon-systemd"
 SWANCTL = shutil.which("swanctl") or "/usr/sbin/swanctl"
@@ -153,14 +153,9 @@ class StrongSwan:
             log = open(d / "charon.out", "wb")
             self.procs.append(self.lab.popen(gw, [CHARON], env=self._env(gw), stdout=log,
                                              stderr=subprocess.STDOUT))
-        for gw in peers:
-            sock = self._dir(gw) / "charon.vici"
-            deadline = time.monotonic() + 20
-            while not sock.exists():
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"charon in {gw} did not open its vici socket: "
-                                       f"{(self._dir(gw) / 'charon.out').read_text()[-500:]}")
-                time.sleep(0.1)
+        for gw, proc in zip(peers, self.procs):
+            d = self._dir(gw)
+            wait_for_socket(d / "charon.vici", proc, f"charon in {gw}", d / "charon.out", timeout=20)
             self._swanctl(gw, "--load-all", "--file", str(self._dir(gw) / "swanctl.conf"))
         out = self._swanctl("gA", "--initiate", "--child", "net", timeout=60)
         if "initiate completed successfully" not in out:
@@ -175,14 +170,7 @@ class StrongSwan:
 
     def stop(self) -> None:
         for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            stop_process(p, timeout=10)
         self.procs.clear()
 
 

@@ -1,30 +1,44 @@
-"""The fault registry: every fault the twin can inject, and which acceptance test it breaks.
+"""The fault registry, and the one reader of faults.json / sysctl.json every component uses.
 
 Why a registry: the project proves each acceptance test has teeth by switching on the
 fault that must make it fail (and only that one).  The names, parameters and expected
-victims live here so the CLI, the `Lab.fault()` API, the components that read
-`faults.json` (engine, IKE daemon, FreeBSD commands) and the fault-matrix tests agree.
+victims live in fault_registry.toml (a table a fault), read and typed here as `REGISTRY`,
+so the CLI, the `Lab.fault()` API, the components that read `faults.json` (engine, IKE
+daemon, FreeBSD commands) and the fault-matrix tests agree.
 
 Storage: `HOST/faults.json` is `{name: {param: value}}`, written atomically; readers
 re-read it when its mtime changes.  All faults are off by default (file absent or `{}`).
+
+Reading: `HostFaults(host_dir)` is how a component sees its host's faults and sysctls.
+Faults are switched on and off while traffic runs, so the engine's loops must notice
+within ~100 ms without a stat() per packet: a `JsonWatch` stats its file at most every
+`period` seconds and re-reads only when the mtime (or size) changed.  A malformed file
+is reported once on stderr and treated as "no change", so a half-written file never
+flips behaviour.  Stdlib only: the FreeBSD commands import this on every invocation.
 """
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass, field
-from typing import Any
+import sys
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
 
+from twin.errors import FaultError
 from twin.runtime import HostDir, read_json, write_json_atomic
+
+__all__ = ["REGISTRY", "Fault", "FaultError", "HostFaults", "JsonWatch", "Param", "active_faults",
+           "clear_fault", "dfbit", "fault_params", "get_fault", "parse_kv", "registry_table",
+           "set_fault"]
 
 _REQUIRED = object()
 
 
-class FaultError(ValueError):
-    """Unknown fault, unknown parameter or a value of the wrong type."""
+class Param(NamedTuple):
+    """One parameter of a fault.  (NamedTuple, not a dataclass: the FreeBSD commands
+    import this module on every run and dataclasses costs them ~8 ms.)"""
 
-
-@dataclass(frozen=True)
-class Param:
     name: str
     type: type
     default: Any = _REQUIRED
@@ -39,11 +53,12 @@ class Param:
         return f"{self.name}:{self.type.__name__}={d}"
 
 
-@dataclass(frozen=True)
-class Fault:
+class Fault(NamedTuple):
+    """A fault the twin can inject: where it acts, what it does, which test it breaks."""
+
     name: str
     layer: str  # engine | ike | fbsd
-    params: tuple[Param, ...] = field(default_factory=tuple)
+    params: tuple[Param, ...] = ()
     symptom: str = ""
     breaks: str = ""
 
@@ -88,62 +103,67 @@ def _convert(fault: str, p: Param, value: Any) -> Any:
     return v
 
 
-REGISTRY: dict[str, Fault] = {f.name: f for f in (
-    Fault("drop_every", "engine", (Param("n", int, 100, "drop one encrypted frame in n after counting it"),),
-          "every n-th outbound ESP frame is counted (tx_encrypt) but never reaches the wire",
-          "conservation: tx_encrypt equals the peer's ESP input (FROM_WIRE_TO_IPSEC_DECR / rx_done)"),
-    Fault("count_extra", "engine", (),
-          "tx_encrypt counts one more than the packets actually encrypted",
-          "conservation: tx_encrypt equals peer ESP input (exactly, when uncongested)"),
-    Fault("corrupt_icv", "engine", (Param("every", int, 50, "flip an ICV bit in one outbound frame in every"),),
-          "the peer rejects frames for authentication: rx_bad / dropped-bad-auth grow",
-          "healthy tunnel: authentication failures stay 0 on both ends"),
-    Fault("replay", "engine", (Param("every", int, 50, "send a duplicate of one outbound frame in every"),),
-          "the peer sees duplicate sequence numbers: CRYPTO_DROP_REPLAY_OOW / possible-replay-detected grow",
-          "healthy tunnel: replay drops stay 0 (or within tolerance when congested)"),
-    Fault("wrong_next_header", "engine", (),
-          "the ESP trailer's next header is written as 4 for IPv6 inner packets: IPv6 inside is not delivered",
-          "000 page: IPv6 inside the tunnel delivered (5/5 pings, rx_v6 counts deliveries)"),
-    Fault("decline_ipv6_sa", "engine", (),
-          "the driver declines associations with IPv6 outer addresses: they fall back to the kernel cipher",
-          "001 page: an IPv6-outer association is offloaded (driver sa_inet6 counts it, kernel ESP stays 0)"),
-    Fault("fragment_instead_of_ptb", "engine", (),
-          "a forwarded too-big IPv6 packet is fragmented instead of answered with Packet Too Big",
-          "000 page: a too-big forwarded IPv6 packet gets ICMPv6 PTB, is not fragmented"),
-    Fault("wrong_ptb_mtu", "engine", (Param("delta", int, -8, "added to the MTU reported in PTB"),),
-          "the PTB announces the wrong size (path MTU - 117/137 + delta)",
-          "000 page: the forwarded IPv6 gate is 1,383 (path_mtu - worst-case ESP header) to the byte"),
-    Fault("own_too_big_fragmented", "engine", (),
-          "the appliance's own too-big IPv6 packet is fragmented and sent instead of EMSGSIZE",
-          "000 page: the appliance's own 1,402-byte ping6 is refused, not fragmented"),
-    Fault("slow_first_stream", "engine",
-          (Param("mbit", int, 20, "rate cap of the first stream"),
-           Param("seconds", int, 15, "how long after boot the cap lasts")),
-          "the first TCP stream after boot runs at `mbit` for `seconds` (issue 531 on xgs136)",
-          "throughput: one stream reaches the port rate (fails on xgs136 while 531 is open)"),
-    Fault("ipv4_df_gate", "engine", (),
-          "the engine applies FreeBSD's forwarded-IPv4 gate to packets with DF although "
-          "net.inet.ipsec.dfbit is 0: a forwarded IPv4 packet of the exact ESP limit with DF gets "
-          "'fragmentation needed' instead of passing",
-          "000 page: a forwarded 1,446-byte IPv4 packet with DF passes while dfbit is 0"),
-    Fault("leak_sa_on_delete", "engine", (),
-          "the engine answers del_sa ok but keeps the association (switching the fault off drops "
-          "what it kept)",
-          "teardown: no association of the tunnel left in setkey -D or the engine's sa_count"),
-    Fault("child_never_up", "ike", (Param("child", str, help="child SA name that never installs"),),
-          "initiating that child times out; no association appears",
-          "002 page: all children come up (6 of 6) with their own identities"),
-    Fault("peer_unreachable", "ike", (),
-          "IKE packets to the peer get no answer: initiate fails with a timeout",
-          "bring-up: the lab tunnel establishes; the suite reports the peer, not a hang"),
-)}
+#: Every fault the twin can inject, by name, in fault_registry.toml's order (read on first
+#: use: see __getattr__ below).
+REGISTRY: dict[str, Fault]
+
+_REGISTRY_FILE = Path(__file__).with_name("fault_registry.toml")
+_LAYERS = ("engine", "ike", "fbsd")
+_TYPES: dict[str, type] = {"int": int, "float": float, "str": str}
+
+
+def _load_registry(path: Path = _REGISTRY_FILE) -> dict[str, Fault]:
+    """`path` as Faults, checked: a misspelt key, layer or type, or a default of the wrong
+    type, fails at the first lookup naming the entry, not later as a fault that does nothing."""
+    import tomllib  # here, not at the top: ~20 ms the FreeBSD commands (no lookups) do not pay
+
+    with open(path, "rb") as fh:
+        table = tomllib.load(fh)
+    out: dict[str, Fault] = {}
+    for name, entry in table.items():
+        where = f"{path.name} [{name}]"
+        unknown = sorted(set(entry) - {"layer", "params", "symptom", "breaks"})
+        if unknown or entry.get("layer") not in _LAYERS or not entry.get("symptom") or not entry.get("breaks"):
+            raise FaultError(f"{where}: expected layer ({' | '.join(_LAYERS)}), symptom, breaks and params, "
+                             f"found {sorted(entry)}")
+        params = []
+        for pname, p in entry.get("params", {}).items():
+            ptype = _TYPES.get(p.get("type"))
+            default = p.get("default", _REQUIRED)
+            if ptype is None or set(p) - {"type", "default", "help"} or (
+                    default is not _REQUIRED and type(default) is not ptype):
+                raise FaultError(f"{where}: parameter {pname}: expected {{ type = {' | '.join(_TYPES)}, "
+                                 f"default of that type (none: required), help }}, found {p}")
+            params.append(Param(pname, ptype, default, p.get("help", "")))
+        out[name] = Fault(name, entry["layer"], tuple(params), entry["symptom"], entry["breaks"])
+    return out
+
+
+_loaded: dict[str, Fault] | None = None
+
+
+def _registry() -> dict[str, Fault]:
+    """The registry, read once, on first use: every FreeBSD command imports this module for
+    HostFaults and would otherwise parse a registry it never consults."""
+    global _loaded
+    if _loaded is None:
+        _loaded = _load_registry()
+    return _loaded
+
+
+def __getattr__(name: str) -> Any:
+    """`twin.faults.REGISTRY` is `_registry()` (PEP 562: a module attribute read on first use)."""
+    if name == "REGISTRY":
+        return _registry()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_fault(name: str) -> Fault:
+    registry = _registry()
     try:
-        return REGISTRY[name]
+        return registry[name]
     except KeyError:
-        raise FaultError(f"unknown fault {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+        raise FaultError(f"unknown fault {name!r}; known: {', '.join(sorted(registry))}") from None
 
 
 def _as_hostdir(host_dir: HostDir | str | os.PathLike[str]) -> HostDir:
@@ -203,7 +223,7 @@ def registry_table(active: dict[str, dict[str, Any]] | None = None) -> str:
     """
     head = ("NAME", "LAYER", "PARAMS (name:type=default)") + (("ON",) if active is not None else ())
     rows = [head]
-    for f in REGISTRY.values():
+    for f in _registry().values():
         row = (f.name, f.layer, " ".join(p.describe() for p in f.params) or "-")
         if active is not None:
             row += (",".join(f"{k}={v}" for k, v in active[f.name].items()) or "yes"
@@ -211,9 +231,108 @@ def registry_table(active: dict[str, dict[str, Any]] | None = None) -> str:
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = []
-    for r, f in zip(rows, [None, *REGISTRY.values()]):
+    for r, f in zip(rows, [None, *_registry().values()]):
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
         if f is not None:
             lines.append(f"    symptom: {f.symptom}")
             lines.append(f"    breaks:  {f.breaks}")
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class JsonWatch:
+    """A JSON object file re-read when its mtime/size changes (at most every `period` s)."""
+
+    def __init__(self, path: Path, period: float = 0.1, reader: str = "engine") -> None:
+        self.path = Path(path)
+        self.period = period
+        self.reader = reader
+        self._sig: tuple[int, int] | None = None
+        self._next = 0.0
+        self.data: dict[str, Any] = {}
+        self.version = 0
+        self.refresh(0.0, force=True)
+
+    def refresh(self, now: float, force: bool = False) -> bool:
+        """Re-read if due and changed; True when the content changed."""
+        if not force and now < self._next:
+            return False
+        self._next = now + self.period
+        try:
+            st = os.stat(self.path)
+            sig: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            sig = None
+        if sig == self._sig and not force:
+            return False
+        if sig is None:
+            new: dict[str, Any] = {}
+        else:
+            try:
+                new = json.loads(self.path.read_text(encoding="utf-8") or "{}")
+                if not isinstance(new, dict):
+                    raise ValueError("expected a JSON object")
+            except (OSError, ValueError) as exc:
+                print(f"{self.reader}: {self.path}: ignored ({exc})", file=sys.stderr)
+                self._sig = sig
+                return False
+        self._sig = sig
+        changed = new != self.data
+        self.data = new
+        if changed:
+            self.version += 1
+        return changed
+
+    def get(self, name: str) -> Any:
+        return self.data.get(name)
+
+
+def fault_params(watch: JsonWatch, name: str) -> dict[str, Any] | None:
+    """Params of an active fault (a fault whose value is false/None is off)."""
+    v = watch.data.get(name)
+    if v is None or v is False:
+        return None
+    return v if isinstance(v, dict) else {}
+
+
+def dfbit(watch: JsonWatch) -> int:
+    """net.inet.ipsec.dfbit from sysctl.json (flat or nested), default 0 as on FreeBSD."""
+    d = watch.data
+    v = d.get("net.inet.ipsec.dfbit")
+    if v is None:
+        v = d.get("net", {}).get("inet", {}).get("ipsec", {}).get("dfbit", 0) if isinstance(d.get("net"), dict) else 0
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
+
+
+class HostFaults:
+    """One host's faults.json and sysctl.json as a component sees them.
+
+    `period` 0 re-checks the mtime on every question (the IKE daemon: a few packets a
+    second); the engine's loops use JsonWatch's default 0.1 s.  A one-shot FreeBSD
+    command reads both files once, at construction.
+    """
+
+    def __init__(self, host_dir: HostDir | str | os.PathLike[str], reader: str,
+                 period: float = 0.1) -> None:
+        hd = _as_hostdir(host_dir)
+        self.faults = JsonWatch(hd.faults_json, period, reader)
+        self.sysctl = JsonWatch(hd.sysctl_json, period, reader)
+
+    def active(self) -> dict[str, Any]:
+        """`{name: params}` of the faults switched on now."""
+        self.faults.refresh(time.monotonic())
+        return {name: p for name in self.faults.data if (p := fault_params(self.faults, name)) is not None}
+
+    def params(self, name: str) -> dict[str, Any] | None:
+        """The parameters of fault `name` if it is on now, else None."""
+        self.faults.refresh(time.monotonic())
+        return fault_params(self.faults, name)
+
+    def dfbit(self) -> int:
+        self.sysctl.refresh(time.monotonic())
+        return dfbit(self.sysctl)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from twin.errors import NetnsError
 from twin.runtime import netns_name, veth_name
 
 NETNS_RUN_DIR = Path("/run/netns")
@@ -36,10 +37,6 @@ CLONE_NEWNET = 0x40000000
 IFA_F_NODAD = 0x02
 FULL_RATE_MBIT = 10000
 """Links at or above this rate get no qdisc: the veth is the wire."""
-
-
-class NetnsError(RuntimeError):
-    """A namespace/link operation failed; the message names the object."""
 
 
 @dataclass(frozen=True)

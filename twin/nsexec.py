@@ -41,7 +41,11 @@ _libc = ctypes.CDLL("libc.so.6", use_errno=True)  # glibc (Debian); ctypes.util 
 
 
 class NsExecError(RuntimeError):
-    """Entering the appliance's namespaces failed (message names the step)."""
+    """Entering the appliance's namespaces failed (message names the step).
+
+    Not a twin.errors.TwinError: this file runs as a script with `-I -S` (see
+    launcher_argv) and imports nothing from the twin package.
+    """
 
 
 def _check(ret: int, what: str) -> None:
@@ -150,22 +154,14 @@ def launcher_argv(
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    host_dir: str | None = None
-    netns: str | None = None
-    argv0: str | None = None
+    opts: dict[str, str] = {}
     while args and args[0] != "--":
         opt = args.pop(0)
-        if opt in ("--host-dir", "--netns", "--argv0") and args:
-            val = args.pop(0)
-            if opt == "--host-dir":
-                host_dir = val
-            elif opt == "--netns":
-                netns = val or None
-            else:
-                argv0 = val
-        else:
+        if opt not in ("--host-dir", "--netns", "--argv0") or not args:
             print(f"twin.nsexec: unknown option {opt!r}", file=sys.stderr)
             return 2
+        opts[opt] = args.pop(0)
+    host_dir, netns, argv0 = opts.get("--host-dir"), opts.get("--netns") or None, opts.get("--argv0")
     if not args or args[0] != "--" or len(args) < 2 or not host_dir:
         print("usage: python -m twin.nsexec --host-dir DIR [--netns NS] [--argv0 NAME] -- PROGRAM ARG...",
               file=sys.stderr)

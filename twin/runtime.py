@@ -27,7 +27,12 @@ import re
 import secrets
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from twin.errors import RuntimeLayoutError
+
+if TYPE_CHECKING:
+    import subprocess
 
 DEFAULT_BASE = Path("/run/ipsec-twin")
 """Where run dirs live unless the caller chooses one (one subdir per prefix)."""
@@ -39,10 +44,6 @@ PREFIX_RE = re.compile(r"^tw[0-9a-f]{4}$")
 """A lab prefix: short enough that `P<n>a` veth names stay within IFNAMSIZ (15)."""
 
 IFNAMSIZ_MAX = 15
-
-
-class RuntimeLayoutError(ValueError):
-    """A name or path that does not fit the run-dir layout."""
 
 
 def new_prefix() -> str:
@@ -120,6 +121,50 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o
         except FileNotFoundError:
             pass
         raise
+
+
+# ----------------------------------------------------------------------------- processes
+# For the test beds that start components themselves (twin.engine.minilab,
+# twin.ike.pairlab, twin.bench, tests); twin.lab keeps pid records of its own.
+
+
+def stop_process(proc: "subprocess.Popen", timeout: float = 5.0) -> int | None:
+    """SIGTERM a child, wait up to `timeout`, then SIGKILL it; returns its exit status.
+
+    Why SIGTERM first: the engine and the IKE daemon remove their associations and
+    sockets on SIGTERM, so the next test starts from a clean host dir.
+    """
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+def wait_for_socket(path: str | os.PathLike[str], proc: "subprocess.Popen", what: str,
+                    log: str | os.PathLike[str] | None = None, timeout: float = 15.0) -> None:
+    """Return once `path` accepts a connection; raise naming `what` when `proc` died first
+    (with the tail of its `log`) or after `timeout` seconds."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if os.path.exists(path):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                if s.connect_ex(os.fspath(path)) == 0:  # else bound but not yet listening
+                    return
+        if proc.poll() is not None:
+            tail = Path(log).read_text(errors="replace")[-2000:] if log else ""
+            raise RuntimeError(f"{what} exited with status {proc.returncode} before {path} answered: {tail}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: {path} did not answer within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 class HostDir:

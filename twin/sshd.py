@@ -13,21 +13,21 @@ the same files. Only public-key auth for root with the lab's key is accepted; th
 host key (ed25519) is generated once per host dir and kept across reboots.
 
 Command strings are never logged (they may carry secrets).
+
+Modules: this one (keys, authentication, connections, `python -m twin.sshd`),
+twin.sshd_exec (exec requests: the csh command and its pipes), twin.sshd_sftp (SFTP
+rooted in DIR/root).
 """
 from __future__ import annotations
 
 import argparse
 import base64
-import errno
 import logging
 import os
 import signal
 import socket
-import stat as stat_mod
-import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,23 +35,12 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from twin import nsexec
+from twin.errors import SshdError
 from twin.runtime import HostDir, read_json, write_bytes_atomic
+from twin.sshd_exec import ExecSession
+from twin.sshd_sftp import RootedSftp
 
 log = logging.getLogger("twin.sshd")
-
-SHELL = "/usr/bin/tcsh"
-SHELL_ARGV0 = "csh"  # OpenSSH execs the login shell as basename(shell) -c CMD; OPNsense's is csh
-BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-PUMP_CHUNK = 32768
-OUTPUT_DRAIN_SECONDS = 2.0
-"""After the command exits, how long to wait for its pipes to reach EOF (a background
-child may keep them open forever; OpenSSH would hang, we send the status instead)."""
-
-
-class SshdError(RuntimeError):
-    """Bad configuration of the SSH server (message names the file)."""
-
 
 # --------------------------------------------------------------------------- keys
 
@@ -113,329 +102,6 @@ def load_authorized_keys(path: str | os.PathLike[str]) -> list[AuthorizedKey]:
     if not keys:
         raise SshdError(f"{p}: no public key found")
     return keys
-
-
-# --------------------------------------------------------------------------- exec
-
-
-def appliance_env(host_dir: HostDir) -> dict[str, str]:
-    """The environment a root command sees on the emulated appliance."""
-    return {
-        "PATH": f"{host_dir.bin}:{BASE_PATH}",
-        "HOME": "/root",
-        "SHELL": "/bin/csh",
-        "USER": "root",
-        "LOGNAME": "root",
-        "TWIN_HOST_DIR": str(host_dir.path),
-        "LANG": "C.UTF-8",
-    }
-
-
-def exit_status_of(returncode: int) -> int:
-    """Popen returncode -> SSH exit status (a signal n is reported as 128+n, as csh does)."""
-    return 128 + (-returncode) if returncode < 0 else returncode
-
-
-class ExecSession:
-    """One exec request: the process plus the threads pumping it to the channel."""
-
-    def __init__(self, server: "ApplianceSshServer", channel: paramiko.Channel, command: bytes):
-        self.server = server
-        self.channel = channel
-        self.command = command
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        threading.Thread(target=self._run, name="twin-sshd-exec", daemon=True).start()
-
-    def _run(self) -> None:
-        chan = self.channel
-        argv = nsexec.launcher_argv(
-            self.server.host_dir.path,
-            self.server.netns,
-            [SHELL, "-c", os.fsdecode(self.command)],
-            argv0=SHELL_ARGV0,
-        )
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=appliance_env(self.server.host_dir),
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as exc:
-            try:
-                chan.sendall_stderr(f"twin.sshd: cannot start shell: {exc.strerror}\n".encode())
-                chan.send_exit_status(126)
-            finally:
-                chan.close()
-            return
-        self.server._register(self)
-        proc = self.proc
-        assert proc.stdin and proc.stdout and proc.stderr
-        t_out = threading.Thread(target=self._pump_out, args=(proc.stdout, chan.sendall), daemon=True)
-        t_err = threading.Thread(target=self._pump_out, args=(proc.stderr, chan.sendall_stderr), daemon=True)
-        t_in = threading.Thread(target=self._pump_in, args=(proc.stdin,), daemon=True)
-        for t in (t_out, t_err, t_in):
-            t.start()
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=0.2)
-                    break
-                except subprocess.TimeoutExpired:
-                    transport = chan.get_transport()
-                    if chan.closed or transport is None or not transport.is_active():
-                        self.kill()
-            deadline = time.monotonic() + OUTPUT_DRAIN_SECONDS
-            for t in (t_out, t_err):
-                t.join(max(0.0, deadline - time.monotonic()))
-            if not chan.closed:
-                try:
-                    chan.send_exit_status(exit_status_of(proc.returncode))
-                    chan.shutdown_write()
-                except (OSError, EOFError, paramiko.SSHException):
-                    pass
-                chan.close()
-        finally:
-            self.server._unregister(self)
-
-    def _pump_out(self, pipe, send) -> None:
-        fd = pipe.fileno()
-        try:
-            while True:
-                data = os.read(fd, PUMP_CHUNK)
-                if not data:
-                    break
-                send(data)
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
-        finally:
-            pipe.close()
-
-    def _pump_in(self, pipe) -> None:
-        try:
-            while True:
-                data = self.channel.recv(PUMP_CHUNK)
-                if not data:
-                    break
-                pipe.write(data)
-                pipe.flush()
-        except (OSError, EOFError, ValueError, paramiko.SSHException):
-            pass
-        finally:
-            try:
-                pipe.close()
-            except OSError:
-                pass
-
-    def kill(self) -> None:
-        """Kill the command's whole process group (session cut or server stopping)."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        for sig in (signal.SIGHUP, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=0.5)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
-
-# --------------------------------------------------------------------------- SFTP
-
-
-class _RootedPaths:
-    """Maps SFTP paths into DIR/root and refuses anything that would leave it."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.real_root = os.path.realpath(root)
-
-    def virtual(self, path: str) -> str:
-        """Normalise a client path to an absolute appliance path; refuse `..` above /."""
-        if not path.startswith("/"):
-            path = "/" + path
-        parts: list[str] = []
-        for comp in path.split("/"):
-            if comp in ("", "."):
-                continue
-            if comp == "..":
-                if not parts:
-                    raise PermissionError(errno.EACCES, "path escapes the appliance root")
-                parts.pop()
-            else:
-                parts.append(comp)
-        return "/" + "/".join(parts)
-
-    def _inside(self, real: str) -> bool:
-        return real == self.real_root or real.startswith(self.real_root + os.sep)
-
-    def real(self, path: str, follow: bool = True) -> str:
-        v = self.virtual(path)
-        host = os.path.join(self.real_root, v.lstrip("/")) if v != "/" else self.real_root
-        if follow:
-            resolved = os.path.realpath(host)
-        else:
-            resolved = os.path.join(os.path.realpath(os.path.dirname(host)), os.path.basename(host))
-            if v == "/":
-                resolved = self.real_root
-        if not self._inside(resolved):
-            raise PermissionError(errno.EACCES, "path escapes the appliance root")
-        return resolved
-
-    def to_virtual(self, real: str) -> str | None:
-        real = os.path.realpath(real)
-        if not self._inside(real):
-            return None
-        return "/" + os.path.relpath(real, self.real_root).replace(os.sep, "/").lstrip(".")
-
-
-class _Handle(paramiko.SFTPHandle):
-    def stat(self):
-        try:
-            return paramiko.SFTPAttributes.from_stat(os.fstat(self.readfile.fileno()))
-        except OSError as exc:
-            return paramiko.SFTPServer.convert_errno(exc.errno)
-
-    def chattr(self, attr):
-        try:
-            _apply_attr(self.filename, attr)
-            return paramiko.SFTP_OK
-        except OSError as exc:
-            return paramiko.SFTPServer.convert_errno(exc.errno)
-
-
-def _apply_attr(real: str, attr: paramiko.SFTPAttributes) -> None:
-    if attr._flags & attr.FLAG_PERMISSIONS:
-        os.chmod(real, stat_mod.S_IMODE(attr.st_mode))
-    if attr._flags & attr.FLAG_UIDGID:
-        os.chown(real, attr.st_uid, attr.st_gid)
-    if attr._flags & attr.FLAG_AMTIME:
-        os.utime(real, (attr.st_atime, attr.st_mtime))
-    if attr._flags & attr.FLAG_SIZE:
-        with open(real, "r+b") as fh:
-            fh.truncate(attr.st_size)
-
-
-def _sftp_errors(fn):
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except OSError as exc:
-            return paramiko.SFTPServer.convert_errno(exc.errno or errno.EIO)
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
-
-
-class RootedSftp(paramiko.SFTPServerInterface):
-    """SFTP over DIR/root: the appliance filesystem the shell also sees."""
-
-    def __init__(self, server, *args, host_dir: HostDir | None = None, **kwargs):
-        super().__init__(server, *args, **kwargs)
-        hd = host_dir or server.server.host_dir
-        self.paths = _RootedPaths(hd.root)
-
-    def canonicalize(self, path):
-        try:
-            return self.paths.virtual(path)
-        except PermissionError:
-            return "/"
-
-    @_sftp_errors
-    def open(self, path, flags, attr):
-        real = self.paths.real(path)
-        mode = attr.st_mode if (attr is not None and attr._flags & attr.FLAG_PERMISSIONS) else 0o644
-        fd = os.open(real, flags | getattr(os, "O_BINARY", 0) | os.O_CLOEXEC, stat_mod.S_IMODE(mode))
-        if (flags & os.O_CREAT) and attr is not None:
-            attr._flags &= ~attr.FLAG_PERMISSIONS
-            _apply_attr(real, attr)
-        if flags & os.O_WRONLY:
-            fstr = "ab" if flags & os.O_APPEND else "wb"
-        elif flags & os.O_RDWR:
-            fstr = "a+b" if flags & os.O_APPEND else "r+b"
-        else:
-            fstr = "rb"
-        f = os.fdopen(fd, fstr)
-        handle = _Handle(flags)
-        handle.filename = real
-        handle.readfile = f
-        handle.writefile = f
-        return handle
-
-    @_sftp_errors
-    def list_folder(self, path):
-        real = self.paths.real(path)
-        out = []
-        for name in os.listdir(real):
-            attr = paramiko.SFTPAttributes.from_stat(os.lstat(os.path.join(real, name)))
-            attr.filename = name
-            out.append(attr)
-        return out
-
-    @_sftp_errors
-    def stat(self, path):
-        return paramiko.SFTPAttributes.from_stat(os.stat(self.paths.real(path)))
-
-    @_sftp_errors
-    def lstat(self, path):
-        return paramiko.SFTPAttributes.from_stat(os.lstat(self.paths.real(path, follow=False)))
-
-    @_sftp_errors
-    def remove(self, path):
-        os.remove(self.paths.real(path, follow=False))
-        return paramiko.SFTP_OK
-
-    @_sftp_errors
-    def rename(self, oldpath, newpath):
-        old = self.paths.real(oldpath, follow=False)
-        new = self.paths.real(newpath, follow=False)
-        if os.path.lexists(new):
-            return paramiko.SFTP_FAILURE  # SFTPv3: rename never overwrites
-        os.rename(old, new)
-        return paramiko.SFTP_OK
-
-    @_sftp_errors
-    def posix_rename(self, oldpath, newpath):
-        os.replace(self.paths.real(oldpath, follow=False), self.paths.real(newpath, follow=False))
-        return paramiko.SFTP_OK
-
-    @_sftp_errors
-    def mkdir(self, path, attr):
-        real = self.paths.real(path, follow=False)
-        mode = attr.st_mode if (attr is not None and attr._flags & attr.FLAG_PERMISSIONS) else 0o755
-        os.mkdir(real, stat_mod.S_IMODE(mode))
-        return paramiko.SFTP_OK
-
-    @_sftp_errors
-    def rmdir(self, path):
-        os.rmdir(self.paths.real(path, follow=False))
-        return paramiko.SFTP_OK
-
-    @_sftp_errors
-    def chattr(self, path, attr):
-        _apply_attr(self.paths.real(path), attr)
-        return paramiko.SFTP_OK
-
-    @_sftp_errors
-    def readlink(self, path):
-        target = os.readlink(self.paths.real(path, follow=False))
-        if target.startswith("/"):
-            v = self.paths.to_virtual(target)
-            return v if v is not None else paramiko.SFTP_PERMISSION_DENIED
-        return target
-
-    def symlink(self, target_path, path):
-        return paramiko.SFTP_OP_UNSUPPORTED
 
 
 # --------------------------------------------------------------------------- server
@@ -547,16 +213,13 @@ class ApplianceSshServer:
             t.start_server(server=_Interface(self))
         except (paramiko.SSHException, EOFError, OSError) as exc:
             log.info("connection failed during handshake: %s", exc)
-            try:
-                conn.close()
-            except OSError:
-                pass
+            conn.close()
 
-    def _register(self, s: ExecSession) -> None:
+    def register_session(self, s: ExecSession) -> None:
         with self._lock:
             self._sessions.add(s)
 
-    def _unregister(self, s: ExecSession) -> None:
+    def unregister_session(self, s: ExecSession) -> None:
         with self._lock:
             self._sessions.discard(s)
 
@@ -566,8 +229,8 @@ class ApplianceSshServer:
         if self._sock is not None:
             try:
                 self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            except OSError as exc:  # ENOTCONN: a listening socket has no peer to shut down
+                log.debug("shutdown of the listening socket: %r", exc)
             self._sock.close()
         with self._lock:
             transports = list(self._transports)
@@ -577,8 +240,8 @@ class ApplianceSshServer:
         for t in transports:
             try:
                 t.close()
-            except Exception:  # noqa: BLE001 -- closing must not stop the shutdown
-                pass
+            except Exception as exc:  # noqa: BLE001 -- closing must not stop the shutdown
+                log.info("closing a connection at stop: %r", exc)
         if self._thread is not None:
             self._thread.join(2)
 

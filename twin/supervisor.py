@@ -30,6 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from twin.lab import Lab, LabBuildError, alive, find_run, kill_record, pid_record, teardown, _free_prefix, cleanup_dead
+from twin import jsonl
+from twin.faults import active_faults, clear_fault
+from twin.fbsd import _kmem
+from twin.errors import ControlSocketError
 from twin.runtime import RunDir, check_prefix, read_json
 
 
@@ -44,6 +48,7 @@ class Supervisor:
         self.pending: list[tuple[str, socket.socket | None]] = []
         self._wake: tuple[int, int] | None = None
         self._pid = os.getpid()
+        self._reboot_base: dict[str, int] = {}  # fault silent_reboot: host -> packets when first seen
 
     def install_signals(self) -> None:
         """From now on SIGTERM/SIGINT/SIGHUP mean: stop serving, tear down."""
@@ -83,6 +88,7 @@ class Supervisor:
                 while self.pending and not self.stop:
                     host, conn = self.pending.pop(0)
                     self._do_reboot(host, conn)
+                self._silent_reboots()
                 if owner and not alive(owner):
                     self._log(f"owner pid {owner.get('pid')} is gone: tearing down")
                     self.stop = True
@@ -97,6 +103,26 @@ class Supervisor:
             os.close(rfd)
             os.close(wfd)
             self._wake = None
+
+    def _silent_reboots(self) -> None:
+        """Fault `silent_reboot`: an appliance reboots by itself once, under traffic -- when
+        `packets` packets have passed its engine since this loop first saw the fault (which
+        is then switched off, so it happens once).  Traffic, not time, so a test's bring-up
+        never trips it and its stream always does."""
+        for host in self.lab.appliances():
+            hd = self.lab.host_dir(host)
+            params = active_faults(hd).get("silent_reboot")
+            if params is None:
+                self._reboot_base.pop(host, None)
+                continue
+            driver = hd.read_host().get("driver")
+            packets = _kmem.traffic(hd, driver, sample=0).packets
+            base = self._reboot_base.setdefault(host, packets)
+            if packets - base >= int(params.get("packets", 50)):
+                del self._reboot_base[host]
+                clear_fault(self.lab.host_dir(host), "silent_reboot")
+                self._log(f"{host}: fault silent_reboot: rebooting by itself")
+                self._do_reboot(host, None)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if os.getpid() != self._pid:
@@ -116,13 +142,7 @@ class Supervisor:
         conn, _ = srv.accept()
         conn.settimeout(2.0)
         try:
-            buf = b""
-            while not buf.endswith(b"\n") and len(buf) < 65536:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                buf += chunk
-            req = json.loads(buf.decode() or "{}")
+            req = jsonl.decode(jsonl.read_line(conn) or b"{}", str(self.lab.run.supervisor_sock))
             op = req.get("op")
             if op == "reboot":
                 host = req.get("host")
@@ -145,12 +165,10 @@ class Supervisor:
             self._reply(conn, {"ok": False, "error": f"bad request: {exc}"})
         conn.close()
 
-    @staticmethod
-    def _reply(conn: socket.socket, obj: dict[str, Any]) -> None:
-        try:
-            conn.sendall(json.dumps(obj).encode() + b"\n")
-        except OSError:
-            pass
+    def _reply(self, conn: socket.socket, obj: dict[str, Any]) -> None:
+        failed = jsonl.send(conn, obj)
+        if failed is not None:
+            self._log(f"a requester left before its answer (ok={obj.get('ok')}): {failed!r}")
 
     def _do_reboot(self, host: str, conn: socket.socket | None) -> None:
         self._log(f"{host}: reboot")
@@ -181,22 +199,10 @@ def _default_action(signum: int) -> None:
 
 def request(run: RunDir, obj: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
     """Send one request to a lab's supervisor and return its answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        try:
-            s.connect(str(run.supervisor_sock))
-        except OSError as exc:
-            raise LabBuildError(f"{run.supervisor_sock}: supervisor not reachable: {exc.strerror or exc}") from None
-        s.sendall(json.dumps(obj).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    if not buf:
-        raise LabBuildError(f"{run.supervisor_sock}: supervisor closed without an answer")
-    return json.loads(buf)
+    try:
+        return jsonl.request(run.supervisor_sock, obj, timeout)
+    except ControlSocketError as exc:
+        raise LabBuildError(f"supervisor: {exc}") from None
 
 
 def request_reboot(run: RunDir, host: str, wait: bool = True, timeout: float = 60.0) -> dict[str, Any]:

@@ -1,44 +1,26 @@
 """Fixtures for the engine's namespace tests: one MiniLab (hostA|gwA|gwB|hostB, two
-engines) per module, skipped with a reason when not root or tools are missing."""
+engines) per module (tests/lab_factory.py), skipped with a reason when not root or tools
+are missing."""
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
+from lab_factory import minilab_fixture
 from twin.engine.minilab import MiniLab
 
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, TUN, raw sockets)"
-    for tool in ("ip", "tcpdump", "ping", "iperf3"):
-        if not shutil.which(tool):
-            return f"needs {tool}"
-    if not Path("/dev/net/tun").exists():
-        return "needs /dev/net/tun"
-    return None
+#: what the engine tests drive inside the namespaces
+TOOLS = ("ip", "tcpdump", "ping", "iperf3")
 
 
-needs_root = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
+needs_root = pytest.mark.skipif(MiniLab.unavailable(TOOLS) is not None, reason=MiniLab.unavailable(TOOLS) or "")
 
 
-@pytest.fixture(scope="module")
-def lab():
-    if _why_not():
-        pytest.skip(_why_not())
-    # paced below what two Python engines on 2 cores carry, so nothing is lost on the path
-    lab = MiniLab(wan_rate_mbit=250)
-    lab.build()
-    try:
-        yield lab
-    finally:
-        lab.close()
+# paced below what two Python engines on 2 cores carry, so nothing is lost on the path
+lab = minilab_fixture(wan_rate_mbit=250)
 
 
 class Capture:
@@ -61,13 +43,5 @@ class Capture:
 
 
 def settle(lab: MiniLab, gw: str, timeout: float = 5.0) -> dict:
-    """Counters after two equal reads 100 ms apart (the suite's settle rule)."""
-    prev = lab.call(gw, "counters")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        cur = lab.call(gw, "counters")
-        if cur == prev:
-            return cur
-        prev = cur
-    raise AssertionError(f"{gw} counters did not settle in {timeout}s")
+    """Counters after two equal reads 100 ms apart (the suite's settle rule): MiniLab's own."""
+    return lab.settled_counters(gw, timeout)

@@ -188,6 +188,23 @@ def test_forwarded_ipv4_passes_with_dfbit_0_gated_with_dfbit_1(lab):
     assert ping(lab, "hA", "ipv4", HB["ipv4"], size=exact).returncode == 0
 
 
+@pytest.mark.parametrize("dfbit,inner_df,outer_df", [(0, True, False), (1, False, True), (2, True, True),
+                                                     (2, False, False)])
+def test_outer_df_follows_dfbit(lab, dfbit, inner_df, outer_df):
+    """ipsec_output.c ipsec_encap: dfbit 0 clears the outer DF, 1 sets it, 2 copies the inner's."""
+    fresh(lab)
+    lab.tunnel("aes-gcm-16", "ipv4")
+    if dfbit:
+        lab.write_sysctl("gA", {"net.inet.ipsec.dfbit": dfbit})
+    cap = Capture(lab, "gB", "wan", f"ip proto 50 and src {WAN['gA']['ipv4']}")
+    r = lab.run("hA", ["ping", "-4", "-c", "3", "-i", "0.2", "-W", "1", "-s", "100", "-M",
+                       "do" if inner_df else "dont", HB["ipv4"]], timeout=30)
+    frames = cap.stop()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(frames) >= 3
+    assert {bool(Ether(f)[IP].flags.DF) for f in frames} == {outer_df}
+
+
 # --- conservation ---------------------------------------------------------------------
 def test_conservation_iperf3_10s(lab):
     fresh(lab)
@@ -486,3 +503,45 @@ def test_more_specific_child_wins_over_the_broad_one(lab):
     pk = {s["spi"]: s["packets"] for s in lab.call("gA", "list_sas")["sas"]}
     assert pk[port["gA_out"]["spi"]] > 50
     assert pk[broad["gA_out"]["spi"]] == 2  # only the pings
+
+
+def test_each_of_256_associations_carries_its_own_flow(lab):
+    """128 children by UDP port = 256 associations per gateway, published one by one:
+    a datagram to a port moves exactly its child's counters at both ends, and a deleted
+    child's port finds no association (the readers applied the delete)."""
+    fresh(lab)
+    kids = {port: lab.tunnel("aes-gcm-16", "ipv4", local_ts=["198.51.100.0/26[udp]"],
+                             remote_ts=[f"203.0.113.0/24[udp/{port}]"], v6_routes=False)
+            for port in range(6000, 6128)}
+    assert lab.call("gA", "status")["sa_count"] == 256
+
+    def packets(gw: str) -> dict[int, int]:
+        return {s["spi"]: s["packets"] for s in lab.call(gw, "list_sas")["sas"]}
+
+    send = "import socket,sys\nsocket.socket(socket.AF_INET,socket.SOCK_DGRAM).sendto(b'x'*64,(sys.argv[1],int(sys.argv[2])))\n"
+    probe = (6000, 6077, 6127)
+    before_a, before_b = packets("gA"), packets("gB")
+    for port in probe:
+        assert lab.run("hA", [sys.executable, "-c", send, HB["ipv4"], str(port)]).returncode == 0
+    moved_a = settle_packets(lab, "gA", before_a, len(probe))
+    moved_b = settle_packets(lab, "gB", before_b, len(probe))
+    assert moved_a == {kids[p]["gA_out"]["spi"]: 1 for p in probe}
+    assert moved_b == {kids[p]["gB_in"]["spi"]: 1 for p in probe}
+    gone = kids[6077]
+    for gw, name in (("gA", "gA_out"), ("gA", "gA_in")):
+        lab.call(gw, "del_sa", spi=gone[name]["spi"], dst=gone[name]["dst"])
+    e0 = lab.call("gA", "status")["engine"]["tx_no_sa"]
+    assert lab.run("hA", [sys.executable, "-c", send, HB["ipv4"], "6077"]).returncode == 0
+    settle(lab, "gA")
+    assert lab.call("gA", "status")["engine"]["tx_no_sa"] == e0 + 1
+
+
+def settle_packets(lab, gw: str, before: dict[int, int], moved: int, timeout: float = 10) -> dict[int, int]:
+    """The SAs whose packet counter moved, once `moved` of them have (the loop is async)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = {s["spi"]: s["packets"] for s in lab.call(gw, "list_sas")["sas"]}
+        diff = {spi: n - before.get(spi, 0) for spi, n in now.items() if n != before.get(spi, 0)}
+        if len(diff) >= moved or time.monotonic() > deadline:
+            return diff
+        time.sleep(0.05)

@@ -34,8 +34,8 @@ LAB = """connections {
 
 def picked(tmp_path, lab_remote_id: str, many_ids: tuple[str, str], idi: str, idr: str | None) -> str | None:
     d = Daemon(tmp_path)
-    d.conns = conf.loads(LAB % (lab_remote_id, *many_ids)).connections
-    c = d.pick_conn("192.0.2.2", "192.0.2.1", idi, idr)
+    d.config.conns = conf.loads(LAB % (lab_remote_id, *many_ids)).connections
+    c = d.config.pick_conn("192.0.2.2", "192.0.2.1", idi, idr)
     return c.name if c else None
 
 

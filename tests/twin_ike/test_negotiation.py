@@ -1,7 +1,7 @@
 """Two daemons in two namespaces negotiate from swanctl.conf with strongSwan's outcomes.
 
 The engines here are RecordingEngineDouble (a test double of engine.sock that records
-add_sa); test_real_engine.py repeats bring-up against H4's engine.  Outputs are parsed by
+add_sa); test_real_engine.py repeats bring-up against the real engine (twin.engine).  Outputs are parsed by
 the suite's own parsers (plugin.lab.parsers.swanctl_initiate / swanctl_list_sas).
 """
 from __future__ import annotations
@@ -73,6 +73,21 @@ def load(pair: IkePair, h: str, text: str) -> None:
 def initiate(pair: IkePair, h: str, child: str, *extra: str) -> swanctl_initiate.InitiateResult:
     r = pair.swanctl(h, "--initiate", "--child", child, *extra)
     return swanctl_initiate.parse(r.stdout, r.stderr, r.returncode)
+
+
+def rekey_settled(pair: IkePair, per_host: int, timeout: float = 15) -> None:
+    """Wait until a queued rekey is over: each engine holds `per_host` associations and
+    no child is listed in a rekeying state (swanctl --rekey returns before the rekey
+    runs, and the old inbound association lingers for delete_rekeyed_delay)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        counts = [len(pair.engines[h].snapshot()) for h in "ab"]
+        states = {c.state for h in "ab" for ike in swanctl_list_sas.parse(pair.swanctl(h, "--list-sas").stdout).ike_sas
+                  for c in ike.children}
+        if counts == [per_host, per_host] and states <= {"INSTALLED"}:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"rekey not settled in {timeout}s: engines {counts}, child states {states}")
 
 
 def lab_pair(pair: IkePair, outer: str = "ipv4", inner: str = "ipv4", esp: str = "aes256gcm16",
@@ -226,6 +241,7 @@ def test_list_sas_spis_and_rekey_replaces_sas(pair):
     old = {s["spi"] for h in "ab" for s in pair.engines[h].snapshot()}
     r = pair.swanctl("a", "--rekey", "--child", "net")
     assert r.returncode == 0 and r.stdout.endswith("rekey completed successfully\n"), r.stderr
+    rekey_settled(pair, 2)
     new_a, new_b = pair.engines["a"].snapshot(), pair.engines["b"].snapshot()
     assert len(new_a) == 2 and len(new_b) == 2
     assert not ({s["spi"] for s in new_a + new_b} & old)
@@ -323,6 +339,7 @@ def test_responder_reuses_the_ike_sa_for_a_child_of_its_own(pair):
     assert ike_a.children[1].local_ts == (LAN_A6,)
     r = pair.swanctl("a", "--rekey", "--child", "net6")
     assert r.stdout == "rekey completed successfully\n", r.stdout + r.stderr
+    rekey_settled(pair, 4)
     assert len(pair.engines["a"].snapshot()) == 4 and len(pair.engines["b"].snapshot()) == 4
 
 

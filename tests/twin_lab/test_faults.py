@@ -9,7 +9,16 @@ EXPECTED = {"drop_every", "count_extra", "corrupt_icv", "replay", "wrong_next_he
             "decline_ipv6_sa", "fragment_instead_of_ptb", "wrong_ptb_mtu",
             "own_too_big_fragmented", "slow_first_stream", "child_never_up", "peer_unreachable",
             # added for the fault matrix: tests no other fault could break
-            "ipv4_df_gate", "leak_sa_on_delete"}
+            "ipv4_df_gate", "leak_sa_on_delete",
+            # issue 13: rekey and lifetimes
+            "rekey_lost", "old_sa_kept", "counters_restart",
+            # the appliance's health (issue 13)
+            "mbuf_leak", "dmesg_error_under_traffic", "silent_reboot",
+            # added for the strict matrix: each check of test_wire / test_all_children_established
+            "esp_pad_extra", "gcm_nonce_swapped", "cleartext_leak", "one_end_child_not_installed",
+            # issue 12: the wire as an adversary
+            "replay_window_off_by_one", "replay_duplicates_accepted", "tampered_icv_delivered",
+            "esn_high_bits_lost", "pad_length_lost"}
 
 
 def test_registry_complete_and_documented():
@@ -55,3 +64,19 @@ def test_kv_and_table():
     for name in EXPECTED:
         assert name in table
     assert "every=7" in table
+
+
+@pytest.mark.parametrize("entry,message", [
+    ('layer = "kernel"\nsymptom = "s"\nbreaks = "b"', "[f]: expected layer (engine | ike | fbsd)"),
+    ('layer = "engine"\nsymptom = "s"\nbreak = "b"', "[f]: expected layer"),
+    ('layer = "engine"\nparams.n = { type = "integer" }\nsymptom = "s"\nbreaks = "b"', "[f]: parameter n"),
+    ('layer = "engine"\nparams.n = { type = "int", default = "3" }\nsymptom = "s"\nbreaks = "b"',
+     "[f]: parameter n"),
+])
+def test_registry_file_checked(tmp_path, entry, message):
+    """A misspelt entry in fault_registry.toml fails naming it, not as a fault that does nothing."""
+    path = tmp_path / "fault_registry.toml"
+    path.write_text(f"[f]\n{entry}\n")
+    with pytest.raises(F.FaultError) as e:
+        F._load_registry(path)
+    assert message in str(e.value)

@@ -99,7 +99,7 @@ def test_host_dirs_and_resolved(lab, fresh_prefix):
     assert resolved["lab"]["virtual"] is True
     assert resolved["hosts"]["bench"]["mgmt"] == {"local": True, "netns": f"{fresh_prefix}-bench"}
     assert resolved["links"] == yaml.safe_load(lab.topology_path.read_text())["links"]
-    load_topology = pytest.importorskip("plugin.lab.topology").load_topology
+    from plugin.lab.topology import load_topology
     load_topology(lab.resolved)  # the suite must be able to read what we wrote
 
 
@@ -180,3 +180,35 @@ def test_refuses_a_non_empty_run_dir(small_topology, fresh_prefix, tmp_path):
         Lab.up(small_topology, prefix=fresh_prefix, run_dir=tmp_path, components=())
     assert (tmp_path / "precious.txt").read_text() == "keep me"
     assert tn.list_namespaces(fresh_prefix) == []
+
+
+def test_host_files_come_from_the_typed_model_and_the_twins_personality(small_topology, tmp_path):
+    """The lab file is the contract: `profile` overrides rename and renumber the OIDs the
+    emulated sysctl serves; driver and module come from twin.personality, not the suite."""
+    from plugin.lab.topology import load_topology
+    from twin.labfiles import host_json, network_spec
+    from twin.runtime import RunDir
+
+    text = small_topology.read_text().replace(
+        "  peer3300:\n    role: appliance\n    model: xgs136\n",
+        "  peer3300:\n    role: appliance\n    model: xgs136\n"
+        "    profile: {unit: 1, counters: {rx_v6: dev.npuep.1.ipsec.rx_inet6}, replay_window: 64}\n")
+    path = small_topology.parent / "lab_overrides.yaml"
+    path.write_text(text)
+    try:
+        topo = load_topology(path)
+    finally:
+        path.unlink()
+    host = host_json(RunDir(tmp_path / "run"), "twzz00", topo, "peer3300")
+    assert (host["driver"], host["module_file"]) == ("npuep", "/boot/modules/npuep.ko")
+    assert host["counters"]["rx_v6"] == "dev.npuep.1.ipsec.rx_inet6"
+    assert host["counters"]["rx_done"] == "dev.npuep.1.ipsec.rx_done"  # unit 1 renumbers the rest
+    assert host["replay_window"] == 64 and host["first_stream_issue"] == 531
+    assert [p["mtu"] for p in host["ports"]] == [1500, 1500, 9000]
+    assert host["tunnels"] == [{"name": "lab", "role": "remote", "port": "wan10g", "lan": "lan",
+                                "cipher": "kernel", "kernel_cipher": True, "peer": "dut3300",
+                                "peer_port": "wan10g", "peer_lan": "lan"}]
+    spec = network_spec(topo, "twzz00")
+    wires = {(l.a.host, l.a.name, l.b.host, l.b.name): l.rate_mbit for l in spec.links}
+    assert wires[("dut3300", "port8", "peer3300", "port8")] == 10000
+    assert ("peer3300", "lan", "peer3300", "nc0") in wires  # an unwired port gets a parked peer

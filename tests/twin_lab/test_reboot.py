@@ -46,7 +46,7 @@ def test_reboot_resets_state_keeps_root(small_topology, fresh_prefix):
         state0 = read_json(hd.state_json)
         port = before["ssh_port"]
         assert ssh_run(run, port, "echo up")[1].strip() == "up"
-        topology = pytest.importorskip("plugin.lab.topology")
+        from plugin.lab import topology
         resolved = topology.load_topology(out["resolved"])  # what the suite will read
         assert resolved.hosts["dut3300"].mgmt.port == port
         # runtime changes a real reboot forgets: a route, an alias, an MTU, a sysctl

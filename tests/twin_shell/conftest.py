@@ -14,10 +14,10 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from twin.fbsd.install import install_bin
+from twin.jsonl import JsonlServer
 from twin.runtime import HostDir, write_json_atomic
 from twin.sshd import ApplianceSshServer, known_hosts_line, load_authorized_keys
 
@@ -42,12 +43,34 @@ ESP_COUNTS = {"received-packets": 10, "sent-packets": 1, "receieve-bytes": 840, 
               "dropped-bad-auth": 3}
 
 
-class EngineDoubleForFormatTests:
+class JsonlDouble:
+    """A TEST DOUBLE's socket: twin.jsonl's server (the one the twin's components serve
+    with, so the commands meet the same framing), each request recorded in ``requests``
+    and answered by ``answer(request)``. :meth:`close` stops it and removes the socket."""
+
+    def __init__(self, path: str | Path, answer: Callable[[dict], dict]):
+        self.path = Path(path)
+        self.requests: list[dict] = []
+        self._answer = answer
+        self.server = JsonlServer(self.path, self._record)
+        threading.Thread(target=self.server.serve_forever, name=f"double {path}", daemon=True).start()
+
+    def _record(self, line: bytes) -> dict:
+        req = json.loads(line)
+        self.requests.append(req)
+        return self._answer(req)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.path.unlink(missing_ok=True)
+
+
+class EngineDoubleForFormatTests(JsonlDouble):
     """TEST DOUBLE of twin.engine's control socket: fixed answers, records requests."""
 
     def __init__(self, path: Path):
-        self.path = path
-        self.requests: list[dict] = []
+        super().__init__(path, self.answer)
         self.sas = [
             {"spi": 3237977012, "direction": "out", "src": "192.0.2.1", "dst": "192.0.2.2",
              "cipher": "aes-gcm-16", "enc_key": GCM_KEY, "auth_key": None, "reqid": 1,
@@ -62,25 +85,6 @@ class EngineDoubleForFormatTests:
         ]
         self.routes: list[dict] = []
         self.driver_loaded = True
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(path))
-        self.sock.listen(16)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                f = conn.makefile("rwb")
-                for line in f:
-                    req = json.loads(line)
-                    self.requests.append(req)
-                    f.write((json.dumps(self.answer(req)) + "\n").encode())
-                    f.flush()
 
     def answer(self, req: dict) -> dict:
         op = req.get("op")
@@ -101,9 +105,6 @@ class EngineDoubleForFormatTests:
                 self.routes.append({"dst": key[0], "gateway": key[1]})
             return {"ok": True}
         return {"ok": False, "error": f"unknown op {op!r}"}
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @dataclass

@@ -11,16 +11,14 @@ import importlib
 import importlib.util
 import json
 import re
-import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from twin.runtime import read_json, write_json_atomic
 
-from .conftest import AUTH_KEY, CBC_KEY, DRIVER_COUNTS, ESP_COUNTS, GCM_KEY, NPUEP
+from .conftest import AUTH_KEY, CBC_KEY, DRIVER_COUNTS, ESP_COUNTS, GCM_KEY, NPUEP, JsonlDouble
 
 pytestmark = pytest.mark.needs_root
 
@@ -125,13 +123,25 @@ def test_setkey_dump_shows_keys_in_freebsd_hexdump(appliance):
     assert out.startswith("192.0.2.1 192.0.2.2\n\tesp mode=tunnel spi=3237977012(0xc0ff9bb4) reqid=1(0x00000001)\n")
     # 36-byte GCM key + salt: 8 groups, then ipsec_hexdump's newline at 32 bytes
     assert "\tE: aes-gcm-16  00112233 44556677 8899aabb ccddeeff 00112233 44556677 8899aabb ccddeeff\n 01020304\n" in out
-    assert f"\tE: rijndael-cbc  {' '.join([CBC_KEY[i:i + 8] for i in range(0, 64, 8)])}\n" in out
+    # FreeBSD 14's lib/libipsec/pfkey_dump.c str_alg_enc names SADB_X_EALG_AESCBC "aes-cbc"
+    assert f"\tE: aes-cbc  {' '.join([CBC_KEY[i:i + 8] for i in range(0, 64, 8)])}\n" in out
+    assert "rijndael-cbc" not in out
     assert f"\tA: hmac-sha2-256  {' '.join([AUTH_KEY[i:i + 8] for i in range(0, 64, 8)])}\n" in out
-    assert "\tseq=0x00000000 replay=32 flags=0x00000000 state=mature \n" in out
+    assert "\tseq=0x00000000 replay=0 flags=0x00000000 state=mature \n" in out
     assert "\tcurrent: 84000(bytes)\thard: 0(bytes)\tsoft: 0(bytes)\n\tallocated: 1000\thard: 0\tsoft: 0\n" in out
     # the key can be recovered exactly from the text (the suite decrypts with it)
     m = re.search(r"\tE: aes-gcm-16 ((?: [0-9a-f]{8})+)\n((?: [0-9a-f]{8})+)\n", out)
     assert (m.group(1) + m.group(2)).replace(" ", "") == GCM_KEY
+
+
+def test_setkey_replay_is_the_inbound_bitmap_in_bytes(appliance):
+    """strongSwan's kernel-pfkey sets the window on the inbound SA only, (32 + 7) / 8 = 4
+    bytes on the BSDs; setkey prints bytes: inbound replay=4, outbound replay=0."""
+    out = appliance.run("setkey -D").out
+    blocks = {b.split("\n", 1)[0]: b for b in re.split(r"(?m)^(?=\S)", out) if b}
+    assert "replay=0 " in blocks["192.0.2.1 192.0.2.2"]  # outbound
+    assert "replay=4 " in blocks["192.0.2.2 192.0.2.1"]  # inbound, 32-packet window
+    assert "replay=32" not in out
 
 
 def test_setkey_policies_from_selectors(appliance):
@@ -220,8 +230,8 @@ def test_ping_ipv4_reply_format_and_parse(appliance):
     lines = r.out.splitlines()
     assert r.status == 0
     assert lines[0] == "PING 10.77.0.2 (10.77.0.2): 56 data bytes"
-    assert re.fullmatch(r"64 bytes from 10\.77\.0\.2: icmp_seq=0 ttl=64 time=\d+\.\d{3} ms", lines[1])
-    assert re.fullmatch(r"64 bytes from 10\.77\.0\.2: icmp_seq=1 ttl=64 time=\d+\.\d{3} ms", lines[2])
+    for seq in (0, 1):
+        assert re.fullmatch(rf"64 bytes from 10\.77\.0\.2: icmp_seq={seq} ttl=64 time=\d+\.\d{{3}} ms", lines[1 + seq])
     assert lines[3:6] == ["", "--- 10.77.0.2 ping statistics ---",
                           "2 packets transmitted, 2 packets received, 0.0% packet loss"]
     assert re.fullmatch(r"round-trip min/avg/max/stddev = [\d.]+/[\d.]+/[\d.]+/[\d.]+ ms", lines[6])
@@ -239,19 +249,55 @@ def test_ping6_format_emsgsize_and_exit_codes(appliance):
     assert re.fullmatch(r"16 bytes from fd77::2, icmp_seq=0 hlim=64 time=\d+\.\d{3} ms", lines[1])
     assert lines[4] == "--- fd77::2 ping6 statistics ---"
     assert lines[-1].startswith("round-trip min/avg/max/std-dev = ")
-    # lan MTU is 1400: 1400 data bytes + 48 is too big for the link; DF always on
-    r = appliance.run("ping6 -c 2 -i 0.2 -s 1400 fd77::2")
+    # lan MTU is 1400: 1400 data bytes + 48 is too big for the link; -D sets IPV6_DONTFRAG
+    r = appliance.run("ping6 -c 2 -i 0.2 -D -s 1400 fd77::2")
     assert r.status == 71  # EX_OSERR: every send failed
     assert r.err == "ping6: sendmsg: Message too long\n" * 2
     assert r.out.count("ping6: wrote fd77::2 1408 chars, ret=-1\n") == 2
     assert "2 packets transmitted, 0 packets received, 100.0% packet loss" in r.out
-    r4 = appliance.run("ping -c 2 -i 0.2 -s 1400 10.77.0.2")
+    r4 = appliance.run("ping -c 2 -i 0.2 -D -s 1400 10.77.0.2")
     assert r4.status == 2 and r4.err == "ping: sendto: Message too long\n" * 2
     p = parser("ping")
     if p:
         res = p.parse(r.out, r.err, r.status)
         assert (res.family, res.emsgsize_count, res.failed_writes, res.received) == ("ipv6", 2, 2, 0)
         assert p.parse(r4.out, r4.err, r4.status).emsgsize_count == 2
+
+
+def test_ping_without_D_fragments_like_freebsd(appliance):
+    """Don't-fragment only with -D: without it both families fragment at the source."""
+    r6 = appliance.run("ping6 -c 1 -s 1400 fd77::2")
+    assert r6.status == 0, r6.err
+    assert "1408 bytes from fd77::2, icmp_seq=0" in r6.out
+    r4 = appliance.run("ping -c 1 -s 1400 10.77.0.2")
+    assert r4.status == 0, r4.err
+    assert "1408 bytes from 10.77.0.2: icmp_seq=0" in r4.out
+
+
+def test_ping6_needs_b_above_its_socket_buffer(appliance):
+    """sbin/ping/ping6.c: datalen > 8 * 1024 without -b warns; the raw socket's 8,192-byte
+    send buffer (RIPV6SNDQ) then refuses every 8 + datalen byte request: exit 71."""
+    r = appliance.run("ping6 -c 2 -i 0.2 -s 8952 fd77::2")
+    assert r.status == 71
+    assert r.err == "ping6: you need -b to increase socket buffer size\n" + "ping6: sendmsg: Message too long\n" * 2
+    assert r.out.count("ping6: wrote fd77::2 8960 chars, ret=-1\n") == 2
+    assert "2 packets transmitted, 0 packets received, 100.0% packet loss" in r.out
+    edge = appliance.run("ping6 -c 1 -s 8190 fd77::2")  # no warning (<= 8,192) but 8,198 > 8,192
+    assert (edge.status, edge.err) == (71, "ping6: sendmsg: Message too long\n")
+    big = appliance.run("ping6 -c 1 -b 70000 -s 8952 fd77::2")
+    assert big.status == 0, big.err
+    assert "you need -b" not in big.err and "8960 bytes from fd77::2, icmp_seq=0" in big.out
+    small_b = appliance.run("ping6 -c 1 -b 1000 -s 1200 fd77::2")
+    assert small_b.status == 71 and small_b.err.startswith("ping6: you need -b to increase socket buffer size\n")
+
+
+def test_ping_names_the_resolved_host(appliance):
+    """FreeBSD prints the canonical name it resolved in the header and the statistics."""
+    r = appliance.run("ping -c 1 localhost")
+    assert r.status == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[0] == "PING localhost (127.0.0.1): 56 data bytes"
+    assert "--- localhost ping statistics ---" in lines
 
 
 def test_ping6_without_route(appliance):
@@ -263,8 +309,8 @@ def test_ping6_without_route(appliance):
 def test_fault_own_too_big_fragmented_clears_df(appliance):
     write_json_atomic(appliance.hd.faults_json, {"own_too_big_fragmented": {}})
     try:
-        r = appliance.run("ping -c 1 -s 1400 10.77.0.2")
-        assert r.status == 0, r.err  # fragmented by the kernel, reassembled by the peer
+        r = appliance.run("ping -c 1 -D -s 1400 10.77.0.2")
+        assert r.status == 0, r.err  # -D ignored: fragmented by the kernel, reassembled by the peer
         assert "1408 bytes from 10.77.0.2: icmp_seq=0" in r.out
     finally:
         write_json_atomic(appliance.hd.faults_json, {})
@@ -341,40 +387,15 @@ def test_b64decode_pipeline_in_csh(appliance):
     assert (r.out, r.err, r.status) == ("csh-safe: 42\n", "err\n", 4)
 
 
-class SupervisorDoubleForTests:
-    """TEST DOUBLE of twin.supervisor's socket: records requests, accepts reboots."""
-
-    def __init__(self, path):
-        self.requests = []
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(path))
-        self.sock.listen(4)
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                f = conn.makefile("rwb")
-                self.requests.append(json.loads(f.readline()))
-                f.write(b'{"ok": true, "accepted": true}\n')
-                f.flush()
-
-
 def test_shutdown_r_now_asks_the_supervisor(appliance):
     path = read_json(appliance.hd.host_json)["paths"]["supervisor_sock"]
-    sup = SupervisorDoubleForTests(path)
+    sup = JsonlDouble(path, lambda req: {"ok": True, "accepted": True})  # twin.supervisor's socket
     try:
         r = appliance.run("shutdown -r now")
         assert r.status == 0 and r.out.startswith("Shutdown NOW!\n")
         assert sup.requests == [{"op": "reboot", "host": "dut", "wait": False}]
     finally:
-        sup.sock.close()
-        import os
-        os.unlink(path)
+        sup.close()
 
 
 def test_commands_import_no_heavy_modules():

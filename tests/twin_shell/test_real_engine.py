@@ -1,4 +1,4 @@
-"""The FreeBSD commands against H4's real ESP engine (not the test double).
+"""The FreeBSD commands against the real ESP engine (twin.engine) (not the test double).
 
 A MiniLab (twin.engine.minilab: hostA | gwA | gwB | hostB, two engines) carries real
 ESP; the appliance shell of gwA must then report what the engine really did: driver
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.needs_root
 def engine_appliance(tmp_path_factory):
     if os.geteuid() != 0 or not shutil.which("tcsh"):
         pytest.skip("needs root and tcsh")
-    minilab = pytest.importorskip("twin.engine.minilab")
+    from twin.engine import minilab
     lab = minilab.MiniLab(driver={"gA": "npuep", "gB": "octep"}, base=tmp_path_factory.mktemp("eng"))
     server = client = None
     try:

@@ -15,7 +15,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from twin.sshd import exit_status_of, load_authorized_keys, SshdError
+from twin.sshd import SshdError, load_authorized_keys
+from twin.sshd_exec import exit_status_of
 
 from .conftest import new_client_key
 

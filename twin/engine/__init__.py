@@ -6,15 +6,17 @@ the routes that steer inner traffic into `esp0`, the driver's counters (shared m
 and the control socket `DIR/engine.sock` (DESIGN.md "Engine control API").
 
 Modules, one job each:
-  sizes      ESP size arithmetic (delegates to plugin.lab.esp_math when present)
+  sizes      ESP framing of the engine and FreeBSD 14's PMTU gate, from its sources
   esp        the cipher suites: seal/open one ESP payload; anti-replay window
-  selectors  traffic selectors `prefix[proto/port]` and their matching
+  selectors  traffic selectors `prefix[proto/port]` and matching packets against them
   sa         SA specification (validated at the API boundary)
   hostcfg    host.json -> typed host description
-  counters   shared-memory counter block (names, layout, personality)
+  counters   shared-memory counter block (names and layout; what each driver counts
+             is twin.personality)
   faults     reading faults.json / sysctl.json cheaply from hot loops
   routes     ip rules + the "own" and "fwd" tables into esp0 (pyroute2)
   datapath   the transmit and receive loops (one process each)
+  pacer      issue 531's slow first stream (fault slow_first_stream)
   control    the JSON-lines control server
   client     a tiny client for engine.sock (tests, twin.ike, twin.fbsd)
 """

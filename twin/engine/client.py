@@ -1,42 +1,55 @@
-"""A minimal client for DIR/engine.sock (tests, benchmark; twin.ike may use it too)."""
+"""The client of DIR/engine.sock for tests, the benchmark and the FreeBSD commands.
+
+Why a class over twin.jsonl: callers want the engine's own reading of an answer --
+`ok: false` is an error carrying the engine's message -- and one exception class
+(`EngineError`) whether the engine refused or could not be reached.
+"""
 from __future__ import annotations
 
-import json
-import socket
 from pathlib import Path
 from typing import Any
 
+from twin.errors import ControlSocketError, EngineError
+from twin.jsonl import JsonlClient
 
-class EngineError(RuntimeError):
-    """The engine answered ok:false (message names the field)."""
+__all__ = ["EngineClient", "EngineError", "engine_request"]
+
+
+def checked(op: str | None, reply: dict[str, Any]) -> dict[str, Any]:
+    """The reply itself when ok, else EngineError with the engine's reason."""
+    if not reply.get("ok"):
+        raise EngineError(f"engine {op}: {reply.get('error', reply)}")
+    return reply
 
 
 class EngineClient:
+    """One connection to an engine; `call` sends one op and reads its answer."""
+
     def __init__(self, sock_path: str | Path, timeout: float = 10.0) -> None:
-        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.s.settimeout(timeout)
-        self.s.connect(str(sock_path))
-        self.f = self.s.makefile("rwb")
+        try:
+            self._conn = JsonlClient(sock_path, timeout)
+        except ControlSocketError as exc:
+            raise EngineError(f"engine at {exc}") from None
 
     def call(self, op: str, check: bool = True, **kw: Any) -> dict:
-        self.f.write((json.dumps({"op": op, **kw}) + "\n").encode())
-        self.f.flush()
-        line = self.f.readline()
-        if not line:
-            raise EngineError(f"{op}: engine closed the connection")
-        resp = json.loads(line)
-        if check and not resp.get("ok"):
-            raise EngineError(f"{op}: {resp.get('error')}")
-        return resp
+        try:
+            reply = self._conn.request({"op": op, **kw})
+        except ControlSocketError as exc:
+            raise EngineError(f"engine {op}: {exc}") from None
+        return checked(op, reply) if check else reply
 
     def close(self) -> None:
-        try:
-            self.f.close()
-        finally:
-            self.s.close()
+        self._conn.close()
 
     def __enter__(self) -> "EngineClient":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def engine_request(sock_path: str | Path, request: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+    """One round trip with a request dict (`{"op": ..., ...}`) on a fresh connection."""
+    fields = {k: v for k, v in request.items() if k != "op"}
+    with EngineClient(sock_path, timeout) as client:
+        return client.call(request["op"], **fields)

@@ -5,7 +5,7 @@ answer `counters` in one read without asking them.  Each slot has exactly one wr
 process (tx counters by the tx loop, rx counters by the rx loop, sa_* by control), so
 no locking is needed; an aligned 8-byte store is atomic on the platforms we run on.
 
-Layout: DRIVER_NAMES, ESP_KEYS, HIST_ALGS, ENGINE_NAMES, GEN_NAMES, then MAX_SA
+Layout: DRIVER_NAMES (every model's counters, twin.personality), ESP_KEYS, HIST_ALGS, ENGINE_NAMES, GEN_NAMES, then MAX_SA
 per-SA records of SA_STRIDE slots (packets, bytes, last_use, seq: the last sequence
 number sent (out) or the highest accepted (in)).
 """
@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import mmap
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-OCTEP = ("tx_encrypt", "out_taken", "out_orig", "rx_v6", "rx_done", "rx_queuefail", "rx_bad",
-         "rx_blocked", "FROM_KN_TO_IPSEC_ENCR", "FROM_WIRE_TO_IPSEC_DECR",
-         "CRYPTO_DROP_REPLAY_OOW", "TX_DROP_QUEUE_FULL", "sa_count", "sa_inet", "sa_inet6")
-NPUEP = ("tx_taken", "tx_accel", "rx_done", "rx_v6", "rx_bad", "rx_nosa", "tx_nonhop",
-         "tx_drop", "sa_count", "sa_inet", "sa_inet6")
-PERSONALITY = {"octep": OCTEP, "npuep": NPUEP}
+from twin.personality import ALL_DRIVER_COUNTERS, Counting, for_driver
 
 # FreeBSD 14 struct espstat, JSON keys in netstat's order (typo "receieve-bytes" is FreeBSD's).
 ESP_KEYS = ("dropped-short-header", "dropped-bad-protocol", "dropped-no-tdb", "dropped-bad-kcr",
@@ -37,13 +33,13 @@ ALG_OF_CIPHER = {"aes-gcm-16": "aes-gcm-16", "aes-cbc-hmac-sha256": "aes-cbc"}
 #               handed it to the driver, so no driver counter moves)
 #   tx_ptb      ICMPv6 PTB / ICMP frag-needed sent by the forwarded-packet gate
 #   tx_too_big_own  own packet too big for the SA (route MTU should have prevented it)
-#   rx_write_fail   npuep: decrypted packet refused by esp0 (octep counts rx_queuefail)
+#   rx_write_fail   decrypted packet refused by esp0, for drivers without such a counter
 #   rx_not_esp  frames shorter than an ESP header
 ENGINE_NAMES = ("tx_no_sa", "tx_ptb", "tx_too_big_own", "tx_sendfail", "rx_write_fail",
                 "rx_not_esp", "tx_faulted", "rx_frames")
 GEN_NAMES = ("gen_sa", "gen_faults", "gen_reset")
 
-DRIVER_NAMES = tuple(dict.fromkeys(OCTEP + NPUEP))
+DRIVER_NAMES = ALL_DRIVER_COUNTERS
 MAX_SA = 1024
 
 _NAMES = DRIVER_NAMES + tuple("esp:" + k for k in ESP_KEYS) + tuple("hist:" + a for a in HIST_ALGS) \
@@ -99,7 +95,7 @@ class CounterBlock:
     def snapshot(self, driver: str) -> dict:
         a = self.a
         return {
-            "driver": {n: a[INDEX[n]] for n in PERSONALITY[driver]},
+            "driver": {n: a[INDEX[n]] for n in for_driver(driver).counter_names},
             "esp": {k: a[INDEX["esp:" + k]] for k in ESP_KEYS},
             "histogram": {h: a[INDEX["hist:" + h]] for h in HIST_ALGS if a[INDEX["hist:" + h]]},
         }
@@ -110,3 +106,28 @@ class CounterBlock:
     def close(self) -> None:
         self.a.release()
         self._mm.close()
+
+
+@dataclass(frozen=True)
+class RxCounters:
+    """The receive loop's driver counter indexes (-1: the driver has no such counter)."""
+
+    frame: int
+    no_sa: int
+    replay: int
+    bad: int
+    malformed: int
+    blocked: int
+    inner_v6: int
+    done_v4: int
+    done_v6: int
+    refused: int
+
+    @classmethod
+    def of(cls, c: Counting) -> "RxCounters":
+        opt = (lambda n: INDEX[n] if n else -1)
+        return cls(frame=opt(c.rx_frame), no_sa=INDEX[c.rx_no_sa], replay=INDEX[c.rx_replay],
+                   bad=INDEX[c.rx_bad], malformed=INDEX[c.rx_malformed], blocked=INDEX[c.rx_blocked],
+                   inner_v6=opt(c.rx_inner_v6),
+                   done_v4=INDEX[c.rx_delivered_v4], done_v6=INDEX[c.rx_delivered_v6],
+                   refused=INDEX[c.rx_refused])

@@ -1,8 +1,10 @@
 """host.json -> HostConfig: what the engine needs to know about its appliance.
 
-Why lenient about shape: twin.lab (built in parallel) writes host.json; ports may be a
-list of {name, ifname, addresses|ipv4/ipv6, mtu, rate_mbit} or a mapping name -> same.
-Anything missing that the engine needs raises ValueError naming file and field.
+Why lenient about shape: twin.lab writes host.json, twin.engine.minilab and the shell
+tests write smaller ones; ports may be a list of {name, ifname, addresses|ipv4/ipv6, mtu,
+rate_mbit} or a mapping name -> same.  The driver must be one twin.personality emulates
+(its counting rules come from there).  Anything missing that the engine needs raises
+ValueError naming file and field.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twin.personality import PERSONALITIES, Personality, PersonalityError, for_driver
 from twin.runtime import read_json
 
 
@@ -31,21 +34,23 @@ class PortCfg:
 class HostConfig:
     name: str
     model: str
-    driver: str  # octep | npuep
+    driver: str  # a driver of twin.personality (octep, npuep, ...)
     counters: dict[str, str]
     ports: tuple[PortCfg, ...]
     replay_window: int = 32
     driver_loaded: bool = True
+    offloads_ipv6_outer: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def personality(self) -> Personality:
+        return for_driver(self.driver)
 
     def port_for(self, addr: str) -> PortCfg | None:
         for p in self.ports:
             if p.has(addr):
                 return p
         return None
-
-
-_MODEL_DRIVER = {"xgs3300": "octep", "xgs136": "npuep"}
 
 
 def load_host(path: Path) -> HostConfig:
@@ -60,9 +65,11 @@ def load_host(path: Path) -> HostConfig:
 
     name = str(need(data, "name", ""))
     model = str(data.get("model", ""))
-    driver = str(data.get("driver") or _MODEL_DRIVER.get(model, ""))
-    if driver not in ("octep", "npuep"):
-        raise ValueError(f"{path}: driver: expected octep or npuep, found {driver!r}")
+    driver = str(data.get("driver") or (PERSONALITIES[model].driver if model in PERSONALITIES else ""))
+    try:
+        for_driver(driver)
+    except PersonalityError as exc:
+        raise ValueError(f"{path}: driver: {exc}") from None
     raw_ports = need(data, "ports", "")
     items = list(raw_ports.items()) if isinstance(raw_ports, dict) else [(p.get("name"), p) for p in raw_ports]
     ports = []
@@ -85,4 +92,5 @@ def load_host(path: Path) -> HostConfig:
         raise ValueError(f"{path}: counters: expected a mapping logical name -> oid")
     return HostConfig(name=name, model=model, driver=driver, counters=dict(counters),
                       ports=tuple(ports), replay_window=int(data.get("replay_window", 32)),
-                      driver_loaded=bool(data.get("driver_loaded", True)), extra=data)
+                      driver_loaded=bool(data.get("driver_loaded", True)),
+                      offloads_ipv6_outer=bool(data.get("accepts_ipv6_sa", True)), extra=data)

@@ -2,7 +2,8 @@
 engine's own tests and the benchmark (twin.bench).
 
 Why its own builder: the engine is proven without the full lab (twin.lab), with SAs
-installed directly over engine.sock.  Everything is named with a per-run prefix
+installed directly over engine.sock (`tunnel`) or negotiated by the IKE daemons
+(`start_ike` + `swanctl`).  Everything is named with a per-run prefix
 (`en` + 4 hex) and removed by `close()` on success and failure.
 
 Addresses: hostA lan 198.51.100.10/26 fd00:a::10/64 -- gwA lan .1 / ::1;
@@ -25,7 +26,12 @@ from pathlib import Path
 from pyroute2 import IPRoute, NetNS
 from pyroute2 import netns as pr_netns
 
+from twin import faults as fault_registry
+from twin.runtime import HostDir, stop_process, wait_for_socket, write_json_atomic
+
 from .client import EngineClient
+
+REPO = Path(__file__).resolve().parents[2]
 
 ADDR = {
     "hA": {"lan": ("198.51.100.10/26", "fd00:a::10/64")},
@@ -53,6 +59,18 @@ class MiniLab:
     driver: dict[str, str] = field(default_factory=lambda: {"gA": "octep", "gB": "octep"})
     base: Path = Path("/tmp")
     engines: dict[str, subprocess.Popen] = field(default_factory=dict)
+    daemons: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @staticmethod
+    def unavailable(tools: tuple[str, ...] = ("ip",)) -> str | None:
+        """Why a MiniLab cannot run on this machine (None: it can): root, /dev/net/tun and
+        the command-line `tools` a test drives in the namespaces.  For pytest skips."""
+        if os.geteuid() != 0:
+            return "needs root (network namespaces, TUN, raw sockets)"
+        if not Path("/dev/net/tun").exists():
+            return "needs /dev/net/tun"
+        missing = [t for t in tools if shutil.which(t) is None]
+        return f"needs {', '.join(missing)}" if missing else None
 
     @property
     def run_dir(self) -> Path:
@@ -113,31 +131,43 @@ class MiniLab:
                     "replay_window": 32, "counters": {}}
             (d / "host.json").write_text(json.dumps(host, indent=1))
 
+    def _start(self, gw: str, module: str, log_name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """`python -m module --host-dir DIR` inside gw's namespace, output to DIR/log_name."""
+        d = self.host_dir(gw)
+        with open(d / log_name, "ab") as log:
+            return subprocess.Popen(["ip", "netns", "exec", self.ns(gw), sys.executable, "-m", module,
+                                     "--host-dir", str(d)], stdout=log, stderr=subprocess.STDOUT,
+                                    cwd=str(REPO), env=env)
+
     def start_engine(self, gw: str) -> None:
         d = self.host_dir(gw)
-        log = open(d / "engine.log", "ab")
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns(gw), sys.executable, "-m", "twin.engine",
-                              "--host-dir", str(d)], stdout=log, stderr=subprocess.STDOUT,
-                             cwd=str(Path(__file__).resolve().parents[2]))
-        self.engines[gw] = p
-        deadline = time.monotonic() + 15
-        while not (d / "engine.sock").exists():
-            if p.poll() is not None:
-                raise RuntimeError(f"engine {gw} exited {p.returncode}: {(d / 'engine.log').read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"engine {gw}: engine.sock did not appear in 15 s")
-            time.sleep(0.05)
+        self.engines[gw] = p = self._start(gw, "twin.engine", "engine.log")
+        wait_for_socket(d / "engine.sock", p, f"engine {gw}", d / "engine.log", timeout=15)
 
     def stop_engine(self, gw: str) -> None:
         p = self.engines.pop(gw, None)
-        if p is None:
-            return
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        if p is not None:
+            stop_process(p, timeout=10)
+
+    def start_ike(self, gw: str, retransmit: str = "0.1,1.5,5") -> None:
+        """The IKE daemon of gw (twin.ike.daemon) on its engine; `retransmit` is
+        $TWIN_IKE_RETRANSMIT (timeout,base,tries: short, so a failing test ends fast)."""
+        d = self.host_dir(gw)
+        (d / "root/usr/local/etc/swanctl").mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=str(REPO), TWIN_IKE_RETRANSMIT=retransmit)
+        self.daemons[gw] = p = self._start(gw, "twin.ike.daemon", "ike.log", env)
+        wait_for_socket(d / "ike.sock", p, f"IKE daemon {gw}", d / "ike.log", timeout=10)
+
+    def stop_ike(self, gw: str) -> None:
+        p = self.daemons.pop(gw, None)
+        if p is not None:
+            stop_process(p)
+
+    def swanctl(self, gw: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+        """`swanctl ARGS` as gw's shell would run it (TWIN_HOST_DIR set, text output)."""
+        env = dict(os.environ, PYTHONPATH=str(REPO), TWIN_HOST_DIR=str(self.host_dir(gw)))
+        return subprocess.run([sys.executable, "-m", "twin.ike.swanctl", *args], capture_output=True,
+                              text=True, env=env, timeout=timeout, cwd=str(REPO))
 
     def client(self, gw: str) -> EngineClient:
         return EngineClient(self.host_dir(gw) / "engine.sock")
@@ -148,8 +178,9 @@ class MiniLab:
 
     # -- SAs ---------------------------------------------------------------------------
     def tunnel(self, cipher: str, outer: str, local_ts=None, remote_ts=None, offload=(True, True),
-               spis: tuple[int, int] | None = None, v6_routes: bool = True) -> dict:
-        """Install an SA pair gwA<->gwB with random keys; returns the SA dicts (with keys)."""
+               spis: tuple[int, int] | None = None, v6_routes: bool = True, encap: bool = False) -> dict:
+        """Install an SA pair gwA<->gwB with random keys; returns the SA dicts (with keys).
+        encap: NAT-T, ESP in UDP 4500 (IPv4 outer only)."""
         fam = 0 if outer == "ipv4" else 1
         a_wan = ADDR["gA"]["wan"][fam].split("/")[0]
         b_wan = ADDR["gB"]["wan"][fam].split("/")[0]
@@ -163,7 +194,8 @@ class MiniLab:
             return {"enc_key": secrets.token_hex(32), "auth_key": secrets.token_hex(32)}
 
         k1, k2 = keys(), keys()
-        base = {"cipher": cipher, "reqid": 1, "child": "net", "conn": "lab", "replay_window": 32}
+        base = {"cipher": cipher, "reqid": 1, "child": "net", "conn": "lab", "replay_window": 32,
+                **({"encap": True} if encap else {})}
         ab = dict(base, spi=s1, src=a_wan, dst=b_wan, **k1)
         ba = dict(base, spi=s2, src=b_wan, dst=a_wan, **k2)
         sas = {
@@ -187,22 +219,42 @@ class MiniLab:
     def popen(self, role: str, argv: list[str], **kw) -> subprocess.Popen:
         return subprocess.Popen(["ip", "netns", "exec", self.ns(role), *argv], **kw)
 
-    def write_faults(self, gw: str, faults: dict) -> None:
-        p = self.host_dir(gw) / "faults.json"
-        tmp = p.with_name(".faults.tmp")
-        tmp.write_text(json.dumps(faults))
-        os.replace(tmp, p)
+    def set_faults(self, gw: str, faults: dict[str, dict]) -> None:
+        """Exactly these faults on for gw (`{name: params}`, checked against the registry
+        twin.faults.REGISTRY), and the engine re-reads them before this returns."""
+        fault_registry.clear_fault(self.host_dir(gw), None)
+        for name, params in faults.items():
+            fault_registry.set_fault(self.host_dir(gw), name, **params)
         self.call(gw, "faults")
 
+    def settled_counters(self, gw: str, timeout: float = 5.0) -> dict:
+        """gw's counters once two reads 100 ms apart agree (the suite's settle rule)."""
+        prev = self.call(gw, "counters")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            cur = self.call(gw, "counters")
+            if cur == prev:
+                return cur
+            prev = cur
+        raise AssertionError(f"{gw} counters did not settle in {timeout}s")
+
+    def write_faults(self, gw: str, faults: dict) -> None:
+        """Replace gw's faults.json and make the engine re-read it before returning."""
+        self._write_watched(gw, HostDir(self.host_dir(gw)).faults_json, faults)
+
     def write_sysctl(self, gw: str, values: dict) -> None:
-        p = self.host_dir(gw) / "sysctl.json"
-        tmp = p.with_name(".sysctl.tmp")
-        tmp.write_text(json.dumps(values))
-        os.replace(tmp, p)
-        self.call(gw, "faults")
+        """Replace gw's sysctl.json and make the engine re-read it before returning."""
+        self._write_watched(gw, HostDir(self.host_dir(gw)).sysctl_json, values)
+
+    def _write_watched(self, gw: str, path: Path, values: dict) -> None:
+        write_json_atomic(path, values)
+        self.call(gw, "faults")  # makes the engine and its loops re-read faults.json and sysctl.json
 
     # -- teardown ----------------------------------------------------------------------
     def close(self) -> None:
+        for gw in list(self.daemons):  # first: they remove their associations from the engines
+            self.stop_ike(gw)
         for gw in list(self.engines):
             self.stop_engine(gw)
         for role in ADDR:

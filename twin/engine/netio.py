@@ -11,6 +11,10 @@ import fcntl
 import os
 import socket
 import struct
+from collections.abc import Iterator
+from typing import Any
+
+from .sizes import ICMPV6_PLD_MAXLEN, NATT_PORT
 
 TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
@@ -21,6 +25,8 @@ SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
 IP_MTU_DISCOVER = 10
 IP_PMTUDISC_DONT = 0
+IP_PMTUDISC_DO = 2
+IP_PKTINFO = 8  # linux/in.h (Python's socket module lacks it)
 IPV6_MTU_DISCOVER = 23
 IPV6_PMTUDISC_DONT = 0
 IPV6_DONTFRAG = 62
@@ -60,10 +66,11 @@ def _attach_drop_all(s: socket.socket) -> None:
     s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, prog)
 
 
-def tx_socket(src: str) -> socket.socket:
-    """A send-only ESP socket bound to the SA's outer source; outer may be fragmented."""
+def tx_socket(src: str, proto: int = IPPROTO_ESP) -> socket.socket:
+    """A send-only ESP socket bound to the SA's outer source; outer may be fragmented.
+    proto IPPROTO_UDP: for NAT-T, the caller writes the UDP header (udp_encap_header)."""
     family = socket.AF_INET6 if ":" in src else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_RAW, IPPROTO_ESP)
+    s = socket.socket(family, socket.SOCK_RAW, proto)
     _attach_drop_all(s)
     _bufs(s, 4096, BUF)
     if family == socket.AF_INET:
@@ -74,6 +81,56 @@ def tx_socket(src: str) -> socket.socket:
         s.setsockopt(socket.IPPROTO_IPV6, IPV6_DONTFRAG, 0)
         s.bind((src, 0, 0, 0))
     return s
+
+
+def udp_encap_header(esp_len: int) -> bytes:
+    """RFC 3948 2.1 as FreeBSD's udp_ipsec_output() writes it: ports 4500 both ways (the
+    lab has no NAT to rewrite them), length, checksum 0 ("SHOULD be transmitted as zero")."""
+    return struct.pack("!HHHH", NATT_PORT, NATT_PORT, 8 + esp_len, 0)
+
+
+def udp_encap_rx_socket() -> socket.socket:
+    """UDP 4500 of the namespace (IKE stays on 500 in the twin, so the engine owns 4500):
+    each datagram is an ESP packet unless it starts with the non-ESP marker (4 zero
+    bytes, IKE) or is a 1-byte NAT keepalive; IP_PKTINFO tells which address it came to."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    _bufs(s, BUF, 1 << 16)
+    s.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+    s.bind(("0.0.0.0", NATT_PORT))
+    return s
+
+
+def sealed_in_udp(seal: Any) -> Any:
+    """A sealer whose ESP packet rides in a UDP 4500 datagram (udp_ipsec_output's step);
+    the raw IPPROTO_UDP socket (tx_socket) adds only the outer IP header."""
+    def seal_in_udp(pkt: bytes, nh: int, seq: int, *fault_args: bool) -> bytes:
+        esp = seal(pkt, nh, seq, *fault_args)  # fault_args: esp.seal's pad_extra, swap_nonce
+        return udp_encap_header(len(esp)) + esp
+    return seal_in_udp
+
+
+def natt_datagrams(s: socket.socket, buf: bytearray, mv: memoryview, most: int) -> Iterator[tuple[bytes, bytes]]:
+    """(ESP packet, destination address) of up to `most` waiting UDP 4500 datagrams.
+    The non-ESP marker (IKE) and 1-byte NAT keepalives are skipped (udp_ipsec_input);
+    IP_PKTINFO's ipi_addr is the destination of the datagram's IP header."""
+    for _i in range(most):
+        try:
+            n, ancdata, _fl, _addr = s.recvmsg_into([buf], socket.CMSG_SPACE(12))
+        except BlockingIOError:
+            return
+        if n < 8 or buf[:4] == b"\0\0\0\0":
+            continue
+        dst = b""
+        for lvl, typ, data in ancdata:
+            if lvl == socket.IPPROTO_IP and typ == IP_PKTINFO:
+                dst = bytes(data[8:12])
+        yield bytes(mv[:n]), dst
+
+
+def set_outer_df(s: socket.socket, on: bool) -> None:
+    """DF on the outer IPv4 header of what `s` sends next (sizes.outer_df decides it)."""
+    s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO if on else IP_PMTUDISC_DONT)
 
 
 def icmp_sockets() -> tuple[socket.socket, socket.socket]:
@@ -97,7 +154,7 @@ def inet_checksum(data: bytes) -> int:
 def send_ptb6(s6: socket.socket, pkt: bytes, mtu: int) -> None:
     """ICMPv6 Packet Too Big (RFC 4443 3.2) to the packet's source; the kernel picks our
     source address and fills the checksum."""
-    body = struct.pack("!BBHI", 2, 0, 0, mtu) + pkt[:1280 - 48]
+    body = struct.pack("!BBHI", 2, 0, 0, mtu) + pkt[:ICMPV6_PLD_MAXLEN]
     src = socket.inet_ntop(socket.AF_INET6, pkt[8:24])
     s6.sendto(body, (src, 0, 0, 0))
 

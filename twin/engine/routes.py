@@ -11,11 +11,13 @@ IPv6 inner prefixes get routes only once a FreeBSD-style `route -6 add` covered 
 """
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
 OWN_TABLE = 201
 FWD_TABLE = 202
@@ -42,26 +44,27 @@ class Routes:
         self.oif = idx[0]
         self.installed: dict[tuple[int, str], RouteSpec] = {}
 
-    def setup_rules(self) -> None:
+    def _rules(self, add: bool) -> None:
+        """The two policy rules per family (own packets from lo, forwarded ones): any old
+        copy removed first (absent is fine: a fresh namespace has none), then added."""
         for fam in (socket.AF_INET, socket.AF_INET6):
             for pref, table, kw in ((RULE_PREF_OWN, OWN_TABLE, {"iifname": "lo"}),
                                     (RULE_PREF_FWD, FWD_TABLE, {})):
                 try:
                     self.ipr.rule("del", family=fam, priority=pref, table=table, **kw)
-                except Exception:
-                    pass
-                self.ipr.rule("add", family=fam, priority=pref, table=table, **kw)
+                except NetlinkError as exc:
+                    if exc.code != errno.ENOENT:
+                        raise
+                if add:
+                    self.ipr.rule("add", family=fam, priority=pref, table=table, **kw)
+
+    def setup_rules(self) -> None:
+        self._rules(add=True)
 
     def teardown(self) -> None:
         for (table, dst) in list(self.installed):
             self._del(table, dst)
-        for fam in (socket.AF_INET, socket.AF_INET6):
-            for pref, table, kw in ((RULE_PREF_OWN, OWN_TABLE, {"iifname": "lo"}),
-                                    (RULE_PREF_FWD, FWD_TABLE, {})):
-                try:
-                    self.ipr.rule("del", family=fam, priority=pref, table=table, **kw)
-                except Exception:
-                    pass
+        self._rules(add=False)
         self.ipr.close()
 
     def _del(self, table: int, dst: str) -> None:

@@ -1,5 +1,9 @@
 """The SA specification as the control API receives it (DESIGN.md "Engine control API").
 
+`replay_window` is the association's window in packets (swanctl.conf's child option,
+passed by twin.ike; FreeBSD rounds it up to whole bytes of bitmap, 8 x 255 at most);
+`esn` says the child negotiated extended sequence numbers (`...-esn` proposals).
+
 Why pydantic: add_sa is a boundary (twin.ike and tests call it); a bad field must be
 refused with a message naming the field, never half-installed.  Keys are kept out of
 repr() and error messages.
@@ -12,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .selectors import Selector, parse_selector
-from .sizes import CBC, GCM
+from .sizes import CBC, GCM, encap_header
 
 
 class SaSpec(BaseModel):
@@ -32,8 +36,10 @@ class SaSpec(BaseModel):
     conn: str = ""
     local_ts: list[str] = Field(default_factory=list)
     remote_ts: list[str] = Field(default_factory=list)
-    replay_window: int = Field(default=32, ge=0, le=1024)
+    replay_window: int = Field(default=32, ge=0, le=2040)
+    esn: bool = False
     offload: bool = True
+    encap: bool = False  # NAT-T (RFC 3948): ESP in UDP 4500, IPv4 outer only (sizes.encap_header)
 
     @field_validator("src", "dst")
     @classmethod
@@ -65,6 +71,9 @@ class SaSpec(BaseModel):
     def _consistent(self) -> "SaSpec":
         if ipaddress.ip_address(self.src).version != ipaddress.ip_address(self.dst).version:
             raise ValueError("src and dst: expected the same address family")
+        if self.esn and self.replay_window == 0:
+            # RFC 4303 A2: the receiver infers the high-order bits from its window
+            raise ValueError("esn: extended sequence numbers need a replay_window above 0")
         ek = bytes.fromhex(self.enc_key)
         if self.cipher == GCM and len(ek) != 36:
             raise ValueError(f"enc_key: aes-gcm-16 expects 36 bytes (256-bit key + 4-byte salt), found {len(ek)}")
@@ -73,6 +82,15 @@ class SaSpec(BaseModel):
                 raise ValueError(f"enc_key: aes-cbc-hmac-sha256 expects 32 bytes, found {len(ek)}")
             if self.auth_key is None or len(bytes.fromhex(self.auth_key)) != 32:
                 raise ValueError("auth_key: aes-cbc-hmac-sha256 expects 32 bytes of HMAC-SHA-256 key")
+        return self
+
+    @model_validator(mode="after")
+    def _encap_outer(self) -> "SaSpec":
+        if self.encap:
+            try:
+                encap_header(self.outer, True)
+            except ValueError as exc:
+                raise ValueError(f"encap: {exc}") from None
         return self
 
     @property

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import struct
 from dataclasses import dataclass
+from typing import Any
 
 _PROTOS = {"tcp": 6, "udp": 17, "icmp": 1, "ipv6-icmp": 58, "icmp6": 58, "icmpv6": 58,
            "sctp": 132, "gre": 47, "any": None, "%any": None}
@@ -81,3 +83,71 @@ def matches(sel: Selector, addr: ipaddress.IPv4Address | ipaddress.IPv6Address,
         if port is None or not sel.port_lo <= port <= sel.port_hi:
             return False
     return True
+
+
+# --- matching packets against selectors (the SPD lookup of the datapath loops)
+
+
+def flow(pkt: bytes) -> tuple[int, bytes, bytes, int, int, int] | None:
+    """(version, src, dst, proto, sport, dport) of an inner packet, None if not IP."""
+    v = pkt[0] >> 4
+    if v == 4:
+        ihl = (pkt[0] & 15) * 4
+        proto = pkt[9]
+        if proto in (6, 17) and len(pkt) >= ihl + 4 and not (pkt[6] & 0x1F or pkt[7]):
+            sp, dp = struct.unpack_from("!HH", pkt, ihl)
+        else:
+            sp = dp = -1
+        return 4, pkt[12:16], pkt[16:20], proto, sp, dp
+    if v == 6 and len(pkt) >= 40:
+        proto = pkt[6]
+        if proto in (6, 17) and len(pkt) >= 44:
+            sp, dp = struct.unpack_from("!HH", pkt, 40)
+        else:
+            sp = dp = -1
+        return 6, pkt[8:24], pkt[24:40], proto, sp, dp
+    return None
+
+
+def fast_key(pkt: bytes) -> bytes | None:
+    """A cheap cache key with the same information as flow() (None: use _flow)."""
+    b0 = pkt[0]
+    if b0 == 0x45:
+        if pkt[6] & 0x3F or pkt[7]:
+            return None  # a non-first fragment: no ports
+        return pkt[9:10] + (pkt[12:24] if pkt[9] in (6, 17) else pkt[12:20])
+    if b0 >> 4 == 6 and len(pkt) >= 44:
+        return pkt[6:7] + (pkt[8:44] if pkt[6] in (6, 17) else pkt[8:40])
+    return None
+
+
+def specificity(sel: Selector) -> int:
+    """More specific (longer prefix, a protocol, ports) is larger."""
+    return (sel.net.prefixlen * 4 + (64 if sel.proto is not None else 0)
+            + (32 if (sel.port_lo, sel.port_hi) != (0, 65535) else 0))
+
+
+def policy_pairs(order: list[Any]) -> list[tuple[Any, Selector, Selector]]:
+    """Every (SA, local selector, remote selector) pair, most specific first -- as
+    strongSwan's policy priorities order the SPD; stable, so of two equal SAs (a
+    rekey) the older one is used until it is deleted."""
+    pairs = []
+    for osa in order:
+        for ls in osa.local:
+            for rs in osa.remote:
+                if ls.net.version == rs.net.version:
+                    pairs.append((-(specificity(ls) + specificity(rs)), len(pairs), osa, ls, rs))
+    pairs.sort(key=lambda p: (p[0], p[1]))
+    return [(p[2], p[3], p[4]) for p in pairs]
+
+
+def sel_match(sels: list[Selector], addr, proto: int, port: int) -> bool:
+    for s in sels:
+        if addr.version != s.net.version or addr not in s.net:
+            continue
+        if s.proto is not None and s.proto != proto:
+            continue
+        if (s.port_lo, s.port_hi) != (0, 65535) and not (port >= 0 and s.port_lo <= port <= s.port_hi):
+            continue
+        return True
+    return False

@@ -6,14 +6,17 @@ import, so this is stdlib only.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from twin.errors import EngineError
+from twin.faults import HostFaults
 from twin.runtime import HostDir, read_json, write_json_atomic
+
+__all__ = ["EngineError"]  # the commands catch c.EngineError
 
 ENGINE_TIMEOUT = 10.0
 
@@ -26,10 +29,6 @@ DEFAULT_MODULES: list[dict[str, Any]] = [
 """What a freshly booted OPNsense has loaded that matters here (kernel + ipsec.ko)."""
 
 
-class EngineError(RuntimeError):
-    """The engine did not answer or answered with ok=false."""
-
-
 def host_dir() -> HostDir:
     """The appliance this command runs on ($TWIN_HOST_DIR, set by the bin/ wrappers)."""
     return HostDir.from_env()
@@ -37,6 +36,16 @@ def host_dir() -> HostDir:
 
 def err(prog: str, msg: str) -> None:
     sys.stderr.write(f"{prog}: {msg}\n")
+
+
+def option_letters(prog: str, word: str, known: str, usage: str) -> str | None:
+    """The letters of one option word (`-rv` -> "rv"); None after FreeBSD's getopt
+    complaint (`prog: illegal option -- x` and the usage text) for a letter not in `known`."""
+    for ch in word[1:]:
+        if ch not in known:
+            sys.stderr.write(f"{prog}: illegal option -- {ch}\n{usage}")
+            return None
+    return word[1:]
 
 
 def host_info(hd: HostDir) -> dict[str, Any]:
@@ -94,39 +103,15 @@ def save_sysctls(hd: HostDir, data: dict[str, Any]) -> None:
 
 
 def active_faults(hd: HostDir) -> dict[str, Any]:
-    data = read_json(hd.faults_json, default={})
-    return data if isinstance(data, dict) else {}
+    """The faults switched on for this appliance, read as the engine reads them."""
+    return HostFaults(hd, reader=Path(sys.argv[0]).name or "fbsd").active()
 
 
 def engine(hd: HostDir, request: dict[str, Any], timeout: float = ENGINE_TIMEOUT) -> dict[str, Any]:
     """One JSON-lines round trip to DIR/engine.sock; raises EngineError on failure."""
-    import socket  # here: commands that never ask the engine skip its import cost
+    from twin.engine.client import engine_request  # here: commands that never ask the engine skip socket's import
 
-    path = str(hd.engine_sock)
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
-        try:
-            s.connect(path)
-            s.sendall((json.dumps(request) + "\n").encode())
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        except OSError as exc:
-            raise EngineError(f"engine at {path}: {exc.strerror or exc}") from None
-    finally:
-        s.close()
-    try:
-        reply = json.loads(buf.decode() or "null")
-    except json.JSONDecodeError:
-        raise EngineError(f"engine at {path}: malformed reply") from None
-    if not isinstance(reply, dict) or not reply.get("ok"):
-        why = reply.get("error") if isinstance(reply, dict) else "no reply"
-        raise EngineError(f"engine {request.get('op')}: {why}")
-    return reply
+    return engine_request(hd.engine_sock, request, timeout)
 
 
 def appliance_path(hd: HostDir, path: str) -> Path:

@@ -16,15 +16,11 @@ def main(argv: list[str]) -> int:
     files: list[str] = []
     for a in argv:
         if a.startswith("-") and len(a) > 1:
-            for ch in a[1:]:
-                if ch == "r":
-                    raw = True
-                elif ch in "pci":
-                    pflag = pflag or ch == "p"
-                else:
-                    sys.stderr.write(f"b64decode: illegal option -- {ch}\n"
-                                     "usage: b64decode [-cimprs] [file ...]\n")
-                    return 1
+            letters = c.option_letters("b64decode", a, "rpci", "usage: b64decode [-cimprs] [file ...]\n")
+            if letters is None:
+                return 1
+            raw = raw or "r" in letters
+            pflag = pflag or "p" in letters
         else:
             files.append(a)
     if not raw:

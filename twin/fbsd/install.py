@@ -1,5 +1,7 @@
 """Write DIR/bin/<cmd> wrappers so the appliance shell finds FreeBSD's commands first.
 
+One wrapper per entry of the registry twin.fbsd.COMMANDS.
+
 Each wrapper is `#!/bin/sh` + `exec PYTHON -m <module> "$@"`; TWIN_HOST_DIR is already
 in the environment (twin.sshd sets it), but the wrapper sets it too when missing so a
 wrapper run by hand from the host dir still works.
@@ -11,27 +13,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from twin.fbsd import COMMANDS, Command
 from twin.runtime import HostDir
-
-COMMANDS: dict[str, str] = {
-    "sysctl": "twin.fbsd.sysctl",
-    "netstat": "twin.fbsd.netstat",
-    "setkey": "twin.fbsd.setkey",
-    "kldload": "twin.fbsd.kldload",
-    "kldunload": "twin.fbsd.kldunload",
-    "kldstat": "twin.fbsd.kldstat",
-    "md5": "twin.fbsd.md5",
-    "sha256": "twin.fbsd.sha256",
-    "ping": "twin.fbsd.ping",
-    "ping6": "twin.fbsd.ping6",
-    "ifconfig": "twin.fbsd.ifconfig",
-    "route": "twin.fbsd.route",
-    "shutdown": "twin.fbsd.shutdown",
-    "b64decode": "twin.fbsd.b64decode",
-    "dmesg": "twin.fbsd.dmesg",
-    "swanctl": "twin.ike.swanctl",
-}
-"""Command name -> module run with `python -m` (ping6 is ping under the name ping6)."""
 
 
 def _dq(text: str) -> str:
@@ -43,17 +26,19 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 """Where the `twin` package lives; put on PYTHONPATH so the commands can skip site."""
 
 
-def wrapper_text(module: str, host_dir: HostDir, python: str) -> str:
-    """The wrapper script.  twin.fbsd commands are stdlib-only, so they run with `-S`
-    (no site-packages: about 0.1 s less per command, and the suite runs hundreds);
-    other modules (swanctl) keep the full environment."""
+def wrapper_text(command: Command, host_dir: HostDir, python: str) -> str:
+    """The wrapper script: sets TWIN_HOST_DIR when missing, then execs the module as the
+    registry says (`stdlib`: `python -S` with the repository on PYTHONPATH)."""
     lines = ["#!/bin/sh", f': "${{TWIN_HOST_DIR:={_dq(str(host_dir.path))}}}"', "export TWIN_HOST_DIR"]
-    if module.startswith("twin.fbsd."):
+    if command.wrapper == "stdlib":
         root = shlex.quote(str(REPO_ROOT))
         lines += [f'PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}}', "export PYTHONPATH",
-                  f'exec {shlex.quote(python)} -S -m {module} "$@"']
+                  f'exec {shlex.quote(python)} -S -m {command.module} "$@"']
+    elif command.wrapper == "full":
+        lines.append(f'exec {shlex.quote(python)} -m {command.module} "$@"')
     else:
-        lines.append(f'exec {shlex.quote(python)} -m {module} "$@"')
+        raise ValueError(f"twin.fbsd.COMMANDS: {command.module}: wrapper {command.wrapper!r}, "
+                         "expected 'stdlib' or 'full'")
     return "\n".join(lines) + "\n"
 
 
@@ -62,10 +47,10 @@ def install_bin(host_dir: HostDir | str | os.PathLike[str], python: str = sys.ex
     hd = host_dir if isinstance(host_dir, HostDir) else HostDir(host_dir)
     hd.bin.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, module in COMMANDS.items():
+    for name, command in COMMANDS.items():
         p = hd.bin / name
         tmp = p.with_name(f".{name}.tmp")
-        tmp.write_text(wrapper_text(module, hd, python))
+        tmp.write_text(wrapper_text(command, hd, python))
         tmp.chmod(0o755)
         os.replace(tmp, p)
         written.append(p)

@@ -5,7 +5,10 @@ Loading the host's offload driver (host.json `driver`, e.g. npuep -> npuep.ko fr
 /boot/modules, i.e. DIR/root/boot/modules) records the file's md5 and size and tells the
 engine `set_driver`, so the engine "becomes" that build.  A module file containing the
 marker `twin-unresolved-symbol=NAME` fails to link as FreeBSD does (ENOEXEC, and
-`link_elf_obj: symbol NAME undefined` in dmesg).
+`link_elf_obj: symbol NAME undefined` in dmesg).  A driver file containing the marker
+`twin-rate-factor=F` (0 < F <= 1) is a build whose engine is slower: the engine paces
+the offloaded SAs to F times the host's slowest port (issue 14: a candidate build that is
+measurably slower than its parent, for the merge decision's end-to-end test).
 """
 from __future__ import annotations
 
@@ -20,6 +23,13 @@ from twin.fbsd import _common as c
 
 MODULE_PATH = ("/boot/kernel", "/boot/modules")
 UNRESOLVED_RE = re.compile(rb"twin-unresolved-symbol=([A-Za-z0-9_]+)")
+RATE_FACTOR_RE = re.compile(rb"twin-rate-factor=([0-9]*\.?[0-9]+)")
+
+
+def rate_factor(data: bytes) -> float:
+    """The build's engine speed relative to a normal build (1.0 without the marker)."""
+    m = RATE_FACTOR_RE.search(data)
+    return float(m.group(1)) if m else 1.0
 DRIVER_DESC = {"npuep": "<NPU crypto engine>", "octep": "<OCTEON crypto coprocessor>"}
 BUILTIN_SIZES = {"ipsec.ko": 0x5B2F8}
 """Kernel modules the twin does not ship as files (not under test): FreeBSD 14's size."""
@@ -68,16 +78,10 @@ def kldload(argv: list[str]) -> int:
     args = list(argv)
     nflag = vflag = qflag = False
     while args and args[0].startswith("-") and len(args[0]) > 1:
-        for ch in args.pop(0)[1:]:
-            if ch == "n":
-                nflag = True
-            elif ch == "v":
-                vflag = True
-            elif ch == "q":
-                qflag = True
-            else:
-                sys.stderr.write(f"kldload: illegal option -- {ch}\nusage: kldload [-nqv] file ...\n")
-                return 1
+        letters = c.option_letters(prog, args.pop(0), "nvq", "usage: kldload [-nqv] file ...\n")
+        if letters is None:
+            return 1
+        nflag, vflag, qflag = nflag or "n" in letters, vflag or "v" in letters, qflag or "q" in letters
     if not args:
         sys.stderr.write("usage: kldload [-nqv] file ...\n")
         return 1
@@ -118,17 +122,24 @@ def kldload(argv: list[str]) -> int:
         new_id = max([int(x.get("id", i + 1)) for i, x in enumerate(st["modules"])] + [0]) + 1
         entry = {"id": new_id, "name": fname, "file": apath, "size": size, "md5": md5,
                  "refs": 1, "address": _next_address(st)}
+        factor = rate_factor(data)
+        if driver and _base(fname) == driver and not 0.0 < factor <= 1.0:
+            c.log_dmesg(hd, [f"{driver}0: twin-rate-factor={factor} out of (0, 1]; not attached"])
+            if not qflag:
+                c.err(prog, f"can't load {name}: Invalid argument")
+            errors += 1
+            continue
         if driver and _base(fname) == driver:
             try:
                 c.engine(hd, {"op": "set_driver", "loaded": True, "md5": md5, "name": driver,
-                              "size": size, "file": apath})
+                              "size": size, "file": apath, "rate_factor": factor})
             except c.EngineError as exc:
                 c.err(prog, f"can't load {name}: {exc}")
                 errors += 1
                 continue
             # same shape twin.lab's boot_state writes
             st["driver"] = {"name": fname, "file": apath, "md5": md5, "size": size,
-                            "loaded": True, "driver": driver}
+                            "loaded": True, "driver": driver, "rate_factor": factor}
             c.log_dmesg(hd, [f"{driver}0: {DRIVER_DESC.get(driver, '<offload engine>')} "
                              f"mem 0xf0000000-0xf0ffffff irq 40 at device 0.0 on pci2",
                              f"{driver}0: IPsec offload enabled, build md5 {md5[:8]}"])
@@ -153,15 +164,11 @@ def kldunload(argv: list[str]) -> int:
                 sys.stderr.write("kldunload: invalid id\n")
                 return 1
             continue
-        for ch in a[1:]:
-            if ch == "v":
-                vflag = True
-            elif ch in "fn":
-                pass
-            else:
-                sys.stderr.write(f"kldunload: illegal option -- {ch}\n"
-                                 "usage: kldunload [-fv] -i id ...\n       kldunload [-fv] [-n] name ...\n")
-                return 1
+        letters = c.option_letters(prog, a, "vfn", "usage: kldunload [-fv] -i id ...\n"
+                                   "       kldunload [-fv] [-n] name ...\n")
+        if letters is None:
+            return 1
+        vflag = vflag or "v" in letters
     hd = c.host_dir()
     host = c.host_info(hd)
     driver = str(host.get("driver") or "")
@@ -222,31 +229,21 @@ def kldstat(argv: list[str]) -> int:
     prog = "kldstat"
     args = list(argv)
     qflag = vflag = False
-    modname: str | None = None
-    filename: str | None = None
+    valued: dict[str, str] = {}  # -m modname, -n filename, -i id (ids are not emulated)
     while args:
         a = args.pop(0)
         if a in ("-m", "-n", "-i") and args:
-            val = args.pop(0)
-            if a == "-m":
-                modname = val
-            elif a == "-n":
-                filename = val
+            valued[a] = args.pop(0)
             continue
         if a.startswith("-") and len(a) > 1:
-            for ch in a[1:]:
-                if ch == "q":
-                    qflag = True
-                elif ch == "v":
-                    vflag = True
-                elif ch in "dh":
-                    pass
-                else:
-                    sys.stderr.write(f"kldstat: illegal option -- {ch}\n"
-                                     "usage: kldstat [-dhqv] [-i id] [-n filename]\n       kldstat [-dhq] [-m modname]\n")
-                    return 1
+            letters = c.option_letters(prog, a, "qvdh", "usage: kldstat [-dhqv] [-i id] [-n filename]\n"
+                                       "       kldstat [-dhq] [-m modname]\n")
+            if letters is None:
+                return 1
+            qflag, vflag = qflag or "q" in letters, vflag or "v" in letters
             continue
-        filename = a
+        valued["-n"] = a
+    modname, filename = valued.get("-m"), valued.get("-n")
     hd = c.host_dir()
     st = c.load_state(hd)
     if modname is not None or filename is not None:

@@ -1,4 +1,4 @@
-"""netstat(1) `-s -p esp|ipsec|ipsec6` of FreeBSD 14, text and `--libxo json`.
+"""netstat(1) `-s -p esp|ipsec|ipsec6` and `-m` of FreeBSD 14, text and `--libxo json`.
 
 The counters are the engine's `esp` statistics (FreeBSD 14's JSON keys, typos included:
 `esp-statictics`, `receieve-bytes`).  With ipsec.ko unloaded the sysctl is missing and
@@ -94,7 +94,7 @@ def parse_libxo(argv: list[str]) -> tuple[list[str], str | None]:
 def main(argv: list[str]) -> int:
     args, style = parse_libxo(argv)
     sflag = 0
-    zflag = False
+    mflag = zflag = False
     proto: str | None = None
     i = 0
     while i < len(args):
@@ -108,6 +108,8 @@ def main(argv: list[str]) -> int:
                 sflag += 1
             elif ch == "z":
                 zflag = True
+            elif ch == "m":
+                mflag = True
             elif ch == "p":
                 rest = a[j + 1:]
                 if rest:
@@ -126,8 +128,10 @@ def main(argv: list[str]) -> int:
                 return usage()
             j += 1
         i += 1
+    if mflag and not sflag:
+        return _mbufs(style)
     if not sflag or proto is None:
-        c.err(PROG, "only `-s -p esp|ipsec|ipsec6` is emulated on this appliance")
+        c.err(PROG, "only `-s -p esp|ipsec|ipsec6` and `-m` are emulated on this appliance")
         return 1
     if proto not in PROTOCOLS:
         c.err(PROG, f"{proto}: unknown or uninstrumented protocol")
@@ -194,6 +198,56 @@ def _json(container: str, lines, stats: dict[str, int] | None, hist: dict[str, i
     if pretty:
         return json.dumps(doc, indent=2) + "\n"
     return json.dumps(doc) + "\n"
+
+
+MBUF_LINES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("{}/{}/{} mbufs in use (current/cache/total)", ("mbuf-current", "mbuf-cache", "mbuf-total")),
+    ("{}/{}/{}/{} mbuf clusters in use (current/cache/total/max)",
+     ("cluster-current", "cluster-cache", "cluster-total", "cluster-max")),
+    ("{}/{} mbuf+clusters out of packet secondary zone in use (current/cache)", ("packet-count", "packet-free")),
+    ("{}/{}/{}/{} {}k (page size) jumbo clusters in use (current/cache/total/max)",
+     ("jumbo-count", "jumbo-cache", "jumbo-total", "jumbo-max", "jumbo-page-size")),
+    ("{}/{}/{}/{} 9k jumbo clusters in use (current/cache/total/max)",
+     ("jumbo9-count", "jumbo9-cache", "jumbo9-total", "jumbo9-max")),
+    ("{}/{}/{}/{} 16k jumbo clusters in use (current/cache/total/max)",
+     ("jumbo16-count", "jumbo16-cache", "jumbo16-total", "jumbo16-limit")),
+    ("{}K/{}K/{}K bytes allocated to network (current/cache/total)", ("bytes-in-use", "bytes-in-cache", "bytes-total")),
+    ("{}/{}/{} requests for mbufs denied (mbufs/clusters/mbuf+clusters)",
+     ("mbuf-failures", "cluster-failures", "packet-failures")),
+    ("{}/{}/{} requests for mbufs delayed (mbufs/clusters/mbuf+clusters)",
+     ("mbuf-sleeps", "cluster-sleeps", "packet-sleeps")),
+    ("{}/{}/{} requests for jumbo clusters delayed ({}k/9k/16k)",
+     ("jumbop-sleeps", "jumbo9-sleeps", "jumbo16-sleeps", "jumbo-page-size")),
+    ("{}/{}/{} requests for jumbo clusters denied ({}k/9k/16k)",
+     ("jumbop-failures", "jumbo9-failures", "jumbo16-failures", "jumbo-page-size")),
+    ("{} sendfile syscalls", ("sendfile-syscalls",)),
+    ("{} sendfile syscalls completed without I/O request", ("sendfile-no-io",)),
+    ("{} requests for I/O initiated by sendfile", ("sendfile-io-count",)),
+    ("{} pages read by sendfile as part of a request", ("sendfile-pages-sent",)),
+    ("{} pages were valid at time of a sendfile request", ("sendfile-pages-valid",)),
+    ("{} pages were valid and substituted to bogus page", ("sendfile-pages-bogus",)),
+    ("{} pages were requested for read ahead by applications", ("sendfile-requested-readahead",)),
+    ("{} pages were read ahead by sendfile", ("sendfile-readahead",)),
+    ("{} times sendfile encountered an already busy page", ("sendfile-busy-encounters",)),
+    ("{} requests for sfbufs denied", ("sfbufs-alloc-failed",)),
+    ("{} requests for sfbufs delayed", ("sfbufs-alloc-wait",)),
+)
+"""usr.bin/netstat/mbuf.c:mbpr() of FreeBSD 14 on amd64 (no sfbufs line: no kern.ipc.nsfbufs)."""
+
+
+def _mbufs(style: str | None) -> int:
+    """`netstat -m`: the JSON has no __version and no "statistics" wrapper (mbpr opens
+    only "mbuf-statistics"); the page-size repeats in the jumbo request labels are text only."""
+    from twin.fbsd import _kmem  # here: the -s path stays as cheap as before
+
+    stats = _kmem.mbuf_statistics(_kmem.kernel_memory(c.host_dir()))
+    styles = (style or "").split(",")
+    if "json" in styles:
+        doc = {"mbuf-statistics": stats}
+        sys.stdout.write((json.dumps(doc, indent=2) if "pretty" in styles else json.dumps(doc)) + "\n")
+    else:
+        sys.stdout.write("".join(fmt.format(*(stats[k] for k in keys)) + "\n" for fmt, keys in MBUF_LINES))
+    return 0
 
 
 if __name__ == "__main__":

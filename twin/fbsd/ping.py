@@ -2,8 +2,13 @@
 
 Why real: the emulated appliance's own packets must meet the real kernel state of the
 namespace (routes, MTUs, the path MTU the engine's Packet Too Big taught the kernel).
-FreeBSD's offload path refuses, never fragments, an own packet that is too big, so DF is
-always set (`-M do`) unless fault `own_too_big_fragmented` is active.  iputils' output is
+Don't-fragment is set only when asked (`-D`: IP_HDRINCL with DF for IPv4, IPV6_DONTFRAG
+for IPv6; fault `own_too_big_fragmented` ignores it); without it the source fragments,
+as FreeBSD's does (ping6 even fragments at 1,280 by default, IPV6_USE_MIN_MTU).  A -D
+packet larger than the own route's MTU gets EMSGSIZE.  ping6 sends through a raw socket
+whose send buffer is 8,192 bytes unless `-b` is given (see `sockbuf_check`).  The header
+and statistics name the host as FreeBSD does: the resolved canonical name, or the
+target as typed.  iputils' output is
 rewritten line by line into FreeBSD 14's format (IPv6: the KAME-style `PING6(...)`,
 `hlim=`, `ping6 statistics`, `std-dev`); statistics are recomputed from the replies.
 Exit codes: 0 any reply; 2 none; IPv6 71 when every send failed.
@@ -30,6 +35,8 @@ LINUX_PING = next((p for p in ("/usr/bin/ping", "/bin/ping") if os.path.exists(p
 EX_USAGE = 64
 EX_NOHOST = 68
 EX_OSERR = 71
+RIPV6SNDQ = 8192
+"""sys/netinet6/in6_proto.c: rip6_sendspace, the raw IPv6 socket's default send buffer."""
 
 REPLY_RE = re.compile(
     r"^(?P<bytes>\d+) bytes from (?P<src>.+?): icmp_seq=(?P<seq>\d+) ttl=(?P<ttl>\d+)"
@@ -51,6 +58,8 @@ class Opts:
         self.verbose = False
         self.family: int | None = None
         self.target: str | None = None
+        self.dont_fragment = False
+        self.sockbuf: int | None = None
 
 
 def usage(prog: str) -> int:
@@ -109,6 +118,8 @@ def parse(prog: str, argv: list[str]) -> Opts | int:
                         o.interval = float(val)
                     elif ch == "m":
                         o.ttl = int(val)
+                    elif ch == "b":
+                        o.sockbuf = int(val)
                 except ValueError:
                     sys.stderr.write(f"{prog}: invalid argument `{val}' for -{ch}\n")
                     return EX_USAGE
@@ -121,7 +132,9 @@ def parse(prog: str, argv: list[str]) -> Opts | int:
                 o.family = 6
             elif ch == "4":
                 o.family = 4
-            elif ch in "DnAaHdfoQRruNOEYyZ":
+            elif ch == "D":
+                o.dont_fragment = True
+            elif ch in "nAaHdfoQRruNOEYyZ":
                 pass
             else:
                 sys.stderr.write(f"{prog}: illegal option -- {ch}\n")
@@ -133,7 +146,14 @@ def parse(prog: str, argv: list[str]) -> Opts | int:
     return o
 
 
-def resolve(prog: str, o: Opts) -> tuple[int, str] | int:
+def resolve(prog: str, o: Opts) -> tuple[int, str, str] | int:
+    """(family, address, host name) of the target.
+
+    The name is what FreeBSD prints in the header and the statistics: getaddrinfo's
+    canonical name (AI_CANONNAME) when the target is a name, else the target as typed
+    (sbin/ping/ping.c and ping6.c: `hostname = res->ai_canonname` or `target`).
+    """
+    assert o.target is not None
     try:
         ip = ipaddress.ip_address(o.target.split("%")[0])
         fam = ip.version
@@ -143,17 +163,32 @@ def resolve(prog: str, o: Opts) -> tuple[int, str] | int:
         if o.family == 4 and fam == 6:
             sys.stderr.write(f"{prog}: IPv4 requested but IPv6 target address provided\n")
             return 1
-        return fam, str(ip)
+        return fam, str(ip), o.target
     except ValueError:
         pass
     af = socket.AF_INET6 if o.family == 6 else socket.AF_INET if o.family == 4 else socket.AF_UNSPEC
     try:
-        info = socket.getaddrinfo(o.target, None, af, socket.SOCK_RAW)
+        info = socket.getaddrinfo(o.target, None, af, socket.SOCK_RAW, 0, socket.AI_CANONNAME)
     except socket.gaierror:
         sys.stderr.write(f"{prog}: cannot resolve {o.target}: Unknown host\n")
         return EX_NOHOST
     addr = info[0][4][0]
-    return (6 if info[0][0] == socket.AF_INET6 else 4), addr
+    return (6 if info[0][0] == socket.AF_INET6 else 4), addr, (info[0][3] or o.target)
+
+
+def sockbuf_check(prog: str, size: int, o: Opts) -> bool:
+    """ping6's send-buffer rule; True when every send will fail with EMSGSIZE.
+
+    sbin/ping/ping6.c main: with `-b N` it warns when datalen > N and sets SO_SNDBUF to N;
+    without it it warns when datalen > 8 * 1024 and keeps the raw socket's default
+    (RIPV6SNDQ, 8,192).  The warning does not stop it: sosend() then refuses every
+    echo request longer than the buffer (8 + datalen bytes) with EMSGSIZE.
+    """
+    limit = o.sockbuf if o.sockbuf else RIPV6SNDQ
+    if size > (o.sockbuf if o.sockbuf else 8 * 1024):
+        sys.stderr.write(f"{prog}: you need -b to increase socket buffer size\n")
+        sys.stderr.flush()
+    return 8 + size > limit
 
 
 def source_for(fam: int, dst: str, src: str | None) -> str | None:
@@ -176,7 +211,7 @@ def main_for(prog: str, argv: list[str]) -> int:
     r = resolve(prog, o)
     if isinstance(r, int):
         return r
-    fam, addr = r
+    fam, addr, hostname = r
     if fam == 6:
         prog = "ping6" if prog == "ping6" else "ping"
     size = o.size if o.size is not None else (8 if fam == 6 else 56)
@@ -189,8 +224,9 @@ def main_for(prog: str, argv: list[str]) -> int:
     if fam == 6 and size > 131072 - 40 - 8:
         sys.stderr.write(f"{prog}: datalen value too large, maximum is {131072 - 40 - 8}\n")
         return 1
+    too_big_for_buffer = fam == 6 and sockbuf_check(prog, size, o)
     hd = c.host_dir()
-    fragment = "own_too_big_fragmented" in c.active_faults(hd)
+    fragment = not o.dont_fragment or "own_too_big_fragmented" in c.active_faults(hd)
     cmd = [LINUX_PING, "-n", f"-{fam}", "-s", str(size), "-M", "dont" if fragment else "do",
            "-i", f"{o.interval:g}"]
     if o.count is not None:
@@ -207,16 +243,18 @@ def main_for(prog: str, argv: list[str]) -> int:
     out = sys.stdout
     if fam == 4:
         frm = f" from {o.src}" if o.src else ""
-        out.write(f"PING {o.target} ({addr}){frm}: {size} data bytes\n")
+        out.write(f"PING {hostname} ({addr}){frm}: {size} data bytes\n")
     else:
         src = source_for(6, addr, o.src) or "::"
         out.write(f"PING6({40 + 8 + size}={40}+8+{size} bytes) {src} --> {addr}\n")
     out.flush()
+    if too_big_for_buffer:
+        return every_send_fails(prog, hostname, addr, size, o, "Message too long")
     if fam == 6:
         port = ifdisabled_egress(hd, addr)
         if port is not None:
-            return enetdown(prog, addr, size, o)
-    return run_ping(prog, fam, addr, size, o, cmd)
+            return every_send_fails(prog, hostname, addr, size, o, "Network is down")
+    return run_ping(prog, fam, hostname, addr, size, o, cmd)
 
 
 def ifdisabled_egress(hd, addr: str) -> str | None:
@@ -263,22 +301,22 @@ def ifdisabled_egress(hd, addr: str) -> str | None:
     return None
 
 
-def enetdown(prog: str, addr: str, size: int, o: Opts) -> int:
-    """Every send fails with ENETDOWN, as FreeBSD's ping6 reports it; exit 71."""
+def every_send_fails(prog: str, hostname: str, addr: str, size: int, o: Opts, reason: str) -> int:
+    """Every ping6 send fails (ENETDOWN, EMSGSIZE), as FreeBSD's ping6 reports it; exit 71."""
     n = o.count or 1
     for i in range(n):
         if i:
             time.sleep(o.interval)
-        sys.stderr.write(f"{prog}: sendmsg: Network is down\n")
+        sys.stderr.write(f"{prog}: sendmsg: {reason}\n")
         sys.stderr.flush()
         sys.stdout.write(f"{prog}: wrote {addr} {8 + size} chars, ret=-1\n")
         sys.stdout.flush()
-    sys.stdout.write(f"\n--- {addr} ping6 statistics ---\n"
+    sys.stdout.write(f"\n--- {hostname} ping6 statistics ---\n"
                      f"{n} packets transmitted, 0 packets received, 100.0% packet loss\n")
     return EX_OSERR
 
 
-def run_ping(prog: str, fam: int, addr: str, size: int, o: Opts, cmd: list[str]) -> int:
+def run_ping(prog: str, fam: int, hostname: str, addr: str, size: int, o: Opts, cmd: list[str]) -> int:
     out = sys.stdout
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
@@ -408,7 +446,7 @@ def run_ping(prog: str, fam: int, addr: str, size: int, o: Opts, cmd: list[str])
     if transmitted is None:
         transmitted = received + send_failures
     stats_name = "ping6 statistics" if fam == 6 else "ping statistics"
-    out.write(f"\n--- {addr} {stats_name} ---\n")
+    out.write(f"\n--- {hostname} {stats_name} ---\n")
     loss = ((transmitted - received) * 100.0 / transmitted) if transmitted else 0.0
     dup_s = f"+{dups} duplicates, " if dups else ""
     out.write(f"{transmitted} packets transmitted, {received} packets received, {dup_s}{loss:.1f}% packet loss\n")

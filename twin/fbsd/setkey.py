@@ -2,7 +2,9 @@
 
 Every SA comes from the engine's `list_sas`, keys included: FreeBSD shows them to root,
 and the suite uses them for independent decryption (it must never log them).  AES-CBC
-is SADB_X_EALG_RIJNDAELCBC, which FreeBSD's table names `rijndael-cbc`.  Keys are
+is SADB_X_EALG_AESCBC, which FreeBSD 14's table names `aes-cbc` (lib/libipsec/
+pfkey_dump.c str_alg_enc; `rijndael-cbc` was the KAME name).  `replay=` is the
+window's bitmap size in bytes (see `replay_bytes`).  Keys are
 dumped by ipsec_hexdump: groups of 4 bytes each preceded by a space, a newline every
 32 bytes (so a 36-byte GCM key + salt wraps onto a second line).
 """
@@ -18,7 +20,7 @@ from twin.fbsd import _common as c
 
 PROG = "setkey"
 
-ENC_NAME = {"aes-gcm-16": "aes-gcm-16", "aes-cbc-hmac-sha256": "rijndael-cbc"}
+ENC_NAME = {"aes-gcm-16": "aes-gcm-16", "aes-cbc-hmac-sha256": "aes-cbc"}
 AUTH_NAME = {"aes-cbc-hmac-sha256": "hmac-sha2-256"}
 TS_RE = re.compile(r"^(?P<net>[^\[\]]+)(?:\[(?P<proto>[^/\]]+)?(?:/(?P<port>[^\]]+))?\])?$")
 PROTO_NUM = {"tcp": 6, "udp": 17, "icmp": 1, "ipv6-icmp": 58, "icmp6": 58}
@@ -34,6 +36,22 @@ def hexdump(hexkey: str) -> str:
             out.append(" ")
         out.append(f"{b:02x}")
     return "".join(out)
+
+
+def replay_bytes(sa: dict) -> int:
+    """What `replay=` shows for one association: the replay bitmap's size in bytes.
+
+    strongSwan's kernel-pfkey (src/libcharon/plugins/kernel_pfkey/kernel_pfkey_ipsec.c
+    add_sa) sets the window on the inbound association only ("not relevant for the
+    outbound SA"), as `min((replay_window + 7) / 8, UINT8_MAX)` bytes on the BSDs (plus
+    SADB_X_EXT_SA_REPLAY in packets, which the kernel rounds the same way); FreeBSD's
+    pfkey_dump.c pfkey_sadump prints `sadb_x_sa_replay_replay >> 3` or `sadb_sa_replay`,
+    bytes either way.  So the default 32-packet window shows `replay=4` inbound and
+    `replay=0` outbound.
+    """
+    if sa.get("direction") != "in":
+        return 0
+    return min((int(sa.get("replay_window", 32)) + 7) // 8, 255)
 
 
 def str_time(t: float | int | None) -> str:
@@ -95,8 +113,7 @@ def dump_sas(sas: list[dict], now: float, pid: int) -> str:
         if sa.get("auth_key"):
             out.append(f"\tA: {AUTH_NAME.get(cipher, 'none')} {hexdump(sa['auth_key'])}\n")
         seq = int(sa.get("seq", 0))
-        replay = int(sa.get("replay_window", 32))
-        out.append(f"\tseq=0x{seq:08x} replay={replay} flags=0x00000000 state=mature \n")
+        out.append(f"\tseq=0x{seq:08x} replay={replay_bytes(sa)} flags=0x00000000 state=mature \n")
         out.append(f"\tcreated: {str_time(created)}\tcurrent: {str_time(now)}\n")
         out.append(f"\tdiff: {max(0, int(now - created))}(s)\thard: 0(s)\tsoft: 0(s)\n")
         out.append(f"\tlast: {str_time(last)}\thard: 0(s)\tsoft: 0(s)\n")

@@ -5,13 +5,16 @@ appliance's processes, so the SSH session running this command drops, as on hard
 """
 from __future__ import annotations
 
-import json
 import os
-import socket
 import sys
 import time
 
+from twin import jsonl
+from twin.errors import ControlSocketError
 from twin.fbsd import _common as c
+
+
+USAGE = "usage: shutdown [-] [-c | -f | -h | -p | -r | -k] [-o [-n]] [-q] time [warning-message ...]\n"
 
 
 def main(argv: list[str]) -> int:
@@ -19,16 +22,11 @@ def main(argv: list[str]) -> int:
     when: str | None = None
     for a in argv:
         if a.startswith("-") and len(a) > 1:
-            for ch in a[1:]:
-                if ch == "r":
-                    reboot = True
-                elif ch in "hp":
-                    halt = True
-                elif ch in "nko":
-                    pass
-                else:
-                    sys.stderr.write(f"shutdown: illegal option -- {ch}\n")
-                    return _usage()
+            letters = c.option_letters("shutdown", a, "rhpnko", USAGE)
+            if letters is None:
+                return 1
+            reboot = reboot or "r" in letters
+            halt = halt or bool(set(letters) & set("hp"))
         elif when is None:
             when = a
     if when is None:
@@ -49,21 +47,12 @@ def main(argv: list[str]) -> int:
     sys.stderr.write(f"\n*** FINAL System shutdown message from root@{host.get('name', hd.name)} ***\n\n"
                      "System going down IMMEDIATELY\n\n\n")
     sys.stderr.flush()
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(10)
     try:
-        s.connect(sock_path)
-        s.sendall((json.dumps({"op": "reboot", "host": host.get("name", hd.name), "wait": False}) + "\n").encode())
-        reply = s.makefile("rb").readline()
-    except OSError as exc:
-        c.err("shutdown", f"cannot reach the lab supervisor: {exc.strerror or exc}")
+        reply = jsonl.request(sock_path, {"op": "reboot", "host": host.get("name", hd.name), "wait": False})
+    except ControlSocketError as exc:
+        c.err("shutdown", f"cannot reach the lab supervisor: {exc}")
         return 1
-    finally:
-        s.close()
-    try:
-        ok = json.loads(reply.decode() or "{}").get("ok")
-    except json.JSONDecodeError:
-        ok = False
+    ok = reply.get("ok")
     if not ok:
         c.err("shutdown", "reboot refused by the lab supervisor")
         return 1
@@ -72,7 +61,7 @@ def main(argv: list[str]) -> int:
 
 
 def _usage() -> int:
-    sys.stderr.write("usage: shutdown [-] [-c | -f | -h | -p | -r | -k] [-o [-n]] [-q] time [warning-message ...]\n")
+    sys.stderr.write(USAGE)
     return 1
 
 

@@ -1,6 +1,8 @@
 """sysctl(8) of FreeBSD 14 for the emulated appliance.
 
-Driver OIDs come from host.json's counters map (logical name -> OID) and are read from
+Driver OIDs come from host.json's counters map (logical name -> OID, which twin.labfiles
+writes from the model's twin.personality entry with the lab file's overrides; the lab
+file is the contract) and are read from
 the engine in one `counters` round trip; they exist only while the driver module is
 loaded (state.json), as on FreeBSD.  Kernel OIDs are computed from state.json and the
 writable ones live in DIR/sysctl.json.  Output forms, errors and the exit status (the
@@ -13,15 +15,12 @@ import time
 from typing import Any, Callable
 
 from twin.fbsd import _common as c
+from twin.personality import PERSONALITIES
 
 PROG = "sysctl"
 
 OS_RELEASE = "14.1-RELEASE-p6"
 KERN_VERSION = f"FreeBSD {OS_RELEASE} stable/24.7-n267958-1f6e2a5b8ab SMP\n"
-HW_MODEL = {
-    "xgs3300": "Intel(R) Atom(TM) CPU C3758R @ 2.40GHz",
-    "xgs136": "Intel(R) Atom(TM) CPU C3338R @ 1.80GHz",
-}
 
 WRITABLE_DEFAULTS: dict[str, int] = {
     "net.inet.ipsec.def_policy": 1,
@@ -73,7 +72,7 @@ class Tree:
         self._add(Oid("kern.version", "string", lambda: KERN_VERSION))
         self._add(Oid("kern.boottime", "struct", lambda: _boottime(boot)))
         self._add(Oid("hw.model", "string",
-                      lambda: str(self.host.get("hw_model") or HW_MODEL.get(model, "Intel(R) Atom(TM) CPU"))))
+                      lambda: str(self.host.get("hw_model") or _hw_model(model))))
         if c.module_loaded(self.state, "ipsec"):
             self._add(self._writable("net.inet.ipsec.def_policy"))
             self._add(self._writable("net.inet.ipsec.dfbit"))
@@ -104,6 +103,12 @@ class Tree:
             return [self.oids[name]]
         below = [o for n, o in self.oids.items() if n.startswith(name + ".")]
         return below or None
+
+
+def _hw_model(model: str) -> str:
+    """hw.model of the emulated model (twin.personality) for host.json files without one."""
+    p = PERSONALITIES.get(model)
+    return p.hw_model if p is not None else "Intel(R) Atom(TM) CPU"
 
 
 def _boottime(t: float) -> str:

@@ -9,6 +9,9 @@ The wire protocol (twin.ike.proto) is the twin's own JSON-over-UDP request/respo
 protocol on port 500.  It does NOT interoperate with real IKEv2 peers.
 
 Modules: conf (grammar + model), proposals (proposal strings -> algorithms -> engine
-cipher), ts (traffic selectors), proto (messages, X25519, HKDF, PSK proof), engine_client
-(engine.sock), daemon (python -m twin.ike.daemon), swanctl (python -m twin.ike.swanctl).
+cipher), ts (traffic selectors), proto (messages, X25519, HKDF, PSK proof), model (IKE_SA
+and CHILD_SA state, matching), engine_client (engine.sock), swanctl (python -m
+twin.ike.swanctl), and the daemon (python -m twin.ike.daemon) by role: configs (the loaded
+swanctl.conf), transport (UDP 500, retransmits), initiator, responder, children (CHILD_SAs
+and their associations in the engine), control (ike.sock).
 """

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twin.errors import IkeError
+
 from .proposals import Combo, ProposalError, parse_proposals
 from .ts import TS, TSError, parse_ts
 
@@ -30,7 +32,7 @@ NAME_RE = re.compile(r'[^\s#{}=:,"]+')
 MAX_INCLUDE_DEPTH = 10
 
 
-class ConfSyntaxError(ValueError):
+class ConfSyntaxError(IkeError, ValueError):
     """The file cannot be parsed; `str()` is strongSwan's `FILE:LINE: syntax error, ...`."""
 
     def __init__(self, file: str, line: int, why: str) -> None:
@@ -235,7 +237,7 @@ def _include(pattern: str, file: str, line: int, into: Section, depth: int, top:
 
 # ---------------------------------------------------------------- model
 
-class ConnError(ValueError):
+class ConnError(IkeError, ValueError):
     """A connection charon refuses: `loading connection 'X' failed: <why>, config discarded`."""
 
     def __init__(self, kind: str, name: str, why: str, where: str) -> None:
@@ -262,6 +264,10 @@ class Child:
     updown: str | None = None
     local_ts_text: list[str] = field(default_factory=list)
     remote_ts_text: list[str] = field(default_factory=list)
+    rand_time: int = 360
+    """Upper bound of the jitter subtracted from rekey_time (strongSwan's check_lifetimes:
+    life_time - rekey_time when unset)."""
+    replay_window: int | None = None  # packets; None: the host's default (charon's 32)
 
 
 @dataclass
@@ -276,6 +282,8 @@ class Connection:
     local: Auth = field(default_factory=Auth)
     remote: Auth = field(default_factory=Auth)
     rekey_time: int = 14400
+    rand_time: int | None = None   # None: over_time (10 % of rekey_time), as strongSwan
+    encap: bool = False
     children: dict[str, Child] = field(default_factory=dict)
     where: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -319,6 +327,16 @@ def _dur(v: str) -> int:
     if not m:
         raise ValueError(v)
     return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def _bool(v: str) -> bool:
+    """strongSwan's settings booleans (settings_value_as_bool): yes/true/enabled/1, no/false/disabled/0."""
+    low = v.strip().lower()
+    if low in ("yes", "true", "enabled", "1"):
+        return True
+    if low in ("no", "false", "disabled", "0"):
+        return False
+    raise ValueError(v)
 
 
 def _list(v: str) -> list[str]:
@@ -375,14 +393,27 @@ def _child(sec: Section, conn: str) -> Child:
     sa = vals["start_action"].value.lower() if "start_action" in vals else "none"
     if sa not in ("none", "start", "trap", "trap|start", "start|trap"):
         raise ConnError("invalid", conn, "invalid value for: start_action", where("start_action"))
-    try:
-        rekey = _dur(vals["rekey_time"].value) if "rekey_time" in vals else 3600
-        life = _dur(vals["life_time"].value) if "life_time" in vals else int(rekey * 1.1)
-    except ValueError:
-        bad = "rekey_time" if "rekey_time" in vals and not re.fullmatch(r"\s*\d+\s*[smhd]?\s*", vals["rekey_time"].value) else "life_time"
-        raise ConnError("invalid", conn, f"invalid value for: {bad}", where(bad)) from None
+    times = {}
+    for key in ("rekey_time", "life_time", "rand_time"):
+        if key in vals:
+            try:
+                times[key] = _dur(vals[key].value)
+            except ValueError:
+                raise ConnError("invalid", conn, f"invalid value for: {key}", where(key)) from None
+    # vici_config.c check_lifetimes: life_time defaults to rekey_time + 10 %, rand_time to
+    # the difference of the two
+    rekey = times.get("rekey_time", 3600)
+    life = times.get("life_time", rekey * 110 // 100)
+    rand = times.get("rand_time", life - min(life, rekey))
+    replay = None
+    if "replay_window" in vals:  # strongSwan: the window in packets, 0 disables it
+        text = vals["replay_window"].value.strip()
+        if not text.isdigit() or int(text) > 2040:  # FreeBSD: 255 bytes of bitmap at most
+            raise ConnError("invalid", conn, "invalid value for: replay_window", where("replay_window"))
+        replay = int(text)
     return Child(sec.name, local_ts, remote_ts, esp, mode.upper(), sa, rekey, life,
-                 vals["updown"].value if "updown" in vals else None, lts_text, rts_text)
+                 vals["updown"].value if "updown" in vals else None, lts_text, rts_text, rand,
+                 replay_window=replay)
 
 
 def _connection(sec: Section) -> Connection:
@@ -409,6 +440,10 @@ def _connection(sec: Section) -> Connection:
                 c.proposals = parse_proposals("IKE", v.value)
             elif k == "rekey_time":
                 c.rekey_time = _dur(v.value)
+            elif k == "rand_time":
+                c.rand_time = _dur(v.value)
+            elif k == "encap":
+                c.encap = _bool(v.value)
         except (ValueError, ProposalError):
             raise ConnError("invalid", name, f"invalid value for: {k}", w) from None
     if not c.proposals:

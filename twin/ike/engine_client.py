@@ -1,65 +1,35 @@
 """Asynchronous client of the ESP engine's control socket (DESIGN.md "Engine control API").
 
 Why: the daemon installs and removes each child's two associations there and reads the
-per-SA counters `--list-sas` prints.  One JSON object per line each way; one request at a
-time per connection (a lock), reconnecting when the engine was restarted.
+per-SA counters `--list-sas` prints.  The framing, the one-request-at-a-time lock and
+the reconnect after an engine restart are twin.jsonl's; this adds the engine's ops and
+reads `ok: false` as EngineError, as twin.engine.client does.
 """
 from __future__ import annotations
 
-import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
+from twin.engine.client import checked
+from twin.errors import ControlSocketError, EngineError
+from twin.jsonl import AsyncJsonlClient
 
-class EngineError(RuntimeError):
-    """The engine refused a request or cannot be reached."""
+__all__ = ["EngineClient", "EngineError"]
 
 
 class EngineClient:
     def __init__(self, sock_path: str | Path, timeout: float = 5.0) -> None:
-        self.path = str(sock_path)
-        self.timeout = timeout
-        self._lock = asyncio.Lock()
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-
-    async def _connect(self) -> None:
-        try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(self.path, limit=64 * 1024 * 1024), self.timeout)
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise EngineError(f"engine socket {self.path}: {exc}") from None
+        self._conn = AsyncJsonlClient(sock_path, timeout)
 
     async def request(self, obj: dict[str, Any]) -> dict[str, Any]:
-        async with self._lock:
-            for attempt in (1, 2):
-                if self._writer is None:
-                    await self._connect()
-                assert self._reader is not None and self._writer is not None
-                try:
-                    self._writer.write((json.dumps(obj) + "\n").encode())
-                    await self._writer.drain()
-                    line = await asyncio.wait_for(self._reader.readline(), self.timeout)
-                    if not line:
-                        raise ConnectionResetError("engine closed the connection")
-                    break
-                except (OSError, ConnectionError, asyncio.TimeoutError) as exc:
-                    self.close()
-                    if attempt == 2:
-                        raise EngineError(f"engine socket {self.path}: {exc!r}") from None
-            reply = json.loads(line)
-        if not reply.get("ok"):
-            raise EngineError(f"engine refused {obj.get('op')}: {reply.get('error', reply)}")
-        return reply
+        try:
+            reply = await self._conn.request(obj)
+        except ControlSocketError as exc:
+            raise EngineError(f"engine {obj.get('op')}: {exc}") from None
+        return checked(obj.get("op"), reply)
 
     def close(self) -> None:
-        if self._writer is not None:
-            try:
-                self._writer.close()
-            except Exception:
-                pass
-        self._reader = self._writer = None
+        self._conn.close()
 
     async def add_sa(self, sa: dict[str, Any]) -> dict[str, Any]:
         return await self.request({"op": "add_sa", "sa": sa})

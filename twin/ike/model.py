@@ -11,11 +11,32 @@ import fnmatch
 import ipaddress
 import time
 from dataclasses import dataclass, field
+from typing import Callable
+
+from twin.errors import IkeError
 
 from .conf import Connection, SharedSecret
 from .proposals import Combo
 from .proto import IkeKeys
 from .ts import TS
+
+Log = Callable[[str], None]
+"""Where an operation's strongSwan-style log lines go (swanctl's stream, or the daemon log)."""
+
+
+class Failed(IkeError):
+    """An initiate/terminate/rekey step failed; the message is swanctl's errmsg."""
+
+
+def ts_text(ts: list[TS]) -> str:
+    return " ".join(str(t) for t in ts)
+
+
+def short_notify(notify: str) -> str:
+    """A notify's abbreviation in strongSwan's `[ENC] parsed ... [ N(...) ]` lines."""
+    return {"NO_PROPOSAL_CHOSEN": "NO_PROP", "AUTHENTICATION_FAILED": "AUTH_FAILED",
+            "TS_UNACCEPTABLE": "TS_UNACCEPT", "TEMPORARY_FAILURE": "TEMP_FAIL",
+            "CHILD_SA_NOT_FOUND": "CHLD_SA_NOT_FOUND"}.get(notify, notify)
 
 
 def _ip(text: str):
@@ -101,6 +122,32 @@ class ChildSA:
     offload: bool = True
     state: str = "INSTALLED"
     installed_at: float = field(default_factory=time.time)
+    rand_time: int = 0
+    install_s: int = 0
+    """Monotonic second of the install (charon's install_time; `installed Ns ago`)."""
+    rekey_at: int = 0
+    """Monotonic second of the soft expiry (install + rekey_time - jitter), 0: never --
+    what strongSwan's child_sa keeps as rekey_time and vici lists as `rekey-time`."""
+    expire_at: int = 0
+    """Monotonic second of the hard expiry (install + life_time), 0: never."""
+    in_installed: bool = False
+    out_installed: bool = False
+    pending_out: dict | None = field(default=None, repr=False)
+    """The outbound association a rekey responder registers but installs only when the
+    old child's DELETE arrives (child_delete.c install_outbound)."""
+    last_counters: dict[str, dict] = field(default_factory=dict)
+    """Per direction, the engine's counters read just before that association was
+    removed (a DELETED child still lists them, as charon keeps its last usestats)."""
+    rekeyed_to: "ChildSA | None" = field(default=None, repr=False)
+    expiring: bool = False
+    recreate: bool = True
+    """Whether this end creates the child anew after its hard expiry (False when the
+    peer's expiry DELETE crossed ours and the peer is the IKE_SA's initiator)."""
+
+    def established_line(self) -> str:
+        """strongSwan's "CHILD_SA ... established" text (both ends log it)."""
+        return (f"CHILD_SA {self.name}{{{self.uid}}} established with SPIs {self.spi_in:08x}_i "
+                f"{self.spi_out:08x}_o and TS {ts_text(self.local_ts)} === {ts_text(self.remote_ts)}")
 
 
 @dataclass
@@ -122,6 +169,7 @@ class IkeSA:
     nr: str = ""
     init_req: bytes = b""
     init_resp: bytes = b""
+    encap: bool = False  # NAT-T: ESP in UDP 4500 (either end's encap = yes faked a NAT)
     state: str = "CONNECTING"
     established_at: float = 0.0
     next_mid: int = 0
@@ -129,6 +177,11 @@ class IkeSA:
     inflight: set[int] = field(default_factory=set)
     children: list[ChildSA] = field(default_factory=list)
     req_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    rekey_at: int = 0
+    """Monotonic second of the scheduled IKE_SA rekey (vici `rekey-time`), 0: none."""
+    tasks_active: list[str] = field(default_factory=list)
+    """The exchanges this end has in flight (CHILD_REKEY, IKE_REKEY, CHILD_DELETE ...),
+    listed as swanctl's `active:` line."""
 
     @property
     def name(self) -> str:

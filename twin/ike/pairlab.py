@@ -4,21 +4,23 @@ Not part of the lab (twin.lab builds that); this is the control plane's own test
 
 `RecordingEngineDouble` is a TEST DOUBLE of the ESP engine's control socket: it keeps the
 associations it is given (add_sa/del_sa/flush/list_sas) so a test can compare both ends'
-keys.  It moves no packets.  `IkePair(real_engine=True)` starts H4's real engine instead
+keys.  It moves no packets.  `IkePair(real_engine=True)` starts the real engine (twin.engine) instead
 (`python -m twin.engine --host-dir DIR` inside the namespace) when that module exists.
 """
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
+
+from twin import jsonl
+from twin.errors import ControlSocketError
+from twin.jsonl import JsonlServer
+from twin.runtime import stop_process, wait_for_socket
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -35,62 +37,39 @@ class RecordingEngineDouble:
         self.sas: dict[tuple[int, str], dict[str, Any]] = {}
         self.calls: list[dict[str, Any]] = []
         self.lock = threading.Lock()
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.srv.bind(str(path))
-        self.srv.listen(16)
-        self.stop = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.server = JsonlServer(path, self._answer)
+        threading.Thread(target=self.server.serve_forever, name=f"double {path}", daemon=True).start()
 
-    def _accept(self) -> None:
-        while not self.stop:
-            try:
-                conn, _ = self.srv.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        f = conn.makefile("rwb")
+    def _answer(self, line: bytes) -> dict[str, Any]:
         try:
-            for line in f:
-                req = json.loads(line)
-                with self.lock:
-                    self.calls.append({k: v for k, v in req.items() if k != "sa"} | (
-                        {"spi": req["sa"]["spi"], "direction": req["sa"]["direction"]} if "sa" in req else {}))
-                    op = req["op"]
-                    if op == "add_sa":
-                        sa = req["sa"]
-                        self.sas[(sa["spi"], sa["dst"])] = sa
-                        rep = {"ok": True, "offloaded": bool(sa.get("offload", True))}
-                    elif op == "del_sa":
-                        self.sas.pop((req["spi"], req["dst"]), None)
-                        rep = {"ok": True}
-                    elif op == "flush":
-                        self.sas.clear()
-                        rep = {"ok": True}
-                    elif op == "list_sas":
-                        rep = {"ok": True, "sas": [dict(s, packets=0, bytes=0, last_use=None)
-                                                   for s in self.sas.values()]}
-                    else:
-                        rep = {"ok": False, "error": f"double does not do {op}"}
-                f.write((json.dumps(rep) + "\n").encode())
-                f.flush()
-        except (OSError, ValueError):
-            pass
-        finally:
-            conn.close()
+            req = jsonl.decode(line, str(self.path))
+        except ControlSocketError as exc:
+            return {"ok": False, "error": str(exc)}
+        with self.lock:
+            self.calls.append({k: v for k, v in req.items() if k != "sa"} | (
+                {"spi": req["sa"]["spi"], "direction": req["sa"]["direction"]} if "sa" in req else {}))
+            op = req.get("op")
+            if op == "add_sa":
+                sa = req["sa"]
+                self.sas[(sa["spi"], sa["dst"])] = sa
+                return {"ok": True, "offloaded": bool(sa.get("offload", True))}
+            if op == "del_sa":
+                self.sas.pop((req["spi"], req["dst"]), None)
+                return {"ok": True}
+            if op == "flush":
+                self.sas.clear()
+                return {"ok": True}
+            if op == "list_sas":
+                return {"ok": True, "sas": [dict(s, packets=0, bytes=0, last_use=None) for s in self.sas.values()]}
+            return {"ok": False, "error": f"double does not do {op}"}
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self.lock:
             return [dict(s) for s in self.sas.values()]
 
     def close(self) -> None:
-        self.stop = True
-        self.srv.close()
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -100,8 +79,12 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 class IkePair:
     """Namespaces `P-a`/`P-b`, veth `P0a`/`P0b`, host dirs under `base`, daemons."""
 
-    def __init__(self, prefix: str, base: Path, retransmit: str = "0.05,1.5,5") -> None:
+    def __init__(self, prefix: str, base: Path, retransmit: str = "0.05,1.5,5",
+                 rekeyed_delay: float = 0.3) -> None:
+        """`rekeyed_delay`: host.json ike.delete_rekeyed_delay, short so a test does not
+        wait charon's 5 s for a rekeyed child's inbound association to go."""
         self.prefix, self.base = prefix, base
+        self.rekeyed_delay = rekeyed_delay
         self.ns = {"a": f"{prefix}-a", "b": f"{prefix}-b"}
         self.dirs = {h: base / h for h in ("a", "b")}
         self.engines: dict[str, RecordingEngineDouble] = {}
@@ -122,7 +105,8 @@ class IkePair:
             sh("ip", "-n", ns, "link", "set", dev, "up")
         for h, d in self.dirs.items():
             (d / "root/usr/local/etc/swanctl/conf.d").mkdir(parents=True, exist_ok=True)
-            (d / "host.json").write_text(json.dumps({"name": h, "replay_window": 32}))
+            (d / "host.json").write_text(json.dumps({"name": h, "replay_window": 32,
+                                                     "ike": {"delete_rekeyed_delay": self.rekeyed_delay}}))
         return self
 
     def start_engines_double(self) -> None:
@@ -135,31 +119,12 @@ class IkePair:
         self.procs[h] = subprocess.Popen(
             ["ip", "netns", "exec", self.ns[h], PY, "-m", "twin.ike.daemon", "--host-dir", str(self.dirs[h])],
             env=env, stdout=log, stderr=log, cwd=str(REPO))
-        sock = self.dirs[h] / "ike.sock"
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if sock.exists():
-                try:
-                    s = socket.socket(socket.AF_UNIX)
-                    s.connect(str(sock))
-                    s.close()
-                    return
-                except OSError:
-                    pass
-            if self.procs[h].poll() is not None:
-                raise RuntimeError(f"daemon {h} died: {(self.dirs[h] / 'ike.log').read_text()[-2000:]}")
-            time.sleep(0.05)
-        raise RuntimeError(f"daemon {h} did not open {sock}")
+        wait_for_socket(self.dirs[h] / "ike.sock", self.procs[h], f"daemon {h}", self.dirs[h] / "ike.log", 10)
 
     def stop_daemon(self, h: str) -> None:
         p = self.procs.pop(h, None)
-        if p and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        if p is not None:
+            stop_process(p)
 
     def write_conf(self, h: str, text: str, name: str = "swanctl.conf") -> Path:
         path = self.dirs[h] / "root/usr/local/etc/swanctl" / name
@@ -183,18 +148,23 @@ class IkePair:
 def conf(name: str, local: str, remote: str, children: dict[str, tuple[str, str]], *,
          local_id: str | None = None, remote_id: str | None = None,
          proposals: str = "aes256gcm16-prfsha256-x25519", esp: str = "aes256gcm16",
-         psk: str = "0sc2VjcmV0LWxhYi1rZXk=", start_action: str = "none") -> str:
-    """A connection + its secret in the suite's rendering style (one key per line)."""
+         psk: str = "0sc2VjcmV0LWxhYi1rZXk=", start_action: str = "none",
+         child_options: dict[str, str] | None = None, conn_options: dict[str, str] | None = None) -> str:
+    """A connection + its secret in the suite's rendering style (one key per line);
+    `child_options`/`conn_options` add keys to every child / the connection (e.g.
+    rekey_time, life_time, rand_time)."""
     lid, rid = local_id or local, remote_id or remote
     out = ["connections {", f"    {name} {{", "        version = 2", f"        local_addrs = {local}",
            f"        remote_addrs = {remote}", f"        proposals = {proposals}",
+           *(f"        {k} = {v}" for k, v in (conn_options or {}).items()),
            "        local {", "            auth = psk", f"            id = {lid}", "        }",
            "        remote {", "            auth = psk", f"            id = {rid}", "        }",
            "        children {"]
     for cname, (lts, rts) in children.items():
         out += [f"            {cname} {{", f"                local_ts = {lts}", f"                remote_ts = {rts}",
                 f"                esp_proposals = {esp}", "                mode = tunnel",
-                f"                start_action = {start_action}", "            }"]
+                f"                start_action = {start_action}",
+                *(f"                {k} = {v}" for k, v in (child_options or {}).items()), "            }"]
     out += ["        }", "    }", "}", "secrets {", f"    ike-{name} {{", f"        id-1 = {lid}",
             f"        id-2 = {rid}", f"        secret = {psk}", "    }", "}"]
     return "\n".join(out) + "\n"

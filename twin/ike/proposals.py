@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from twin.errors import IkeError
+
 ENCR = {
     "aes128": ("AES_CBC", 128), "aes192": ("AES_CBC", 192), "aes256": ("AES_CBC", 256),
     "aes": ("AES_CBC", 128),
@@ -61,7 +63,7 @@ ENGINE_CIPHERS = {
 """(encryption, key size, integrity) -> the engine's cipher name (DESIGN.md)."""
 
 
-class ProposalError(ValueError):
+class ProposalError(IkeError, ValueError):
     """A proposal string strongSwan would reject ("invalid value for: proposals")."""
 
 
@@ -95,6 +97,8 @@ class Combo:
         parts = [f"{self.encr}-{self.keysize}" if self.keysize else self.encr]
         if self.integ:
             parts.append(self.integ)
+        if self.proto == "ESP" and self.esn == "EXT_SEQ":
+            parts.append("ESN")
         if self.proto == "IKE":
             if self.prf:
                 parts.append(self.prf)
@@ -107,9 +111,10 @@ class Combo:
         return ENGINE_CIPHERS.get((self.encr, self.keysize, self.integ))
 
     def key(self) -> tuple:
-        """What two ends compare (ESP ignores DH: PFS groups are not negotiated here)."""
+        """What two ends compare (ESP ignores DH: PFS groups are not negotiated here; ESN
+        is a transform of its own, RFC 7296 3.3.2, so `-esn` only matches `-esn`)."""
         if self.proto == "ESP":
-            return (self.encr, self.keysize, self.integ)
+            return (self.encr, self.keysize, self.integ, self.esn)
         return (self.encr, self.keysize, self.integ, self.prf, self.dh)
 
     def to_json(self) -> dict:

@@ -29,6 +29,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from twin.errors import IkeError
+
 MAGIC = "twin-ike/1"
 KEY_PAD = b"Key Pad for IKEv2"
 
@@ -36,7 +38,7 @@ KEY_LENGTHS = {"aes-gcm-16": (36, 0), "aes-cbc-hmac-sha256": (32, 32)}
 """engine cipher -> (enc_key bytes, auth_key bytes) per direction (DESIGN.md SA)."""
 
 
-class ProtoError(ValueError):
+class ProtoError(IkeError, ValueError):
     """A datagram that is not a valid twin-ike message (dropped, as IKE drops garbage)."""
 
 

@@ -6,19 +6,21 @@ machine, see tests/twin_ike/).  It talks to twin.ike.daemon over $TWIN_HOST_DIR/
 the daemon parses the configuration files itself (same filesystem).
 
 Commands: --load-all (-q) [--noprompt] [--file F], --initiate (-i) --child X [--ike Y]
-[--timeout S], --terminate (-t) --ike X | --child X, --rekey (-R) --child X | --ike X,
+[--timeout S], --terminate (-t) --ike X | --child X | --ike-id N | --child-id N [--force]
+[--timeout S], --rekey (-R) --child X | --ike X,
 --list-sas (-l) [--ike X] [--child X] [--raw|--pretty], --list-conns (-L), --stats (-S).
 """
 from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
-import socket
 import sys
+from functools import partial
 from typing import Any, Iterator
 
+from twin.errors import ControlSocketError, IkeError
+from twin.jsonl import JsonlClient
 from twin.runtime import HostDir
 
 SWANCTL_CONF = "/usr/local/etc/swanctl/swanctl.conf"
@@ -34,7 +36,8 @@ COMMANDS = {
 USAGE = {
     "load-all": "  swanctl --load-all [--raw|--pretty] [--clear] [--noprompt]",
     "initiate": "  swanctl --initiate [--child <name>] [--ike <name>] [--timeout <s>] [--raw|--pretty]",
-    "terminate": "  swanctl --terminate --child <name> | --ike <name> [--timeout <s>] [--force] [--raw|--pretty]",
+    "terminate": "  swanctl --terminate --child <name> | --ike <name> | --child-id <id> | --ike-id <id>\n"
+                 "                 [--timeout <s>] [--raw|--pretty]",
     "rekey": "  swanctl --rekey --child <name> | --ike <name> [--reauth] [--raw|--pretty]",
     "list-sas": "  swanctl --list-sas [--ike <name>|--ike-id <id>] [--child <name>|--child-id <id>]\n"
                 "                 [--raw|--pretty]",
@@ -43,7 +46,7 @@ USAGE = {
 }
 
 
-class Unreachable(Exception):
+class Unreachable(IkeError):
     """The daemon (charon) is not running: errno for the exit status."""
 
     def __init__(self, err: int) -> None:
@@ -55,26 +58,17 @@ def host_dir() -> HostDir:
     return HostDir.from_env()
 
 
-def _connect(hd: HostDir) -> socket.socket:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _connect(hd: HostDir) -> JsonlClient:
     try:
-        s.connect(str(hd.ike_sock))
-    except OSError as exc:
-        s.close()
+        return JsonlClient(hd.ike_sock, timeout=None)  # the daemon bounds initiate itself
+    except ControlSocketError as exc:
         raise Unreachable(exc.errno or errno.ECONNREFUSED) from None
-    return s
 
 
 def call(hd: HostDir, req: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Send one request; yield every JSON line of the answer."""
-    s = _connect(hd)
-    try:
-        s.sendall((json.dumps(req) + "\n").encode())
-        f = s.makefile("rb")
-        for line in f:
-            yield json.loads(line)
-    finally:
-        s.close()
+    with _connect(hd) as client:
+        yield from client.stream(req)
 
 
 def one(hd: HostDir, req: dict[str, Any]) -> dict[str, Any]:
@@ -94,12 +88,14 @@ def format_list_sas(sas: list[dict[str, Any]]) -> str:
         w(f"  local  '{sa['local_id']}' @ {sa['local_host']}[{sa['local_port']}]")
         w(f"  remote '{sa['remote_id']}' @ {sa['remote_host']}[{sa['remote_port']}]")
         w(f"  {sa['listing']}")
-        w(f"  established {sa['established']}s ago, rekeying in {sa['rekey_time']}s")
+        w(f"  established {sa['established']}s ago{_in(', rekeying in', sa.get('rekey_time'))}")
+        if sa.get("tasks_active"):
+            w("  active:  " + " ".join(sa["tasks_active"]))
         for c in sa["children"]:
             w(f"  {c['name']}: #{c['uniqueid']}, reqid {c['reqid']}, {c['state']}, {c['mode']}, "
               f"{c['protocol']}:{c['listing']}")
-            w(f"    installed {c['install_time']}s ago, rekeying in {c['rekey_time']}s, "
-              f"expires in {c['life_time']}s")
+            w(f"    installed {c['install_time']}s ago{_in(', rekeying in', c.get('rekey_time'))}"
+              f"{_in(', expires in', c.get('life_time'))}")
             for d in ("in", "out"):
                 line = (f"    {d}{' ' if d == 'in' else ''} {c['spi_' + d]}, {c['bytes_' + d]:>6} bytes, "
                         f"{c['packets_' + d]:>5} packets")
@@ -111,19 +107,26 @@ def format_list_sas(sas: list[dict[str, Any]]) -> str:
     return "".join(line + "\n" for line in out)
 
 
+def _in(label: str, seconds: int | None) -> str:
+    """list_sas.c prints `rekeying in`/`expires in` only when vici sent the time (it is
+    unset when the lifetime is 0, and may be negative once the moment has passed)."""
+    return "" if seconds is None else f"{label} {seconds}s"
+
+
 def _raw_value(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     return str(v)
 
 
-def _raw(d: dict[str, Any]) -> str:
+def vici_raw(d: dict[str, Any]) -> str:
+    """A vici message body as `swanctl --raw` prints it (key=value, sections in braces)."""
     parts = []
     for k, v in d.items():
         if v is None:
             continue
         if isinstance(v, dict):
-            parts.append(f"{k} {{{_raw(v)}}}")
+            parts.append(f"{k} {{{vici_raw(v)}}}")
         elif isinstance(v, list):
             parts.append(f"{k}=[{' '.join(_raw_value(x) for x in v)}]")
         else:
@@ -144,8 +147,11 @@ def vici_sa(sa: dict[str, Any]) -> dict[str, Any]:
                  "encr-alg": sa["encr_alg"], "encr-keysize": sa["encr_keysize"]})
     if sa.get("integ_alg"):
         body["integ-alg"] = sa["integ_alg"]
-    body.update({"prf-alg": sa["prf_alg"], "dh-group": sa["dh_group"], "established": sa["established"],
-                 "rekey-time": sa["rekey_time"]})
+    body.update({"prf-alg": sa["prf_alg"], "dh-group": sa["dh_group"], "established": sa["established"]})
+    if sa.get("rekey_time") is not None:
+        body["rekey-time"] = sa["rekey_time"]
+    if sa.get("tasks_active"):
+        body["tasks-active"] = list(sa["tasks_active"])
     kids: dict[str, Any] = {}
     for c in sa["children"]:
         cb: dict[str, Any] = {"name": c["name"], "uniqueid": c["uniqueid"], "reqid": c["reqid"],
@@ -154,14 +160,18 @@ def vici_sa(sa: dict[str, Any]) -> dict[str, Any]:
                               "encr-keysize": c["encr_keysize"]}
         if c.get("integ_alg"):
             cb["integ-alg"] = c["integ_alg"]
+        if c.get("esn"):
+            cb["esn"] = 1  # vici list_child: after the algorithms, only when negotiated
         cb.update({"bytes-in": c["bytes_in"], "packets-in": c["packets_in"]})
         if c.get("use_in") is not None:
             cb["use-in"] = c["use_in"]
         cb.update({"bytes-out": c["bytes_out"], "packets-out": c["packets_out"]})
         if c.get("use_out") is not None:
             cb["use-out"] = c["use_out"]
-        cb.update({"rekey-time": c["rekey_time"], "life-time": c["life_time"],
-                   "install-time": c["install_time"], "local-ts": c["local_ts"], "remote-ts": c["remote_ts"]})
+        for key in ("rekey_time", "life_time"):
+            if c.get(key) is not None:
+                cb[key.replace("_", "-")] = c[key]
+        cb.update({"install-time": c["install_time"], "local-ts": c["local_ts"], "remote-ts": c["remote_ts"]})
         kids[f"{c['name']}-{c['uniqueid']}"] = cb
     body["child-sas"] = kids
     return {sa["name"]: body}
@@ -277,28 +287,40 @@ def _stream(hd: HostDir, req: dict[str, Any], verb: str, show_log: bool = True) 
     return 1
 
 
-def cmd_initiate(hd: HostDir, args: argparse.Namespace) -> int:
-    if not args.child and not args.ike:
-        print("initiate failed: missing configuration name", file=sys.stderr)
-        return 1
-    return _stream(hd, {"op": "initiate", "child": args.child, "ike": args.ike,
-                        "timeout": args.timeout or None}, "initiate")
+MISSING_NAME = {"initiate": "missing configuration name", "rekey": "please specify --child or --ike"}
+"""The twin's complaint when neither --child nor --ike is given, per command."""
+
+
+def atoi(text: str | None) -> int:
+    """C's atoi, as terminate.c reads --child-id/--ike-id: leading digits, else 0 (an id
+    that is not a number selects nothing, and vici then answers "missing terminate
+    selector" when nothing else was named)."""
+    digits = ""
+    for ch in (text or "").strip():
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits) if digits else 0
 
 
 def cmd_terminate(hd: HostDir, args: argparse.Namespace) -> int:
-    if not args.child and not args.ike:
-        print("terminate failed: please specify --child or --ike", file=sys.stderr)
-        return 1
-    return _stream(hd, {"op": "terminate", "child": args.child, "ike": args.ike,
-                        "timeout": args.timeout or None}, "terminate")
+    """terminate.c: names, unique ids, --force and --timeout go to the daemon as vici's
+    request; the selector check is the daemon's (vici_control.c), as in 5.9.8."""
+    req = {"op": "terminate", "child": args.child, "ike": args.ike, "child_id": atoi(args.child_id),
+           "ike_id": atoi(args.ike_id), "force": args.force, "timeout": args.timeout or None}
+    return _stream(hd, req, "terminate")
 
 
-def cmd_rekey(hd: HostDir, args: argparse.Namespace) -> int:
+def _named_op(op: str, hd: HostDir, args: argparse.Namespace) -> int:
+    """--initiate / --terminate / --rekey: the same request shape, streamed logs, one verdict."""
     if not args.child and not args.ike:
-        print("rekey failed: please specify --child or --ike", file=sys.stderr)
+        print(f"{op} failed: {MISSING_NAME[op]}", file=sys.stderr)
         return 1
+    req = {"op": op, "child": args.child, "ike": args.ike}
+    if op != "rekey":
+        req["timeout"] = args.timeout or None
     # 5.9.8's rekey command registers no log callback: only the result line is printed
-    return _stream(hd, {"op": "rekey", "child": args.child, "ike": args.ike}, "rekey", show_log=False)
+    return _stream(hd, req, op, show_log=op != "rekey")
 
 
 def cmd_list_sas(hd: HostDir, args: argparse.Namespace) -> int:
@@ -309,7 +331,7 @@ def cmd_list_sas(hd: HostDir, args: argparse.Namespace) -> int:
             if args.pretty:
                 print("\n".join(_pretty("list-sa event", body)))
             else:
-                print(f"list-sa event {{{_raw(body)}}}")
+                print(f"list-sa event {{{vici_raw(body)}}}")
         print("list-sas reply {\n}" if args.pretty else "list-sas reply {}")
         return 0
     sys.stdout.write(format_list_sas(res["sas"]))
@@ -333,8 +355,8 @@ def cmd_stats(hd: HostDir, args: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS = {"load-all": cmd_load_all, "initiate": cmd_initiate, "terminate": cmd_terminate,
-            "rekey": cmd_rekey, "list-sas": cmd_list_sas, "list-conns": cmd_list_conns, "stats": cmd_stats}
+HANDLERS = {"load-all": cmd_load_all, "initiate": partial(_named_op, "initiate"),
+            "terminate": cmd_terminate, "rekey": partial(_named_op, "rekey"), "list-sas": cmd_list_sas, "list-conns": cmd_list_conns, "stats": cmd_stats}
 
 
 def _parser(cmd: str) -> argparse.ArgumentParser:
@@ -351,7 +373,7 @@ def _parser(cmd: str) -> argparse.ArgumentParser:
         ap.add_argument("--child", "-c")
         ap.add_argument("--ike", "-i")
         ap.add_argument("--timeout", "-t", type=float, default=0)
-        ap.add_argument("--force", action="store_true")
+        ap.add_argument("--force", "-f", action="store_true")
         ap.add_argument("--reauth", "-a", action="store_true")
         ap.add_argument("--loglevel", "-l", type=int, default=1)
         ap.add_argument("--noblock", "-n", action="store_true")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from twin.errors import IkeError
+
 PROTOS = {"tcp": 6, "udp": 17, "icmp": 1, "ipv6-icmp": 58, "icmp6": 58, "icmpv6": 58,
           "sctp": 132, "gre": 47, "esp": 50, "ah": 51}
 PROTO_NAMES = {6: "tcp", 17: "udp", 1: "icmp", 58: "ipv6-icmp", 132: "sctp", 47: "gre",
@@ -16,7 +18,7 @@ PROTO_NAMES = {6: "tcp", 17: "udp", 1: "icmp", 58: "ipv6-icmp", 132: "sctp", 47:
 PORTS = {"http": 80, "https": 443, "ssh": 22, "domain": 53, "iperf3": 5201}
 
 
-class TSError(ValueError):
+class TSError(IkeError, ValueError):
     """A selector strongSwan would reject ("invalid value for: local_ts")."""
 
 

@@ -1,0 +1,130 @@
+"""The lab's processes: records that survive pid reuse, and stopping them for sure.
+
+Why a record is (pid, start time): a lab outlives the shell that started it and pids are
+recycled fast; killing by pid alone could hit a stranger.  Every component is started in
+its own session with PR_SET_PDEATHSIG, so it dies with the process that owns the lab.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from twin import netns as tn
+
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+
+def proc_start(pid: int) -> int | None:
+    """Kernel start time of a process (clock ticks), None if it does not exist.
+
+    Stored beside each pid so a recycled pid is never mistaken for ours.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def pid_record(pid: int) -> dict[str, int | None]:
+    return {"pid": pid, "start": proc_start(pid)}
+
+
+def alive(rec: dict[str, Any] | None) -> bool:
+    """True if the recorded process still exists (same pid AND same start time)."""
+    if not rec or not rec.get("pid"):
+        return False
+    if rec.get("start") is None:
+        return False  # it had exited when recorded: never guess (pids are recycled fast)
+    return proc_start(int(rec["pid"])) == rec["start"]
+
+
+def kill_record(rec: dict[str, Any] | None, timeout: float = 3.0) -> None:
+    """SIGTERM the recorded process (and its group if it leads one), SIGKILL after timeout."""
+    kill_records([rec], timeout)
+
+
+def kill_records(recs: list[dict[str, Any] | None], timeout: float = 3.0) -> None:
+    """Stop several recorded processes at once: SIGTERM all, wait, SIGKILL the rest."""
+    live = [r for r in recs if alive(r)]
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):
+        for r in live:
+            _signal_tree(int(r["pid"]), sig)  # type: ignore[index]
+        deadline = time.monotonic() + wait
+        while live and time.monotonic() < deadline:
+            for r in live:
+                _reap(int(r["pid"]))  # type: ignore[index]
+            live = [r for r in live if alive(r)]
+            if live:
+                time.sleep(0.02)
+        if not live:
+            return
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+            return
+    except ProcessLookupError:
+        return
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def child_setup() -> None:  # runs in the forked child before exec
+    os.setsid()
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def kill_netns_processes(ns_names: list[str]) -> None:
+    """Kill every process living in one of these namespaces (grandchildren included)."""
+    inodes = set()
+    for ns in ns_names:
+        try:
+            st = os.stat(tn.NETNS_RUN_DIR / ns)
+            inodes.add((st.st_dev, st.st_ino))
+        except FileNotFoundError:
+            pass
+    if not inodes:
+        return
+    me = os.getpid()
+    victims = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            st = os.stat(f"/proc/{entry}/ns/net")
+            if (st.st_dev, st.st_ino) in inodes:
+                victims.append(int(entry))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in victims:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(proc_start(p) is not None for p in victims):
+            for p in victims:
+                _reap(p)
+            time.sleep(0.05)

@@ -1,0 +1,166 @@
+"""SSH exec requests on the emulated appliance: root's csh runs the command string.
+
+Why apart from the server: this is what makes the suite's commands behave as on
+OPNsense -- tcsh started as `csh -c "<command>"` by twin.nsexec inside the appliance's
+namespaces, stdin/stdout/stderr pumped to the channel, the exit status (a signal n as
+128+n), and the whole process group killed when the session is cut.
+Command strings are never logged (they may carry secrets).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import paramiko
+
+from twin import nsexec
+from twin.runtime import HostDir
+
+if TYPE_CHECKING:
+    from twin.sshd import ApplianceSshServer
+
+log = logging.getLogger("twin.sshd")
+
+SHELL = "/usr/bin/tcsh"
+SHELL_ARGV0 = "csh"  # OpenSSH execs the login shell as basename(shell) -c CMD; OPNsense's is csh
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PUMP_CHUNK = 32768
+OUTPUT_DRAIN_SECONDS = 2.0
+"""After the command exits, how long to wait for its pipes to reach EOF (a background
+child may keep them open forever; OpenSSH would hang, we send the status instead)."""
+
+
+def appliance_env(host_dir: HostDir) -> dict[str, str]:
+    """The environment a root command sees on the emulated appliance."""
+    return {
+        "PATH": f"{host_dir.bin}:{BASE_PATH}",
+        "HOME": "/root",
+        "SHELL": "/bin/csh",
+        "USER": "root",
+        "LOGNAME": "root",
+        "TWIN_HOST_DIR": str(host_dir.path),
+        "LANG": "C.UTF-8",
+    }
+
+
+def exit_status_of(returncode: int) -> int:
+    """Popen returncode -> SSH exit status (a signal n is reported as 128+n, as csh does)."""
+    return 128 + (-returncode) if returncode < 0 else returncode
+
+
+class ExecSession:
+    """One exec request: the process plus the threads pumping it to the channel."""
+
+    def __init__(self, server: "ApplianceSshServer", channel: paramiko.Channel, command: bytes):
+        self.server = server
+        self.channel = channel
+        self.command = command
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="twin-sshd-exec", daemon=True).start()
+
+    def _run(self) -> None:
+        chan = self.channel
+        argv = nsexec.launcher_argv(
+            self.server.host_dir.path,
+            self.server.netns,
+            [SHELL, "-c", os.fsdecode(self.command)],
+            argv0=SHELL_ARGV0,
+        )
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=appliance_env(self.server.host_dir),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            try:
+                chan.sendall_stderr(f"twin.sshd: cannot start shell: {exc.strerror}\n".encode())
+                chan.send_exit_status(126)
+            finally:
+                chan.close()
+            return
+        self.server.register_session(self)
+        proc = self.proc
+        assert proc.stdin and proc.stdout and proc.stderr
+        t_out = threading.Thread(target=self._pump_out, args=(proc.stdout, chan.sendall), daemon=True)
+        t_err = threading.Thread(target=self._pump_out, args=(proc.stderr, chan.sendall_stderr), daemon=True)
+        t_in = threading.Thread(target=self._pump_in, args=(proc.stdin,), daemon=True)
+        for t in (t_out, t_err, t_in):
+            t.start()
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.2)
+                    break
+                except subprocess.TimeoutExpired:
+                    transport = chan.get_transport()
+                    if chan.closed or transport is None or not transport.is_active():
+                        self.kill()
+            deadline = time.monotonic() + OUTPUT_DRAIN_SECONDS
+            for t in (t_out, t_err):
+                t.join(max(0.0, deadline - time.monotonic()))
+            if not chan.closed:
+                try:
+                    chan.send_exit_status(exit_status_of(proc.returncode))
+                    chan.shutdown_write()
+                except (OSError, EOFError, paramiko.SSHException) as exc:
+                    log.info("exit status not delivered, the client left: %r", exc)
+                chan.close()
+        finally:
+            self.server.unregister_session(self)
+
+    def _pump_out(self, pipe, send) -> None:
+        fd = pipe.fileno()
+        try:
+            while True:
+                data = os.read(fd, PUMP_CHUNK)
+                if not data:
+                    break
+                send(data)
+        except (OSError, EOFError, paramiko.SSHException) as exc:  # the client went away
+            log.debug("output pump stopped: %r", exc)
+        finally:
+            pipe.close()
+
+    def _pump_in(self, pipe) -> None:
+        try:
+            while True:
+                data = self.channel.recv(PUMP_CHUNK)
+                if not data:
+                    break
+                pipe.write(data)
+                pipe.flush()
+        except (OSError, EOFError, ValueError, paramiko.SSHException) as exc:  # command exited or client left
+            log.debug("input pump stopped: %r", exc)
+        finally:
+            try:
+                pipe.close()
+            except OSError as exc:  # the command exited with unread input (EPIPE on flush)
+                log.debug("closing the command's stdin: %r", exc)
+
+    def kill(self) -> None:
+        """Kill the command's whole process group (session cut or server stopping)."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        for sig in (signal.SIGHUP, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=0.5)
+                return
+            except subprocess.TimeoutExpired:
+                continue
