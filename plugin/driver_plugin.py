@@ -4,18 +4,18 @@ Thin hooks over :mod:`plugin.lab.driver` (issue 7). Where and when, and why:
 
 - ``pytest_configure`` (every process): parse and check the option (a bad model or a
   missing file is a usage error, exit 4, before any lab is touched).
-- ``pytest_sessionstart`` (controller only, ``tryfirst``): after plugin.session started
-  the virtual lab (its ``pytest_configure``) and before xdist starts workers (xdist's
-  own ``pytest_sessionstart`` is ``trylast``), so the driver is deployed exactly once per
-  appliance of that model, under the appliance lock. A dead run's journal is recovered
-  first (its module file put back and reloaded). A failed deployment has already restored
-  that appliance; the run stops with exit code :data:`DRIVER_DEPLOY_FAILED`.
+- ``pytest_hil_lab_ready`` (plugin.hookspecs; the controller calls it once the lab is up,
+  before xdist starts workers and before it reads the hardware facts), so the driver is
+  deployed exactly once per appliance of that model, under the appliance lock, and the
+  run reports the build under test. A dead run's journal is recovered first (its module
+  file put back and reloaded). A failed deployment has already restored that appliance;
+  the run stops with exit code :data:`DRIVER_DEPLOY_FAILED`.
 - ``pytest_report_header``: what is under test (local md5/size and where it went).
-- ``pytest_sessionfinish`` (controller, wrapper: after the page and Allure files were
-  written by plugin.session and the gate's comparison): the page gets a "Driver under
-  test" section and Allure's environment ``driver_under_test.*`` keys; then the previous
-  module is restored (unless ``--keep-driver``) and the page says so.
-- ``pytest_unconfigure`` (``tryfirst``: before plugin.session stops the virtual lab):
+- ``pytest_sessionfinish`` (controller, before the page is written -- the controller's is
+  ``trylast``): the previous module is restored (unless ``--keep-driver``); through
+  ``pytest_hil_page_sections`` / ``pytest_hil_allure_environment`` the page gets a
+  "Driver under test" section saying so and Allure's environment ``driver_under_test.*`` keys.
+- ``pytest_unconfigure`` (``tryfirst``: before the controller stops the virtual lab):
   restore again if sessionfinish never ran (a failed sessionstart); idempotent. A failed
   restore makes the run exit :data:`DRIVER_RESTORE_FAILED` (the journal keeps the backup;
   the next run recovers it).
@@ -34,18 +34,21 @@ from typing import Any
 
 import pytest
 
+from plugin.exitcodes import HilExitCode
 from plugin.lab.driver import DeployResult, DriverDeployment, ModuleBuild, local_build, recover_driver
 from plugin.lab.errors import LabError
 from plugin.lab.hardware import MODELS
+from plugin.lab.live_lab import build_appliances, close_hosts
+from plugin.lab.lock import ApplianceLock
+from plugin.session import active_topology, is_worker
 
 log = logging.getLogger(__name__)
 
 __all__: list[str] = []
 
-#: exit codes (pytest's own are 0-6; plugin.session uses 17 for "lab did not come up";
-#: plugin.gate_plugin 18 for a regression)
-DRIVER_DEPLOY_FAILED = 19
-DRIVER_RESTORE_FAILED = 20
+#: exit codes (plugin.exitcodes)
+DRIVER_DEPLOY_FAILED = HilExitCode.DRIVER_DEPLOY_FAILED
+DRIVER_RESTORE_FAILED = HilExitCode.DRIVER_RESTORE_FAILED
 
 
 @dataclass
@@ -85,7 +88,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def parse_driver_options(values: list[str], base: Path) -> dict[str, tuple[Path, ModuleBuild]]:
+def parse_driver_options(values: list[str], base: Path, option: str = "--driver") -> dict[str, tuple[Path, ModuleBuild]]:
     """``["xgs3300=build/octep.ko", ...]`` -> {model: (absolute path, md5/size)}.
 
     Raises ``pytest.UsageError`` naming the option value that is wrong.
@@ -94,24 +97,20 @@ def parse_driver_options(values: list[str], base: Path) -> dict[str, tuple[Path,
     for v in values:
         model, sep, path = v.partition("=")
         if not sep or not model or not path:
-            raise pytest.UsageError(f"--driver {v!r}: expected MODEL=PATH, e.g. xgs3300=build/octep.ko")
+            raise pytest.UsageError(f"{option} {v!r}: expected MODEL=PATH, e.g. xgs3300=build/octep.ko")
         if model not in MODELS:
-            raise pytest.UsageError(f"--driver {v!r}: unknown model {model!r}; known: {', '.join(MODELS)}")
+            raise pytest.UsageError(f"{option} {v!r}: unknown model {model!r}; known: {', '.join(MODELS)}")
         if model in out:
-            raise pytest.UsageError(f"--driver {v!r}: a second build for {model} (one per model)")
+            raise pytest.UsageError(f"{option} {v!r}: a second build for {model} (one per model)")
         p = Path(path)
         if not p.is_absolute():
             p = base / p
         try:
             _, build = local_build(p)
         except LabError as exc:
-            raise pytest.UsageError(f"--driver {v!r}: {exc}") from None
+            raise pytest.UsageError(f"{option} {v!r}: {exc}") from None
         out[model] = (p, build)
     return out
-
-
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -126,19 +125,12 @@ def driver_run(config: pytest.Config) -> DriverRun | None:
     return dr if dr is not None and dr.requested else None
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
+def pytest_hil_lab_ready(session: pytest.Session) -> None:
     config = session.config
     dr = driver_run(config)
-    if dr is None or _is_worker(config):
-        return
-    if not _wants_lab(config):
+    if dr is None:
         return
     dr.session = session
-    from plugin.fixtures import build_appliances
-    from plugin.lab.lock import ApplianceLock
-    from plugin.session import active_topology
-
     topology = active_topology(config)
     missing = [m for m in dr.requested if not topology.appliances(m)]
     if missing:
@@ -164,11 +156,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                             returncode=DRIVER_DEPLOY_FAILED)
 
 
-def _wants_lab(config: pytest.Config) -> bool:
-    opt = config.option
-    return not any(getattr(opt, n, False) for n in ("help", "markers", "collectonly", "showfixtures", "version"))
-
-
 def pytest_report_header(config: pytest.Config) -> list[str]:
     dr = driver_run(config)
     if dr is None:
@@ -187,8 +174,6 @@ def _restore_all(dr: DriverRun) -> None:
     for dep in reversed(dr.deployments):
         name = dep.appliance.name
         try:
-            from plugin.lab.lock import ApplianceLock
-
             with ApplianceLock(dep.host, f"{getpass.getuser()}@{socket.gethostname()}: pytest --driver restore",
                                run_id=dep.run_id, wait=600, poll=2):
                 if dr.keep:
@@ -209,11 +194,7 @@ def _restore_all(dr: DriverRun) -> None:
 
 
 def _close(dr: DriverRun) -> None:
-    for h in dr.hosts.values():
-        try:
-            h.close()
-        except Exception:  # noqa: BLE001 -- closing is best effort
-            pass
+    close_hosts(dr.hosts)
     dr.hosts = {}
 
 
@@ -239,33 +220,36 @@ def environment_lines(dr: DriverRun) -> dict[str, str]:
     return env
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
-    result = yield
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     dr = driver_run(config)
-    if dr is None or _is_worker(config) or dr.finished:
-        return result
+    if dr is None or is_worker(config) or dr.finished:
+        return
     dr.finished = True
     _restore_all(dr)
     _close(dr)
-    from plugin.gate_plugin import append_allure_environment, append_to_page
-
-    append_to_page(config, page_section(dr, restored=True))
-    append_allure_environment(config, environment_lines(dr))
     terminal = config.pluginmanager.get_plugin("terminalreporter")
     for line in dr.restored + dr.failures:
         if terminal is not None:
             terminal.write_line(f"driver under test: {line}")
     if any("restore failed" in f for f in dr.failures):
         session.exitstatus = DRIVER_RESTORE_FAILED
-    return result
+
+
+def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+    dr = driver_run(config)
+    return page_section(dr, restored=True) if dr is not None and (dr.results or dr.failures) else None
+
+
+def pytest_hil_allure_environment(config: pytest.Config) -> dict[str, str] | None:
+    dr = driver_run(config)
+    return environment_lines(dr) if dr is not None else None
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     dr = driver_run(config)
-    if dr is None or _is_worker(config):
+    if dr is None or is_worker(config):
         return
     if dr.deployments:
         _restore_all(dr)

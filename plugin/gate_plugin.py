@@ -1,18 +1,22 @@
 """``--save-baseline FILE`` / ``--baseline FILE`` / ``--gate``: the merge gate's hooks.
 
 Thin hooks over :mod:`plugin.lab.baseline` (pure). Controller only; the figures come from
-what plugin.records gathered in the controller (``config.stash[records.ENTRIES_KEY]``:
-every test's record, carried from xdist workers in the reports' user_properties).
+what the run's controller gathered (plugin.session.HilSession's entries: every test's
+record, carried from xdist workers in the reports' user_properties), the driver builds
+from the hardware facts it read once.
 
 - ``pytest_configure``: ``--gate`` needs ``--baseline``; the baseline file is loaded and
   validated at once (a bad file is a usage error, exit 4, naming the file and field --
   before an hour of measurements).
-- ``pytest_sessionfinish`` (``trylast``: after plugin.session wrote the page and Allure's
-  files): read the appliances' driver builds and kernel (environment), compare with the
-  baseline (a "Compared with baseline" section appended to the page, ``baseline-comparison.json``
-  beside it, an Allure result "Compared with baseline" with the table attached plus
-  ``baseline.*`` environment keys), then save this run as a repeat if asked. With
-  ``--gate`` a regression sets the exit code :data:`GATE_REGRESSION` (18).
+- ``pytest_sessionfinish`` (before the controller writes the page, which is ``trylast``):
+  take the appliances' driver builds and kernel (environment), compare with the
+  baseline (``baseline-comparison.json`` beside the page, an Allure result "Compared with
+  baseline" with the table attached), then save this run as a repeat if asked. With
+  ``--gate`` a regression sets the exit code :data:`GATE_REGRESSION` (18); a comparison
+  that found none of the baseline's rates in this run is :data:`GATE_NOTHING_COMPARED`
+  (21): a gate that measured nothing must not pass.
+- ``pytest_hil_page_sections`` / ``pytest_hil_allure_environment`` (plugin.hookspecs): the
+  "Compared with baseline" section and the ``baseline.*`` environment keys.
 - ``pytest_terminal_summary``: the verdict and the driver builds compared.
 
 Saving refuses a run whose exit status is not 0: a baseline is a reference, and a run with
@@ -23,26 +27,25 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from plugin.exitcodes import HilExitCode
+from plugin.lab.allure_results import Attachment, write_result
 from plugin.lab import baseline as bl
+from plugin.session import active_topology, command_line, hil_session, reports_dir, wants_lab
 
 log = logging.getLogger(__name__)
 
 __all__: list[str] = []
 
-#: ``--gate`` and a regression: the run's exit code (pytest's are 0-6; 17 lab not up,
-#: 19/20 driver deploy/restore failed -- see plugin.driver_plugin)
-GATE_REGRESSION = 18
+#: ``--gate`` and a regression / nothing compared: the run's exit codes (plugin.exitcodes).
+GATE_REGRESSION = HilExitCode.GATE_REGRESSION
+GATE_NOTHING_COMPARED = HilExitCode.GATE_NOTHING_COMPARED
 
-PAGE_NAME = "measurement-page.md"
 COMPARISON_JSON = "baseline-comparison.json"
 
 
@@ -56,6 +59,7 @@ class GateRun:
     saved: bl.Baseline | None = None
     messages: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
+    allure_environment: dict[str, str] = field(default_factory=dict)
 
 
 GATE_RUN_KEY = pytest.StashKey[GateRun]()
@@ -101,55 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--save-baseline: the file exists but is not a baseline: {exc}") from None
 
 
-# ----------------------------------------------------------------- helpers shared with driver_plugin
-
-
-def page_path(config: pytest.Config) -> Path:
-    from plugin.session import reports_dir
-
-    return reports_dir(config) / PAGE_NAME
-
-
-def append_to_page(config: pytest.Config, section: str) -> Path | None:
-    """Append a Markdown section to this run's page, atomically.
-
-    Only to a page this run wrote: the page's path is shared by every run started from the
-    same checkout (``reports/``), so a page without this run's command line on it belongs
-    to another run and is left alone (the section is then only in the terminal/JSON).
-    """
-    from plugin.session import command_line
-
-    p = page_path(config)
-    if not p.exists():
-        return None
-    old = p.read_text(encoding="utf-8")
-    if f"Command: `{command_line(config)}`" not in old:
-        log.warning("page %s is not this run's (another run wrote it since); section not appended", p)
-        return None
-    text = old.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
-    return p
-
-
-def _prop(s: str) -> str:
-    return str(s).replace("\\", "\\\\").replace("\n", "\\n").replace("=", "\\=").replace(":", "\\:")
-
-
-def append_allure_environment(config: pytest.Config, values: dict[str, str]) -> Path | None:
-    """Add ``key=value`` lines to Allure's environment.properties (written by plugin.session)."""
-    alluredir = getattr(config.option, "allure_report_dir", None)
-    if not alluredir or not values:
-        return None
-    p = Path(alluredir) / "environment.properties"
-    old = p.read_text(encoding="utf-8") if p.exists() else ""
-    text = old + "".join(f"{_prop(k)}={_prop(v)}\n" for k, v in values.items())
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.gate-tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
-    return p
+# ----------------------------------------------------------------- Allure
 
 
 def write_allure_result(config: pytest.Config, comparison: bl.Comparison) -> Path | None:
@@ -158,44 +114,24 @@ def write_allure_result(config: pytest.Config, comparison: bl.Comparison) -> Pat
     alluredir = getattr(config.option, "allure_report_dir", None)
     if not alluredir:
         return None
-    d = Path(alluredir)
-    d.mkdir(parents=True, exist_ok=True)
-    now = int(time.time() * 1000)
-    md_src = f"{uuid.uuid4()}-attachment.md"
-    js_src = f"{uuid.uuid4()}-attachment.json"
-    (d / md_src).write_text(comparison.markdown(), encoding="utf-8")
-    (d / js_src).write_text(json.dumps(comparison.to_dict(), indent=1) + "\n", encoding="utf-8")
-    status = "passed" if comparison.passed else "failed"
-    result = {
-        "uuid": str(uuid.uuid4()),
-        "historyId": "ipsec-hil-gate-baseline",
-        "name": "Compared with baseline",
-        "fullName": "gate::compared_with_baseline",
-        "status": status,
-        "statusDetails": {"message": comparison.summary() + ". Builds: " + comparison.builds_line()},
-        "stage": "finished",
-        "start": now,
-        "stop": now,
-        "description": f"Baseline {comparison.source}; builds compared: {comparison.builds_line()}",
-        "attachments": [
-            {"name": "baseline comparison", "source": md_src, "type": "text/markdown"},
-            {"name": "baseline comparison.json", "source": js_src, "type": "application/json"},
-        ],
-        "labels": [{"name": "suite", "value": "gate"}, {"name": "framework", "value": "pytest"}],
-    }
-    out = d / f"{result['uuid']}-result.json"
-    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    return out
+    return write_result(
+        alluredir, name="Compared with baseline", full_name="gate::compared_with_baseline",
+        history_id="ipsec-hil-gate-baseline", status="passed" if comparison.passed else "failed",
+        message=comparison.summary() + ". Builds: " + comparison.builds_line(),
+        description=f"Baseline {comparison.source}; builds compared: {comparison.builds_line()}",
+        attachments=[Attachment("baseline comparison", comparison.markdown().encode(), "text/markdown", "md"),
+                     Attachment("baseline comparison.json", (json.dumps(comparison.to_dict(), indent=1) + "\n").encode(),
+                                "application/json", "json")],
+        suite="gate")
 
 
 # ----------------------------------------------------------------- what the run recorded
 
 
 def run_figures(config: pytest.Config) -> tuple[list[bl.FigureValue], dict[str, list[str]], dict[str, str]]:
-    """(figures, ledger tables per test, outcome per test) from plugin.records' entries."""
-    from plugin.records import ENTRIES_KEY
-
-    entries = config.stash.get(ENTRIES_KEY, {}) or {}
+    """(figures, ledger tables per test, outcome per test) from the controller's entries."""
+    run = hil_session(config)
+    entries = run.entries.by_nodeid if run is not None else {}
     figures: list[bl.FigureValue] = []
     counters: dict[str, list[str]] = {}
     outcomes: dict[str, str] = {}
@@ -211,57 +147,34 @@ def run_figures(config: pytest.Config) -> tuple[list[bl.FigureValue], dict[str, 
 
 
 def run_environment(config: pytest.Config) -> dict[str, Any]:
-    """Topology, virtual or not, and every appliance's driver build and kernel, read now."""
-    from plugin.fixtures import build_appliances
-    from plugin.lab.report import hardware_info
-    from plugin.session import active_topology, command_line
-
+    """Topology, virtual or not, and every appliance's driver build and kernel (read once by the run)."""
     topology = active_topology(config)
-    apps_env: list[bl.ApplianceEnv] = []
-    apps, hosts = build_appliances(topology)
-    try:
-        for app in apps.values():
-            h = hardware_info(app)
-            apps_env.append(bl.ApplianceEnv(h.appliance, h.model, h.driver, h.module_md5, h.module_size, h.kernel))
-    finally:
-        for h in hosts.values():
-            try:
-                h.close()
-            except Exception:  # noqa: BLE001
-                pass
+    run = hil_session(config)
+    # A run that executed no acceptance test has no lab to ask (and must not connect to one).
+    facts = run.hardware_facts().appliances if run is not None and wants_lab(config) else ()
+    apps_env = [bl.ApplianceEnv(h.appliance, h.model, h.driver, h.module_md5, h.module_size, h.kernel) for h in facts]
     return bl.environment(topology=topology.lab.name, virtual=bool(topology.lab.virtual), appliances=apps_env,
                           traffic_seconds=config.getoption("--traffic-seconds", None),
                           command=command_line(config))
 
 
-@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     g = config.stash.get(GATE_RUN_KEY, None)
     if g is None or hasattr(config, "workerinput") or (g.save is None and g.base is None):
         return
     figures, counters, outcomes = run_figures(config)
-    try:
-        g.environment = run_environment(config)
-    except Exception as exc:  # noqa: BLE001 -- the comparison still runs; builds are "unknown"
-        g.messages.append(f"could not read the appliances' driver builds: {type(exc).__name__}: {exc}")
-        from plugin.session import active_topology
-
-        topo = active_topology(config)
-        g.environment = bl.environment(topology=topo.lab.name, virtual=bool(topo.lab.virtual), appliances=[])
+    g.environment = run_environment(config)
     if g.base is not None:
         c = bl.compare(g.base, figures, g.environment)
         g.comparison = c
-        append_to_page(config, c.markdown())
-        from plugin.session import reports_dir
-
         out = reports_dir(config)
         out.mkdir(parents=True, exist_ok=True)
         (out / COMPARISON_JSON).write_text(json.dumps(c.to_dict(), indent=1) + "\n", encoding="utf-8")
         env = {"baseline.file": c.source, "baseline.repeats": str(c.repeats), "baseline.verdict": c.summary()}
         for name, md5 in c.baseline_builds.items():
             env[f"baseline.{name}.module.md5"] = md5 or "unknown"
-        append_allure_environment(config, env)
+        g.allure_environment = env
         write_allure_result(config, c)
         g.messages.append(f"baseline {c.source}: {c.summary()}")
         g.messages.append(f"driver builds compared: {c.builds_line()}")
@@ -269,7 +182,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             g.messages.append(f"  REGRESSION {r.key}: {r.current:.1f} Mbit/s < {r.mean:.1f} - {r.noise:.1f}")
         if g.gate and c.regressions and session.exitstatus in (0, 1):
             session.exitstatus = GATE_REGRESSION
-            g.messages.append(f"--gate: {len(c.regressions)} regression(s): exit {GATE_REGRESSION}")
+            g.messages.append(f"--gate: {len(c.regressions)} regression(s): exit {int(GATE_REGRESSION)}")
+        compared = [r for r in c.rows if r.verdict in ("regression", "ok", "improved")]
+        if g.gate and not compared and session.exitstatus in (0, 1):
+            session.exitstatus = GATE_NOTHING_COMPARED
+            g.messages.append(f"--gate: none of the baseline's {len(c.rows)} rate(s) was measured by this run: "
+                              f"exit {int(GATE_NOTHING_COMPARED)}")
     if g.save is not None:
         if session.exitstatus != 0:
             g.messages.append(f"--save-baseline {g.save}: NOT saved, the run's exit status is "
@@ -294,3 +212,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.section("baseline and gate")
     for m in g.messages:
         terminalreporter.write_line(m)
+
+
+def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+    g = config.stash.get(GATE_RUN_KEY, None)
+    return g.comparison.markdown() if g is not None and g.comparison is not None else None
+
+
+def pytest_hil_allure_environment(config: pytest.Config) -> dict[str, str] | None:
+    g = config.stash.get(GATE_RUN_KEY, None)
+    return g.allure_environment if g is not None else None

@@ -1,13 +1,21 @@
-"""The suite's pytest glue: options, markers, topology loading, skip-by-hardware.
+"""The suite's pytest plugin: options, markers, topology loading, skip-by-hardware.
 
-Thin on purpose (library first): everything that talks to a lab lives in ``plugin.lab``;
-this module only registers what pytest needs and decides which tests the topology can
-run. Fixtures live in ``plugin.fixtures`` (imported at the bottom of this module).
+Loaded from the ``pytest11`` entry point ``plugin.pytest_plugin`` (pyproject.toml) when the
+suite is installed -- so a driver repository that ``pip install``s it runs its own
+tests_hil/ -- or, with plugin autoload disabled, by the root conftest.py. The entry
+point's name is this module's name: pytest then sees the conftest's ``pytest_plugins``
+entry as already registered instead of registering the module twice. It brings in the
+suite's other plugins (``pytest_plugins`` below).
 
-Topology: loaded once per process from ``--topology`` (default ``topologies/virtual.yaml``
-relative to the rootdir). The xdist controller loads and validates it first (a bad file
-stops the run with its ``FILE:LINE: ...`` message before any worker starts) and hands the
-path to workers through ``workerinput``. Retrieve it with :func:`get_topology`.
+Thin on purpose (library first): everything that talks to a lab lives in ``plugin.lab``.
+
+Configure, in one place and one order (no tryfirst/trylast needed between our modules):
+extra model profiles -> markers -> the topology -> virtual-lab keys -> the controller's
+:class:`plugin.session.HilSession` (which, at session start, checks ``-m``, starts a
+virtual lab and lets ``--driver`` deploy) or, in an xdist worker, the controller's
+resolved lab file. The xdist controller loads and validates the
+topology first (a bad file stops the run with its ``FILE:LINE: ...`` message before any
+worker starts) and hands its path to workers through ``workerinput``.
 """
 
 from __future__ import annotations
@@ -19,68 +27,78 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.errors import TopologyError
+from plugin import hookspecs, markers, rootdir
+from plugin.lab.errors import ProfileError, TopologyError
+from plugin.lab.hardware import REGISTRY
+from plugin.lab.profiles_file import load_profiles_file
 from plugin.lab.topology import Topology, load_topology
+from plugin.session import (ACTIVE_TOPOLOGY_KEY, PLUGIN_NAME, TOPOLOGY_KEY, TOPOLOGY_PATH_KEY, HilSession,
+                            configure_worker, is_worker)
 
-TOPOLOGY_KEY = pytest.StashKey[Topology]()
-TOPOLOGY_PATH_KEY = pytest.StashKey[Path]()
-
-#: Hardware markers: a test carrying one needs an appliance of that model in the topology.
-HARDWARE_MARKERS = ("xgs136", "xgs3300")
-
-MARKERS = (
-    "xgs136: needs an XGS 136 (driver npuep) in the topology; `pytest -m xgs136` runs what applies to it",
-    "xgs3300: needs an XGS 3300 (driver octep) in the topology",
-    "outer_v6: the tunnel's outer header is IPv6",
-    "inner_v6: IPv6 packets inside the tunnel",
-    "gcm: AES-GCM-16-256 (aes-gcm-16)",
-    "cbc: AES-CBC-256 with HMAC-SHA-256-128 (aes-cbc-hmac-sha256)",
-    "forwarded: traffic forwarded through the appliance (from the bench), not its own",
-    "six_children: a connection with six children, one per TCP port",
-    "throughput: a throughput measurement (slow; floors, not exact values)",
-    "page(name): the measurement page (seed) a test reproduces, e.g. page('000')",
-)
+pytest_plugins = ["plugin.fixtures", "plugin.driver_plugin", "plugin.gate_plugin", "plugin.compare_plugin",
+                  "plugin.preflight_plugin", "plugin.throughput_plugin", "plugin.timeshare_plugin"]
 
 DEFAULT_TOPOLOGY = "topologies/virtual.yaml"
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("hil", "IPsec offload hardware-in-the-loop")
-    group.addoption(
-        "--topology",
-        metavar="FILE",
-        default=None,
-        help=f"lab topology YAML (default: {DEFAULT_TOPOLOGY} relative to the rootdir, "
-        "the virtual lab)",
-    )
-    group.addoption(
-        "--keep-tunnels",
-        action="store_true",
-        default=False,
-        help="leave tunnels up (and the virtual lab running) after the run, for debugging",
-    )
-    group.addoption(
-        "--traffic-seconds",
-        metavar="FLOAT",
-        type=float,
-        default=1.0,
-        help="scale factor for every traffic duration (1.0 = the pages' durations)",
-    )
+    group.addoption("--topology", metavar="FILE", default=None,
+                    help=f"lab topology YAML, anywhere on disk, ~ expanded (default: the ini key hil_topology, "
+                    f"else {DEFAULT_TOPOLOGY} relative to the rootdir: the virtual lab)")
+    group.addoption("--hil-profiles", metavar="FILE", action="append", default=[],
+                    help="an extra appliance-model profiles file (repeatable; see plugin.lab.profiles_file); "
+                    "also the ini key hil_profiles")
+    group.addoption("--keep-tunnels", action="store_true", default=False,
+                    help="leave tunnels up (and the virtual lab running) after the run, for debugging")
+    group.addoption("--traffic-seconds", metavar="FLOAT", type=float, default=1.0,
+                    help="scale factor for every traffic duration (1.0 = the pages' durations)")
+    parser.addini("hil_topology", "lab topology YAML (relative to the ini file)", default=None)
+    parser.addini("hil_profiles", "extra appliance-model profiles files (relative to the ini file)",
+                  type="paths", default=[])
 
 
-def _topology_path(config: pytest.Config) -> Path:
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str], parser: pytest.Parser) -> None:
+    """``--topology FILE`` (space form) must not move the rootdir to FILE's folder (see plugin.rootdir)."""
+    rootdir.redetermine_setup(early_config, args, "topology")
+
+
+def _user_path(value: str, base: Path) -> Path:
+    """A path as a user typed it: ``~`` expanded (the shell leaves it after ``=``), relative to ``base``."""
+    p = Path(os.path.expanduser(value))
+    return p if p.is_absolute() else base / p
+
+
+def topology_path(config: pytest.Config) -> Path | None:
+    """The lab file: the controller's (workers), ``--topology``, ini ``hil_topology``, the default."""
     workerinput = getattr(config, "workerinput", None)
     if workerinput and "hil_topology" in workerinput:
         return Path(workerinput["hil_topology"])
     opt = config.getoption("--topology")
-    if opt is None:
-        return Path(config.rootpath) / DEFAULT_TOPOLOGY
-    p = Path(opt)
-    if not p.is_absolute():
-        # Relative to where pytest was started, like any file argument; the default is
-        # relative to the rootdir so it works from any directory.
-        p = Path(config.invocation_params.dir) / p
-    return p
+    if opt is not None:
+        # Relative to where pytest was started, like any file argument.
+        return _user_path(opt, Path(config.invocation_params.dir))
+    ini = config.getini("hil_topology")
+    if ini:
+        return _user_path(ini, Path(config.inipath.parent if config.inipath else config.rootpath))
+    default = Path(config.rootpath) / DEFAULT_TOPOLOGY
+    # A run of some other project in the same environment (the plugin autoloads) has none.
+    return default if default.exists() else None
+
+
+def _load_profiles(config: pytest.Config) -> None:
+    files = [_user_path(v, Path(config.invocation_params.dir)) for v in config.getoption("--hil-profiles")]
+    files += list(config.getini("hil_profiles"))
+    for f in files:
+        try:
+            for profile in load_profiles_file(f):
+                REGISTRY.register(profile, source=str(f))
+        except ProfileError as exc:
+            raise pytest.UsageError(f"invalid profiles file:\n{exc}") from None
 
 
 def _give_virtual_lab_psks(topology: Topology) -> None:
@@ -97,9 +115,11 @@ def _give_virtual_lab_psks(topology: Topology) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for line in MARKERS:
-        config.addinivalue_line("markers", line)
-    path = _topology_path(config)
+    _load_profiles(config)
+    markers.register(config)
+    path = topology_path(config)
+    if path is None:
+        return
     config.stash[TOPOLOGY_PATH_KEY] = path
     try:
         topology = load_topology(path)
@@ -109,6 +129,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"topology file not found: {path}") from None
     config.stash[TOPOLOGY_KEY] = topology
     _give_virtual_lab_psks(topology)
+    if is_worker(config):
+        configure_worker(config, topology)
+        return
+    config.pluginmanager.register(HilSession(config, topology, path), PLUGIN_NAME)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -131,7 +155,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     """``-n N`` means ``--dist loadgroup`` unless the user chose a mode.
 
     Why: tests of one connected set of appliances carry ``xdist_group(<set>)`` (see
-    plugin.fixtures.appliance_groups); only loadgroup keeps a group on one worker, so a
+    plugin.lab.cases.appliance_groups); only loadgroup keeps a group on one worker, so a
     tunnel is built once and no two workers drive one appliance. Runs after xdist's own
     tryfirst hook, which turned ``-n`` into ``dist="load"``.
     """
@@ -145,13 +169,15 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 def get_topology(config: pytest.Config) -> Topology:
-    """The loaded :class:`plugin.lab.topology.Topology` of this run."""
+    """The loaded :class:`plugin.lab.topology.Topology` of this run (the lab file as given)."""
     return config.stash[TOPOLOGY_KEY]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     topology = config.stash.get(TOPOLOGY_KEY, None)
     path = config.stash.get(TOPOLOGY_PATH_KEY, None)
+    if path is None:
+        return ["topology: none (give --topology FILE or the ini key hil_topology)"]
     if topology is None:
         return [f"topology: {path} (not loaded)"]
     models = sorted({h.model for h in topology.appliances()})
@@ -160,7 +186,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip, with the reason, a test whose hardware the topology does not have.
+    """A test whose hardware the topology does not have is skipped with the reason.
 
     Skipped rather than deselected so the report shows what did not run and why.
     """
@@ -169,14 +195,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     present = {h.model for h in topology.appliances()}
     for item in items:
-        for model in HARDWARE_MARKERS:
+        for model in REGISTRY.names():
             if item.get_closest_marker(model) is not None and model not in present:
-                item.add_marker(
-                    pytest.mark.skip(reason=f"topology {topology.lab.name} has no {model}")
-                )
+                item.add_marker(pytest.mark.skip(reason=f"topology {topology.lab.name} has no {model}"))
                 break
 
 
-# Fixtures and run-level glue are plugins of their own (root conftest's pytest_plugins):
-# plugin.fixtures (lab, appliances, bench, tunnels), plugin.session (the virtual lab's life,
-# the page), plugin.records (what each test measured).
+__all__ = ["get_topology", "topology_path", "DEFAULT_TOPOLOGY", "ACTIVE_TOPOLOGY_KEY"]

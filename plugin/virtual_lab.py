@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,8 +58,15 @@ def _twin(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     )
 
 
-def start(topology: Path, *, owner_pid: int | None = None, timeout: float = 180.0) -> VirtualLab:
-    """Build the lab of ``topology`` and return it once every component answers."""
+def start(topology: Path, *, owner_pid: int | None = None, timeout: float = 180.0,
+          components: Sequence[str] | None = None, run_dir: Path | None = None) -> VirtualLab:
+    """Build the lab of ``topology`` and return it once every component answers.
+
+    ``components`` (e.g. ``("engine", "sshd")``) starts only those of the twin's
+    components -- a test that needs no IKE saves the daemons' start; default: all.
+    ``run_dir`` puts the lab's state where the caller wants it (a test's tmp directory,
+    kept for reading after a failure); default: the twin's own per-prefix directory.
+    """
     if os.geteuid() != 0:
         raise VirtualLabError(
             "the virtual lab needs root (network namespaces, TUN devices): run as root, "
@@ -67,6 +75,10 @@ def start(topology: Path, *, owner_pid: int | None = None, timeout: float = 180.
     args = ["up", str(topology), "--timeout", str(timeout)]
     if owner_pid:
         args += ["--owner-pid", str(owner_pid)]
+    if components:
+        args += ["--components", ",".join(components)]
+    if run_dir is not None:
+        args += ["--run-dir", str(run_dir)]
     try:
         res = _twin(args, timeout=timeout + 30)
     except subprocess.TimeoutExpired as exc:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.expect import throughput_floor
-from plugin.lab.measure import expect_at_least
+from plugin.lab.hardware import FIRST_STREAM_AFTER_BOOT
+from plugin.lab.measure import expect_at_least, expect_conserved
 
 pytestmark = [pytest.mark.throughput, pytest.mark.forwarded]
 
@@ -26,11 +26,11 @@ RUNS = [  # (label, streams, seconds): the 000 and 001 pages' runs
 @pytest.mark.parametrize("label,streams,seconds", RUNS, ids=["1x10s", "4x12s"])
 def test_forwarded_rate(tunnel, record, stream, bench_route, traffic_seconds, direction, label, streams, seconds):
     """Forwarded streams through the tunnel at or above the path's floor."""
-    bench = tunnel.lab.bench
+    bench = tunnel.bench
     target, src = tunnel.inner_address("remote"), tunnel.bench_inner_address("local")
     assert src, f"the bench has no {tunnel.config.inner} address on {tunnel.local.name}'s LAN"
-    bench_route(f"{target}/{32 if tunnel.config.inner == 'ipv4' else 128}", tunnel.inner_address("local"))
-    floor = throughput_floor(tunnel.lab.topology, tunnel.case.tunnel, tunnel.config, via_bench=True)
+    bench_route(tunnel.inner_prefix("remote"), tunnel.inner_address("local"))
+    floor = tunnel.floor(via_bench=True)
     res = stream(bench, tunnel.remote, target, traffic_seconds(seconds), streams=streams,
                  reverse=direction == "down", bind=src, label=f"{label} {direction}")
     record.figure("floor", round(floor.mbit, 1), "Mbit/s")
@@ -39,23 +39,23 @@ def test_forwarded_rate(tunnel, record, stream, bench_route, traffic_seconds, di
 
 @pytest.mark.page("001")
 @pytest.mark.tunnels(outer="ipv4", inner="ipv4", cipher="aes-gcm-16", children="one")
-def test_first_stream_after_boot(tunnel, record, stream, traffic_seconds, request):
-    """The first stream into the appliance after a boot runs at the floor (issue 531 where open)."""
-    app = tunnel.local
-    issue = app.profile.first_stream_issue
-    if issue is not None:
-        request.node.add_marker(pytest.mark.xfail(
-            reason=f"issue {issue}: the first stream after a boot is slow (001 page); open for {app.profile.model}",
-            strict=False))
-        try:
-            import allure
+def test_first_stream_after_boot(tunnel, record, meter, stream, traffic_seconds, known_issue):
+    """The first stream into the appliance after a boot runs at the floor (issue 531 where open).
 
-            allure.dynamic.issue(str(issue))
-        except Exception:
-            pass
+    The reboot, the re-establishment and the stream itself must work, and the re-established
+    tunnel must carry it through the engine with every frame conserved: only the measured
+    rate is the known issue (a tunnel that never comes back is a failure, not an xfail).
+    """
+    app = tunnel.local
     app.reboot()
     tunnel.reestablish()
-    floor = throughput_floor(tunnel.lab.topology, tunnel.case.tunnel, tunnel.config, via_bench=False)
-    res = stream(app, tunnel.remote, tunnel.inner_address("remote"), traffic_seconds(15), reverse=True,
-                 bind=tunnel.inner_address("local"), label="first stream into the appliance after boot")
-    expect_at_least(res.received_bps / 1e6, floor.mbit, f"first stream after boot ({floor})", unit="Mbit/s")
+    floor = tunnel.floor(via_bench=False)
+    with meter(app, tunnel.remote, title="the first stream into the appliance after its boot") as m:
+        res = stream(app, tunnel.remote, tunnel.inner_address("remote"), traffic_seconds(15), reverse=True,
+                     bind=tunnel.inner_address("local"), label="first stream into the appliance after boot")
+    expect_conserved(m.ledger, tunnel.encrypted_refs("remote"), tunnel.decrypted_refs("local"),
+                     "after the boot, frames the peer encrypted = frames the appliance decrypted",
+                     drops=tunnel.tx_drop_refs("remote"), tolerance=tunnel.tolerance("congested"),
+                     at_least=tunnel.least_stream_packets(res))
+    with known_issue(tunnel.known_issue(FIRST_STREAM_AFTER_BOOT)):
+        expect_at_least(res.received_bps / 1e6, floor.mbit, f"first stream after boot ({floor})", unit="Mbit/s")

@@ -13,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from plugin.lab.errors import LabError
-from plugin.lab.expect import decrypted_refs, encrypted_refs, throughput_floor
-from plugin.lab.measure import expect_at_least, expect_within
+from plugin.lab.measure import expect_at_least, expect_conserved
 from plugin.lab.traffic import iperf_run
 
 pytestmark = [pytest.mark.page("002"), pytest.mark.forwarded]
@@ -24,10 +23,10 @@ pytestmark = [pytest.mark.page("002"), pytest.mark.forwarded]
 @pytest.mark.tunnels(children="many")
 def test_six_streams_each_tunnel_carries(tunnel, record, meter, bench_route, traffic_seconds):
     """Six streams at once, one per child's TCP port: each carries, the total holds the floor."""
-    npu, peer, bench = tunnel.local, tunnel.remote, tunnel.lab.bench
+    npu, peer, bench = tunnel.local, tunnel.remote, tunnel.bench
     target, src = tunnel.inner_address("remote"), tunnel.bench_inner_address("local")
     assert src, f"the bench has no {tunnel.config.inner} address on {npu.name}'s LAN"
-    bench_route(f"{target}/{32 if tunnel.config.inner == 'ipv4' else 128}", tunnel.inner_address("local"))
+    bench_route(tunnel.inner_prefix("remote"), tunnel.inner_address("local"))
     ports = [c.port for c in tunnel.children]
     seconds = traffic_seconds(30)
     before = {c.name: c for c in _children(peer, tunnel)}
@@ -49,13 +48,14 @@ def test_six_streams_each_tunnel_carries(tunnel, record, meter, bench_route, tra
         assert moved > 0 and rates[child.port] > 0, (
             f"child {child.name} (TCP port {child.port}) carried nothing: {moved} packets in on {peer.name}, "
             f"{rates[child.port]:.1f} Mbit/s")
-    floor = throughput_floor(tunnel.lab.topology, tunnel.case.tunnel, tunnel.config, via_bench=True)
+    floor = tunnel.floor(via_bench=True)
     expect_at_least(total, floor.mbit, f"six streams together ({floor})", unit="Mbit/s", ledger=m.ledger)
-    tol = tunnel.plan.tolerance.get("congested", 0.001)
-    handed = encrypted_refs(npu.name, npu.profile.driver)
-    decrypted = decrypted_refs(peer.name, peer.profile.driver, kernel_cipher=tunnel.plan.remote.cipher == "kernel")
-    expect_within(handed, decrypted, tol, "frames the 136 handed its engine vs frames the peer decrypted",
-                  ledger=m.ledger)
+    least = sum(tunnel.least_stream_packets(r) for r in results.values())
+    record.figure("packets the six streams must have made (at least)", least)
+    expect_conserved(m.ledger, tunnel.encrypted_refs("local"), tunnel.decrypted_refs("remote"),
+                     "frames the 136 handed its engine = frames the peer decrypted",
+                     drops=tunnel.tx_drop_refs("local"), tolerance=tunnel.tolerance("congested"), at_least=least)
+    tunnel.expect_offload_carried(m.ledger, "six streams at once")
 
 
 def _children(app, tunnel):

@@ -24,12 +24,14 @@ import re
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from plugin.lab import ping_argv
 from plugin.lab.errors import CommandTimeout, LabError, ParseError, ProfileError, TransportError
 from plugin.lab.measure import Snapshot
 from plugin.lab.remote import RunResult, argv
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MARK = "@@hil"
@@ -91,9 +93,9 @@ class RouteChange:
     """A route this suite added, so it can be removed exactly (teardown)."""
 
     prefix: str
-    family: str
-    gateway: str | None = None
-    interface: str | None = None
+    family: str  # ipv4 | ipv6
+    gateway: str | None = None  # route via this next hop, or
+    interface: str | None = None  # out of this interface (route add -interface)
 
 
 @dataclass
@@ -125,7 +127,6 @@ class ShellCommands:
     host: Any
     name: str
     command_timeout: float = 60.0
-    ping_extra: tuple[str, ...] = ()
 
     def _run(self, script: str, timeout: float | None = None) -> RunResult:
         return self.host.run(script, timeout=timeout or self.command_timeout)
@@ -141,26 +142,17 @@ class ShellCommands:
         interval: float | None = None,
         timeout: float | None = None,
     ) -> Any:
-        """``ping`` (FreeBSD merged ping; ``-6`` for IPv6) -> parsers.ping PingResult."""
-        family = family or _family_of(dst)
-        args: list[str | int] = ["ping"]
-        if family == "ipv6":
-            args.append("-6")
-        args += ["-c", count]
-        if size is not None:
-            args += ["-s", size]
-        if dont_fragment:
-            args.append("-D")
-        if source:
-            args += ["-S", source]
-        if interval is not None:
-            args += ["-i", f"{interval:g}"]
+        """``ping`` -> parsers.ping PingResult; ``timeout`` bounds the program (default:
+        one second per echo plus three). The flags are :meth:`ping_argv`'s."""
         deadline = int(timeout if timeout is not None else count * (interval or 1.0) + 3)
-        args += ["-t", deadline]
-        args += list(self.ping_extra)
-        args.append(dst)
-        r = self._run(argv(*args), timeout=deadline + 15)
+        req = ping_argv.PingRequest(dst, family or _family_of(dst), count, deadline, size, dont_fragment, source,
+                                    interval)
+        r = self._run(argv(*self.ping_argv(req)), timeout=deadline + 15)
         return parser("ping").parse(r.stdout, r.stderr, r.status)
+
+    def ping_argv(self, req: ping_argv.PingRequest) -> list[str | int]:
+        """FreeBSD's ping (the appliances); the bench overrides it with iputils'."""
+        return ping_argv.freebsd(req)
 
     def iperf3_server(self, port: int = 5201, bind: str | None = None, ready_timeout: float = 10.0) -> IperfServer:
         """Start a one-off (``-1``) iperf3 server in the background and wait until it listens."""
@@ -335,6 +327,12 @@ class Appliance(ShellCommands):
         r.check("setkey -D")
         return parser("setkey").parse(r.stdout)
 
+    def setkey_policies(self) -> Any:
+        """``setkey -DP`` -> parsers.setkey_spd SpdDump: the SPD, the policies each child installed."""
+        r = self._run("setkey -DP")
+        r.check("setkey -DP")
+        return parser("setkey_spd").parse(r.stdout)
+
     # ------------------------------------------------------------------ routes, interfaces
     def route_add(
         self, prefix: str, gateway: str | None = None, interface: str | None = None, family: str | None = None
@@ -422,20 +420,36 @@ class Appliance(ShellCommands):
         before = self._boottime()
         try:
             self._run("shutdown -r now", timeout=30)
-        except TransportError:
-            pass  # the session drops as the machine goes down
+        except TransportError as e:  # expected: the session drops as the machine goes down
+            log.debug("%s: shutdown -r now ended the session: %s", self.name, e)
         if not wait:
             return
+
+        def rebooted() -> str | None:
+            now = self._boottime()
+            return (now or "answering") if before is None or (now is not None and now != before) else None
+
+        self.when_back(rebooted, timeout=timeout, poll=poll, first_wait=True, what="shutdown -r now")
+
+    def when_back(self, read: Callable[[], T | None], *, timeout: float = 600, poll: float = 2.0,
+                  first_wait: bool = False, what: str = "losing its session") -> T:
+        """``read()`` once the appliance answers again: retried while its SSH session is gone
+        (TransportError: rebooting -- minutes on hardware) or while it returns None, until
+        ``timeout``; CommandTimeout then. The one wait for an appliance coming back, for
+        reboot() and for a test whose appliance rebooted under it."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            time.sleep(poll)
+        while True:
+            if first_wait:
+                time.sleep(poll)
+            first_wait = True
             try:
-                now = self._boottime()
+                got = read()
             except TransportError:
-                continue
-            if before is None or (now is not None and now != before):
-                return
-        raise CommandTimeout(f"{self.name}: not back {timeout:g} s after shutdown -r now")
+                got = None
+            if got is not None:
+                return got
+            if time.monotonic() >= deadline:
+                raise CommandTimeout(f"{self.name}: not back {timeout:g} s after {what}")
 
     def _boottime(self) -> str | None:
         r = self._run("sysctl -n kern.boottime", timeout=20)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from plugin.lab.errors import LabError
+from plugin.lab.errors import InvariantError, LabError
 from plugin.lab.remote import argv
 
 log = logging.getLogger(__name__)
@@ -66,9 +66,11 @@ class WireCapture:
             f"kill {self.pid} 2>/dev/null; true", timeout=30)
         try:
             self.pcap = self.host.read_file(self.path)
-        except Exception as e:
+        except LabError as e:
             if exc[0] is None:
                 raise CaptureError(f"{self.host.name}: cannot read {self.path}: {e}") from None
+            # the block's own error is the one to raise; the lost capture is only logged
+            log.warning("%s: capture %s not read: %s", self.host.name, self.path, e)
         finally:
             self.host.run(argv("rm", "-f", self.path, self.path + ".log"), timeout=30)
 
@@ -111,6 +113,25 @@ def packets(pcap: bytes) -> list[WirePacket]:
     return out
 
 
+def capture_pings(tunnel: Any, sizes: Iterable[int]) -> list[WirePacket]:
+    """The packets on the local end's outer port while its appliance pings the remote end's
+    inner address once for each ping data size in ``sizes`` (controlled inner lengths).
+
+    Why one function: every wire test (plain ESP, NAT-T) runs this same experiment and
+    then reads the capture its own way. A ping the tunnel did not answer leaves the
+    capture without the packets it is read for, so it fails here
+    (:class:`InvariantError`) rather than as a missing length later."""
+    app = tunnel.local
+    src, dst = tunnel.inner_address("local"), tunnel.inner_address("remote")
+    with WireCapture(app.host, tunnel.outer_ifname("local")) as cap:
+        for size in sizes:
+            r = app.ping(dst, size=size, count=1, source=src)
+            if r.received != 1:
+                raise InvariantError(f"{app.name}: a {size}-byte ping through the tunnel {tunnel.name} "
+                                     f"was not answered ({r.errors})")
+    return packets(cap.pcap)
+
+
 #: setkey's algorithm name -> scapy's (encryption, authentication). FreeBSD's setkey names
 #: AES-CBC "rijndael-cbc" (its old name); "aes-cbc" is accepted too.
 SCAPY_ALGS = {
@@ -138,8 +159,26 @@ def decrypt(packet: WirePacket, entry: Any) -> Any:
     return sa.decrypt(outer_cls(packet.raw))
 
 
+NATT_PORT = 4500
+
+
+def is_udp_esp(p: WirePacket) -> bool:
+    """ESP in UDP (RFC 3948, NAT-T): an IPv4 datagram to port 4500 whose payload is not the
+    non-ESP marker (4 zero bytes: IKE) nor a 1-byte NAT keepalive. ``decrypt`` takes it
+    as it is (scapy dissects UDP 4500 as ESP)."""
+    if p.proto != 17 or p.dport != NATT_PORT or p.fragment or ":" in p.src:
+        return False
+    payload = p.raw[(p.raw[0] & 15) * 4 + 8:]
+    return len(payload) >= 8 and payload[:4] != b"\0\0\0\0"
+
+
+def is_esp(p: WirePacket) -> bool:
+    """An ESP packet on the wire, plain (protocol 50) or UDP-encapsulated."""
+    return p.proto == 50 or is_udp_esp(p)
+
+
 def is_ike(p: WirePacket) -> bool:
-    return p.proto == 17 and p.dport in (500, 4500)
+    return p.proto == 17 and p.dport in (500, NATT_PORT) and not is_udp_esp(p)
 
 
 def addresses(*nets: str) -> list[Any]:

@@ -204,22 +204,7 @@ class DriverDeployment:
         self.backup = files.backup(self.host, self.module_file, self.journal_dir, self.run_id, self.timeout)
         self.steps.append(f"backed up {self.backup.describe()}")
         try:
-            try:
-                self.host.write_file_atomic(self.module_file, data, mode=MODULE_MODE)
-            except (TransportError, OSError) as exc:
-                raise DriverError(f"{self._where()}: upload failed: {exc}") from exc
-            self.steps.append(f"uploaded {len(data):,} bytes")
-            got = self.remote_md5()
-            if got != want.md5:
-                raise DriverError(f"{self._where()}: md5 on the appliance is {got}, the local file "
-                                  f"{self.local_path} has {want.md5}: the upload is not the build under test")
-            self.steps.append(f"md5 -q matches {want.md5}")
-            self.unload()
-            kernel_log = self.load()
-            now = self._state()
-            if now.md5 != want.md5 or not now.loaded:
-                raise DriverError(f"{self._where()}: after loading, module_info says [{now.text()}], "
-                                  f"expected md5 {want.md5}, loaded")
+            now, kernel_log = self._install(self.local_path, data, want)
         except BaseException as exc:
             log.error("%s: deploying %s failed (%s); restoring the previous module", self.appliance.name,
                       self.local_path, exc)
@@ -233,6 +218,43 @@ class DriverDeployment:
                                    kernel_log, list(self.steps))
         log.info("driver under test: %s", self.result.summary())
         return self.result
+
+    def _install(self, path: Path, data: bytes, want: ModuleBuild) -> tuple[ModuleBuild, list[str]]:
+        """Upload ``data`` over the module file, check its md5, unload, load, check kldstat."""
+        try:
+            self.host.write_file_atomic(self.module_file, data, mode=MODULE_MODE)
+        except (TransportError, OSError) as exc:
+            raise DriverError(f"{self._where()}: upload failed: {exc}") from exc
+        self.steps.append(f"uploaded {len(data):,} bytes")
+        got = self.remote_md5()
+        if got != want.md5:
+            raise DriverError(f"{self._where()}: md5 on the appliance is {got}, the local file "
+                              f"{path} has {want.md5}: the upload is not the build under test")
+        self.steps.append(f"md5 -q matches {want.md5}")
+        self.unload()
+        kernel_log = self.load()
+        now = self._state()
+        if now.md5 != want.md5 or not now.loaded:
+            raise DriverError(f"{self._where()}: after loading, module_info says [{now.text()}], "
+                              f"expected md5 {want.md5}, loaded")
+        return now, kernel_log
+
+    def switch_to(self, local_path: str | Path) -> ModuleBuild:
+        """Load another build in place of the running one, within a deployment.
+
+        Why: the merge decision (issue 14) measures parent and candidate in alternating
+        trials, so the run swaps builds many times; each swap is checked like a deploy
+        (md5, kldstat, kernel log) but takes no new backup -- the one ``deploy()`` took
+        still holds the appliance's original module, and ``restore()`` puts that back.
+        Raises ``DriverError`` (the caller decides whether the run can go on).
+        """
+        if self.backup is None:
+            raise DriverError(f"{self._where()}: switch_to({local_path}) before deploy(): nothing to restore "
+                              "the original module from")
+        data, want = local_build(local_path)
+        now, _ = self._install(Path(local_path), data, want)
+        log.info("%s: switched to %s (%s)", self.appliance.name, local_path, now.text())
+        return now
 
     def restore(self) -> ModuleBuild | None:
         """Put the previous module file back (byte-identical, sha256-checked) and reload it

@@ -17,6 +17,12 @@ association in hand: ``8 + EALG_MAX_BLOCK_LEN (64) + 9 + 16`` = 97, plus the out
 ``path_mtu - that`` gets ICMPv6 Packet Too Big with that MTU. The IPv4 twin
 (``ipsec4_check_pmtu``) only acts when ``net.inet.ipsec.dfbit`` asks it to; the
 appliance's own packets skip the gate and are limited by the exact arithmetic only.
+
+NAT traversal (``encap``, RFC 3948): the ESP packet rides in a UDP datagram (port 4500),
+8 more bytes per packet, for an IPv4 outer only (FreeBSD's ``udp_ipsec_output`` answers
+EAFNOSUPPORT for IPv6). The own limit shrinks by those 8 bytes (1,438 for AES-GCM over
+IPv4 on 1,500); the forwarded gate does not move: ``ipsec_hdrsiz_internal`` and
+``esp_hdrsiz`` add nothing for UDP ("XXX: for NAT-T we need to cosider UDP header size").
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ PING_OVERHEAD = {"ipv4": 20 + 8, "ipv6": 40 + 8}
 
 ESP_HEADER = 8  # SPI 4 + sequence number 4
 ESP_TRAILER = 2  # pad length 1 + next header 1
+UDP_ENCAP_HEADER = 8  # RFC 3948 2.1: sizeof(struct udphdr) before the SPI
 
 #: FreeBSD's EALG_MAX_BLOCK_LEN since ChaCha20 was added (16 in older trees).
 KERNEL_WORST_CASE_BLOCK = 64
@@ -96,25 +103,37 @@ def esp_payload_len(cipher: str, inner_len: int) -> int:
     return ESP_HEADER + s.iv + _round_up(inner_len + ESP_TRAILER, s.align) + s.icv
 
 
-def outer_packet_len(cipher: str, outer: str, inner_len: int) -> int:
-    """Bytes of the whole outer packet (outer IP header + ESP) carrying ``inner_len``."""
-    return _family(outer) + esp_payload_len(cipher, inner_len)
+def encap_header(outer: str, encap: bool) -> int:
+    """The UDP header NAT-T adds (0 without ``encap``); ValueError for an IPv6 outer, which
+    FreeBSD cannot encapsulate (sys/netipsec/udpencap.c udp_ipsec_output: EAFNOSUPPORT)."""
+    if not encap:
+        return 0
+    if _family(outer) != IP_HEADER["ipv4"]:
+        raise ValueError("UDP encapsulation (NAT-T) needs an IPv4 outer: FreeBSD's udp_ipsec_output "
+                         f"refuses {outer}")
+    return UDP_ENCAP_HEADER
 
 
-def esp_overhead(cipher: str, outer: str, inner_len: int) -> int:
-    """Bytes the tunnel adds to an ``inner_len`` packet (outer header, ESP framing, padding)."""
-    return outer_packet_len(cipher, outer, inner_len) - inner_len
+def outer_packet_len(cipher: str, outer: str, inner_len: int, *, encap: bool = False) -> int:
+    """Bytes of the whole outer packet (outer IP header [+ UDP] + ESP) carrying ``inner_len``."""
+    return _family(outer) + encap_header(outer, encap) + esp_payload_len(cipher, inner_len)
 
 
-def max_inner(cipher: str, outer: str, path_mtu: int) -> int:
+def esp_overhead(cipher: str, outer: str, inner_len: int, *, encap: bool = False) -> int:
+    """Bytes the tunnel adds to an ``inner_len`` packet (outer header, UDP, ESP framing, padding)."""
+    return outer_packet_len(cipher, outer, inner_len, encap=encap) - inner_len
+
+
+def max_inner(cipher: str, outer: str, path_mtu: int, *, encap: bool = False) -> int:
     """The largest inner packet whose ESP packet fits ``path_mtu`` exactly (no fragments).
 
-    1,446 (GCM, IPv4 outer, 1,500); 1,426 (GCM, IPv6); 1,438 / 1,406 (CBC+SHA-256).
+    1,446 (GCM, IPv4 outer, 1,500); 1,426 (GCM, IPv6); 1,438 / 1,406 (CBC+SHA-256);
+    with ``encap`` (UDP 4500) over IPv4: 1,438 (GCM, 8 less) / 1,422 (CBC+SHA-256: 16-byte alignment).
     This is the limit for the appliance's own packets (they skip the kernel's gate).
     """
     _check_len("path_mtu", path_mtu)
     s = suite(cipher)
-    room = path_mtu - _family(outer) - ESP_HEADER - s.iv - s.icv  # for padded payload+trailer
+    room = path_mtu - _family(outer) - encap_header(outer, encap) - ESP_HEADER - s.iv - s.icv
     largest = (room // s.align) * s.align - ESP_TRAILER
     if largest < 0:
         raise ValueError(f"path MTU {path_mtu} cannot carry any {cipher} packet over {outer}")

@@ -12,6 +12,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from plugin.lab import esp_math
+from plugin.lab.hardware import HardwareProfile
 from plugin.lab.topology import Topology, TunnelConfig
 
 #: Bytes of an IPv4/IPv6 + TCP header with timestamps (what iperf3's segments carry).
@@ -33,12 +34,6 @@ class Floor:
     def __str__(self) -> str:
         return (f"{self.mbit:.1f} Mbit/s = {self.link_mbit:g} Mbit/s link x {self.goodput_share:.3f} "
                 f"goodput share x {self.margin:g} margin ({self.why})")
-
-
-def path_mtu(topology: Topology, tunnel: str) -> int:
-    """The tunnel's path MTU: the smaller MTU of its two outer ports."""
-    t = topology.tunnels[tunnel]
-    return min(topology.port(t.local.host, t.local.port).mtu, topology.port(t.remote.host, t.remote.port).mtu)
 
 
 def goodput_share(config: TunnelConfig, mtu: int) -> float:
@@ -72,7 +67,7 @@ def throughput_floor(topology: Topology, tunnel: str, config: TunnelConfig, *, v
     if not rates:
         raise ValueError(f"tunnel {tunnel}: no rate_mbit on any port or link of its path; the floor needs one")
     link = min(rates)
-    mtu = path_mtu(topology, tunnel)
+    mtu = topology.path_mtu(tunnel)
     share = goodput_share(config, mtu)
     profile = topology.hosts[t.local.host].hardware
     margin = profile.floor_margin
@@ -85,25 +80,56 @@ def first_host(network: str) -> str:
     return str(next(ipaddress.ip_network(network, strict=False).hosts()))
 
 
-#: Which driver counters add up to "packets the engine encrypted" and "packets it decrypted
-#: and handed up" (DESIGN.md "Counter meanings"): octep counts every encryption in
-#: tx_encrypt and every delivery in rx_done (IPv6 included; the host queue's refusals in
-#: rx_queuefail); npuep splits by door (tx_taken forwarded, tx_accel own) and by family
-#: (rx_done IPv4, rx_v6 IPv6).
-ENCRYPTED = {"octep": ("tx_encrypt",), "npuep": ("tx_taken", "tx_accel")}
-DECRYPTED = {"octep": ("rx_done", "rx_queuefail"), "npuep": ("rx_done", "rx_v6")}
-#: The kernel's ESP statistics that stand for the same when an end runs the kernel's cipher.
+#: The kernel's ESP statistics that stand for the engine's counts when an end runs the
+#: kernel's cipher. Which *driver* counters add up to "packets the engine encrypted" and
+#: "packets it decrypted and handed up" is the model's: its profile's roles
+#: (plugin.lab.hardware, DESIGN.md "Counter meanings").
 KERNEL_ENCRYPTED = ("esp.sent-packets",)
 KERNEL_DECRYPTED = ("esp.received-packets",)
 
 
-def encrypted_refs(appliance: str, driver: str, kernel_cipher: bool = False) -> list[str]:
+def encrypted_refs(appliance: str, profile: HardwareProfile, kernel_cipher: bool = False) -> list[str]:
     """Ledger references whose deltas sum to the packets ``appliance`` encrypted."""
-    names = KERNEL_ENCRYPTED if kernel_cipher else ENCRYPTED[driver]
+    names = KERNEL_ENCRYPTED if kernel_cipher else profile.roles.encrypted
     return [f"{appliance}:{n}" for n in names]
 
 
-def decrypted_refs(appliance: str, driver: str, kernel_cipher: bool = False) -> list[str]:
+def decrypted_refs(appliance: str, profile: HardwareProfile, kernel_cipher: bool = False) -> list[str]:
     """Ledger references whose deltas sum to the packets ``appliance`` decrypted and handed up."""
-    names = KERNEL_DECRYPTED if kernel_cipher else DECRYPTED[driver]
+    names = KERNEL_DECRYPTED if kernel_cipher else profile.roles.decrypted
     return [f"{appliance}:{n}" for n in names]
+
+
+#: The kernel's ESP packet counters: on an end whose engine holds the associations they
+#: must not move while the tunnel carries traffic (page 001: "the 3300's kernel ESP counters
+#: did not move ... its engine took its side").
+KERNEL_ESP_PACKETS = ("esp.received-packets", "esp.sent-packets")
+#: The smallest TCP header (no options): dividing by the largest payload it leaves gives a
+#: packet count no stream can go below.
+TCP_MIN_HEADER = 20
+
+
+def kernel_esp_refs(appliance: str) -> list[str]:
+    """Ledger references of ``appliance``'s kernel ESP packet counters (in and out)."""
+    return [f"{appliance}:{n}" for n in KERNEL_ESP_PACKETS]
+
+
+def tx_drop_refs(appliance: str, profile: HardwareProfile, kernel_cipher: bool = False) -> list[str]:
+    """Ledger references of packets counted as encrypted, then dropped before leaving
+    (the profile's ``tx_drops`` role; none for the kernel's cipher, which counts a packet
+    only once it is queued)."""
+    return [] if kernel_cipher else [f"{appliance}:{n}" for n in profile.roles.tx_drops]
+
+
+def largest_tcp_payload(config: TunnelConfig, mtu: int) -> int:
+    """The most TCP payload one packet through the tunnel can carry: the largest inner
+    packet minus its IP header and the smallest TCP header."""
+    return esp_math.max_inner(config.cipher, config.outer, mtu) - esp_math.IP_HEADER[config.inner] - TCP_MIN_HEADER
+
+
+def least_packets(carried_bytes: int | None, largest_payload: int) -> int:
+    """The fewest packets that can carry ``carried_bytes`` of payload (ceiling division);
+    at least 1 -- a stream that reports nothing carried must not make a bound of 0."""
+    if largest_payload <= 0:
+        raise ValueError(f"largest payload must be positive, got {largest_payload}")
+    return max(1, -(-(carried_bytes or 0) // largest_payload))

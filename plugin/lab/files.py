@@ -22,7 +22,7 @@ import re
 import shlex
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from plugin.lab.errors import ParseError, ProvisionError
 from plugin.lab.remote import Host
@@ -44,8 +44,19 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+@dataclass(frozen=True, kw_only=True)
+class JournalEntry:
+    """Where an entry lies in the host's journal, which run wrote it, when and on which host
+    (what every kind of entry has; a dead run's entries are recovered by the next run)."""
+
+    journal_path: str
+    run_id: str
+    created: float = field(default_factory=time.time)
+    host: str = ""
+
+
 @dataclass(frozen=True)
-class Backup:
+class Backup(JournalEntry):
     """One file saved before a change. `sha256`/`size` describe the original (None/0 if
     it did not exist); `backup_path` is the copy on the host; `journal_path` the entry."""
 
@@ -54,38 +65,47 @@ class Backup:
     sha256: str | None
     size: int
     backup_path: str
-    journal_path: str
-    run_id: str
-    created: float = field(default_factory=time.time)
-    host: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, where: str) -> "Backup":
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ParseError(where, 1, text, f"journal entry is not JSON ({e})") from e
-        if not isinstance(d, dict):
-            raise ParseError(where, 1, text, f"journal entry: expected an object, found {type(d).__name__}")
-        want = {"path": str, "existed": bool, "size": int, "backup_path": str,
-                "journal_path": str, "run_id": str}
-        for k, t in want.items():
-            if not isinstance(d.get(k), t):
-                raise ParseError(where, 1, text, f"journal entry field {k}: expected {t.__name__}, "
-                                 f"found {d.get(k)!r}")
+        d = _journal_object(text, where, "journal entry", {"path": str, "existed": bool, "size": int,
+                                                           "backup_path": str, "journal_path": str, "run_id": str})
         if d["existed"] and not (isinstance(d.get("sha256"), str) and _HEX64.match(d["sha256"])):
             raise ParseError(where, 1, text, "journal entry field sha256: expected 64 hex digits")
         return cls(path=d["path"], existed=d["existed"], sha256=d.get("sha256"), size=d["size"],
                    backup_path=d["backup_path"], journal_path=d["journal_path"], run_id=d["run_id"],
-                   created=float(d.get("created", 0.0)), host=str(d.get("host", "")))
+                   **_stamp(d))
 
     def describe(self) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.created))
         state = f"{self.size} bytes, sha256 {self.sha256}" if self.existed else "absent before"
-        return f"{self.path} ({state}; backed up {when} by run {self.run_id})"
+        return f"{self.path} ({state}; backed up {_when(self.created)} by run {self.run_id})"
+
+
+def _journal_object(text: str, where: str, kind: str, want: dict[str, type]) -> dict[str, Any]:
+    """A journal file's JSON object whose ``want`` fields have their types; a ParseError
+    naming the file and the field otherwise (a damaged journal must not be half-applied)."""
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParseError(where, 1, text, f"{kind} is not JSON ({e})") from e
+    if not isinstance(d, dict):
+        raise ParseError(where, 1, text, f"{kind}: expected an object, found {type(d).__name__}")
+    for k, t in want.items():
+        if not isinstance(d.get(k), t):
+            raise ParseError(where, 1, text, f"{kind} field {k}: expected {t.__name__}, found {d.get(k)!r}")
+    return d
+
+
+def _stamp(d: dict[str, Any]) -> dict[str, Any]:
+    """When and on which host a journal entry was written (optional in older entries)."""
+    return {"created": float(d.get("created", 0.0)), "host": str(d.get("host", ""))}
+
+
+def _when(created: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(created))
 
 
 def _q(s: str) -> str:
@@ -135,8 +155,8 @@ def backup(host: Host, path: str, journal_dir: str = DEFAULT_JOURNAL_DIR, run_id
         # (an orphan copy would hold a PSK; an entry without its copy would fail recovery).
         try:
             host.run(argv_rm(bpath, jpath, jpath + ".tmp"), timeout=timeout)
-        except Exception:  # noqa: BLE001 -- the original error is the one to report
-            log.warning("%s: could not remove the unfinished backup %s", host.name, bpath)
+        except Exception as e:  # noqa: BLE001 -- the original error is the one to report
+            log.warning("%s: could not remove the unfinished backup %s: %s", host.name, bpath, e)
         raise
 
 
@@ -220,22 +240,31 @@ def argv_rm(*paths: str) -> str:
 
 def pending(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float = 60) -> list[Backup]:
     """Every journal entry on the host, oldest first."""
+    return _read_journal(host, journal_dir, ".json", Backup.from_json, f"list journal {journal_dir}", timeout)
+
+
+_Entry = TypeVar("_Entry", bound=JournalEntry)
+
+
+def _read_journal(host: Host, journal_dir: str, suffix: str, parse: Callable[[str, str], _Entry], what: str,
+                  timeout: float) -> list[_Entry]:
+    """The first line of every ``*suffix`` file in the journal, parsed, oldest first."""
     r = host.run(
         f"j={_q(journal_dir)}\n"
         + '[ -d "$j" ] || exit 0\n'
-        + 'for f in "$j"/*.json; do [ -f "$f" ] || continue; printf "%s\\t" "$f"; head -n 1 "$f"; done\n',
+        + f'for f in "$j"/*{suffix}; do [ -f "$f" ] || continue; printf "%s\\t" "$f"; head -n 1 "$f"; done\n',
         timeout=timeout,
-    ).check(f"list journal {journal_dir}")
+    ).check(what)
     entries = []
     for line in r.stdout.splitlines():
         fname, _, text = line.partition("\t")
-        entries.append(Backup.from_json(text, f"{host.name}:{fname}"))
+        entries.append(parse(text, f"{host.name}:{fname}"))
     entries.sort(key=lambda e: (e.created, e.journal_path))
     return entries
 
 
 @dataclass(frozen=True)
-class UndoEntry:
+class UndoEntry(JournalEntry):
     """A change that is not a file (a route, an interface flag, an address) and the sh
     script that reverts it, journalled on the host BEFORE the change is made: a run killed
     right after the change still leaves the recipe for the next run's `recover`. The
@@ -243,28 +272,14 @@ class UndoEntry:
 
     what: str
     script: str
-    journal_path: str
-    run_id: str
-    created: float = field(default_factory=time.time)
-    host: str = ""
 
     @classmethod
     def from_json(cls, text: str, where: str) -> "UndoEntry":
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ParseError(where, 1, text, f"undo entry is not JSON ({e})") from e
-        if not isinstance(d, dict):
-            raise ParseError(where, 1, text, f"undo entry: expected an object, found {type(d).__name__}")
-        for k in ("what", "script", "journal_path", "run_id"):
-            if not isinstance(d.get(k), str):
-                raise ParseError(where, 1, text, f"undo entry field {k}: expected str, found {d.get(k)!r}")
-        return cls(what=d["what"], script=d["script"], journal_path=d["journal_path"], run_id=d["run_id"],
-                   created=float(d.get("created", 0.0)), host=str(d.get("host", "")))
+        d = _journal_object(text, where, "undo entry", dict.fromkeys(("what", "script", "journal_path", "run_id"), str))
+        return cls(what=d["what"], script=d["script"], journal_path=d["journal_path"], run_id=d["run_id"], **_stamp(d))
 
     def describe(self) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.created))
-        return f"{self.what} (journalled {when} by run {self.run_id})"
+        return f"{self.what} (journalled {_when(self.created)} by run {self.run_id})"
 
 
 UNDO_SUFFIX = ".undo"
@@ -294,18 +309,8 @@ def forget_undo(host: Host, e: UndoEntry, timeout: float = 60) -> None:
 
 def pending_undos(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float = 60) -> list[UndoEntry]:
     """Every undo entry on the host, oldest first."""
-    r = host.run(
-        f"j={_q(journal_dir)}\n"
-        + '[ -d "$j" ] || exit 0\n'
-        + f'for f in "$j"/*{UNDO_SUFFIX}; do [ -f "$f" ] || continue; printf "%s\\t" "$f"; head -n 1 "$f"; done\n',
-        timeout=timeout,
-    ).check(f"list undo journal {journal_dir}")
-    out = []
-    for line in r.stdout.splitlines():
-        fname, _, text = line.partition("\t")
-        out.append(UndoEntry.from_json(text, f"{host.name}:{fname}"))
-    out.sort(key=lambda e: (e.created, e.journal_path))
-    return out
+    return _read_journal(host, journal_dir, UNDO_SUFFIX, UndoEntry.from_json, f"list undo journal {journal_dir}",
+                         timeout)
 
 
 def recover(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float = 60) -> list[str]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, Union
 
 from plugin.lab.errors import InvariantError, LabError
+from plugin.lab.timeshare import SETTLE, spent
 
 ESP_PREFIX = "esp."
 
@@ -62,6 +63,7 @@ class _Snapshots(Protocol):
     def snapshot(self) -> Snapshot: ...
 
 
+@spent(SETTLE)
 def settle(
     appliance: _Snapshots,
     interval: float = 0.5,
@@ -72,7 +74,8 @@ def settle(
 ) -> Snapshot:
     """Read snapshots until two consecutive reads are equal; return the last one.
 
-    Raises :class:`SettleTimeout` naming the counters that were still moving.
+    Raises :class:`SettleTimeout` naming the counters that were still moving. Its time,
+    the snapshots' SSH included, is the run's "settle" share (plugin.lab.timeshare).
     """
     start = clock()
     prev = appliance.snapshot()
@@ -302,14 +305,38 @@ def _fail(ledger: Ledger | None, text: str, detail: str) -> InvariantError:
     return InvariantError(msg)
 
 
-def expect_equal(ledger: Ledger, a: Ref, b: Ref, why: str) -> int:
-    """``delta(a) == delta(b)`` exactly ("the peer's ESP input +7,397,169 exactly")."""
+def expect_equal(ledger: Ledger, a: Ref, b: Ref, why: str, *, at_least: int | None = None) -> int:
+    """``delta(a) == delta(b)`` exactly ("the peer's ESP input +7,397,169 exactly").
+
+    ``at_least``: the packets the traffic asked must have moved (from iperf3's report or a
+    ping count) -- an equality that also holds at 0 = 0 proves nothing about a tunnel that
+    carried nothing, so the measurements pass it and the equality fails below it.
+    """
     va, vb = ledger.value(a), ledger.value(b)
-    text = f"{why}: {_describe(a)} = {_describe(b)}"
+    text = f"{why}: {_describe(a)} = {_describe(b)}" + (f", at least {at_least:,}" if at_least is not None else "")
     if va != vb:
         raise _fail(ledger, text, f"{_describe(a)} {va:+,} but {_describe(b)} {vb:+,} (differ by {va - vb:+,})")
+    if at_least is not None and va < at_least:
+        raise _fail(ledger, text, f"both {va:+,}, fewer than the {at_least:,} packets the traffic must have "
+                                  f"made: the tunnel did not carry it")
     _record(ledger, Check(text, True, f"both {va:+,}"))
     return va
+
+
+def expect_conserved(ledger: Ledger, sent: Ref, received: Ref, why: str, *, drops: Sequence[str],
+                     tolerance: float, at_least: int) -> int:
+    """``sent`` = ``received`` exactly, unless the ledger shows ``drops`` (packets counted as
+    sent and then dropped before they left: a full transmit queue) -- only then within
+    ``tolerance`` ("the congested tolerance only where the ledger shows drops"). Either way
+    at least ``at_least`` packets moved. Returns the sent count."""
+    dropped = ledger.value(list(drops)) if drops else 0
+    if dropped == 0:
+        return expect_equal(ledger, sent, received, why, at_least=at_least)
+    expect_within(sent, received, tolerance, f"{why} ({_describe(list(drops))} {dropped:+,}: congested)",
+                  ledger=ledger)
+    count = ledger.value(sent)
+    expect_at_least(count, at_least, f"{why}: the packets the traffic must have made", ledger=ledger)
+    return count
 
 
 def expect_zero(ledger: Ledger, names: Iterable[str] | str, why: str = "") -> None:

@@ -13,13 +13,16 @@ talks to a lab. Secrets never reach this module (swanctl texts come from
 from __future__ import annotations
 
 import datetime as _dt
+import html
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
+from plugin.lab.baseline import ApplianceEnv
 from plugin.lab.errors import InvariantError, LabError
+from plugin.lab.first_screen import summary_lines, verdict_lines
 from plugin.lab.measure import Check
 
 Outcome = Literal["passed", "failed", "broken", "skipped"]
@@ -60,16 +63,11 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class HardwareInfo:
-    """One appliance as the run found it (module md5/size, kernel)."""
+class HardwareInfo(ApplianceEnv):
+    """One appliance as the run found it: what a baseline keeps of it (the driver build,
+    the kernel) and, for the page, whether the module was loaded."""
 
-    appliance: str
-    model: str
-    driver: str
-    module_md5: str | None = None
-    module_size: int | None = None
     module_loaded: bool | None = None
-    kernel: str | None = None
 
 
 @dataclass
@@ -82,6 +80,9 @@ class RunInfo:
     command: str = ""
     hardware: list[HardwareInfo] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the run's answer for the first screen (e.g. candidate against parent); empty: the
+    #: page states the tests' own verdict
+    verdict: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -99,6 +100,8 @@ class PageEntry:
     ledgers: list[str] = field(default_factory=list)  # Ledger.table() texts
     plots: list[str] = field(default_factory=list)  # paths of PNGs
     duration: float = 0.0
+    tunnel_case: str | None = None  # e.g. "lab-v4in4-gcm" (plugin.lab.cases.TunnelCase.id)
+    known_issue: str | None = None  # KnownIssueVerdict.text(): the issue and whether it reproduced
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -119,6 +122,14 @@ def _first_line(s: str | None, limit: int = 300) -> str:
     return line[:limit]
 
 
+def _table(header: Sequence[str], align: str, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A Markdown table; ``align`` has one letter per column, ``l`` or ``r``."""
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
+    return ["| " + " | ".join(header) + " |", rule] + [
+        "| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows
+    ]
+
+
 def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = None) -> str:
     """The page's Markdown. Plot paths are made relative to ``base`` (the page's folder)."""
     counts = {o: sum(1 for e in entries if e.outcome == o) for o in OUTCOMES}
@@ -127,7 +138,10 @@ def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = 
     w = out.append
     w(f"# {run.title}")
     w("")
-    hw = ", ".join(f"{h.appliance} ({h.model})" for h in run.hardware) or "no appliance recorded"
+    out += verdict_lines(run.verdict, entries)
+    w("")
+    hw = ", ".join(f"{h.appliance} ({h.model}, {h.driver} md5 {(h.module_md5 or 'unknown')[:8]})"
+                   for h in run.hardware) or "no appliance recorded"
     lab = "the virtual lab" if run.virtual else "the hardware lab"
     w(f"Measured on {lab} `{run.topology}`, {when}: {hw}.")
     w("")
@@ -135,6 +149,10 @@ def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = 
         f"{len(entries)} tests: {counts['passed']} passed, {counts['failed']} failed (driver defect), "
         f"{counts['broken']} broken (lab problem), {counts['skipped']} skipped."
     )
+    w("")
+    out += summary_lines(entries)
+    w("")
+    w("---")
     if run.command:
         w("")
         w(f"Command: `{run.command}`")
@@ -145,34 +163,28 @@ def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = 
     w("")
     w("## The hardware and the driver build")
     w("")
-    w("| appliance | model | driver | module md5 | module size | loaded | kernel |")
-    w("|---|---|---|---|---:|---|---|")
-    for h in run.hardware:
-        size = f"{h.module_size:,} bytes" if h.module_size is not None else "unknown"
-        loaded = {True: "yes", False: "no", None: "unknown"}[h.module_loaded]
-        w(
-            f"| {_md_cell(h.appliance)} | {_md_cell(h.model)} | {_md_cell(h.driver)} | "
-            f"{_md_cell(h.module_md5 or 'unknown')} | {size} | {loaded} | {_md_cell(h.kernel or 'unknown')} |"
-        )
-    if not run.hardware:
-        w("| (none recorded) | | | | | | |")
+    out += _table(
+        ("appliance", "model", "driver", "module md5", "module size", "loaded", "kernel"), "llllrll",
+        [(h.appliance, h.model, h.driver, h.module_md5 or "unknown",
+          f"{h.module_size:,} bytes" if h.module_size is not None else "unknown",
+          {True: "yes", False: "no", None: "unknown"}[h.module_loaded], h.kernel or "unknown") for h in run.hardware]
+        or [("(none recorded)", "", "", "", "", "", "")],
+    )
 
     w("")
     w("## What ran")
     w("")
-    w("| test | page | hardware | outcome | seconds |")
-    w("|---|---|---|---|---:|")
-    for e in entries:
-        w(
-            f"| {_md_cell(e.title)} | {_md_cell(e.page or '-')} | {_md_cell(', '.join(e.hardware) or '-')} | "
-            f"{e.outcome} | {e.duration:.1f} |"
-        )
+    out += _table(("test", "page", "hardware", "outcome", "seconds"), "llllr",
+                  [(e.title, e.page or "-", ", ".join(e.hardware) or "-", e.outcome, f"{e.duration:.1f}")
+                   for e in entries])
 
     w("")
     w("## Results")
     for e in entries:
         if e.outcome == "skipped":
             continue
+        w("")
+        w(f"<details><summary>{html.escape(e.title)} -- {e.outcome}</summary>")
         w("")
         w(f"### {e.title}")
         w("")
@@ -186,18 +198,11 @@ def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = 
             w(f"**{kind}:** {_md_cell(_first_line(e.reason))}")
         if e.figures:
             w("")
-            w("| what | measured |")
-            w("|---|---:|")
-            for f in e.figures:
-                w(f"| {_md_cell(f.label)} | {_md_cell(f.text())} |")
+            out += _table(("what", "measured"), "lr", [(f.label, f.text()) for f in e.figures])
         if e.checks:
-            w("")
-            w("Invariants:")
-            w("")
-            for c in e.checks:
-                mark = "held" if c.held else "**BROKEN**"
-                detail = f" ({_md_cell(c.detail)})" if c.detail else ""
-                w(f"- {mark}: {_md_cell(c.text)}{detail}")
+            out += ["", "Invariants:", ""]
+            out += [f"- {'held' if c.held else '**BROKEN**'}: {_md_cell(c.text)}"
+                    + (f" ({_md_cell(c.detail)})" if c.detail else "") for c in e.checks]
         for t in e.ledgers:
             w("")
             w("```")
@@ -207,6 +212,8 @@ def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = 
             rel = os.path.relpath(p, base) if base else p
             w("")
             w(f"![{_md_cell(e.title)}: stream rates]({rel})")
+        w("")
+        w("</details>")
 
     broken_checks = [(e, c) for e in entries for c in e.checks if not c.held]
     w("")

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from plugin.lab.appliance import IperfServer, ShellCommands, _family_of, parser
+from plugin.lab import ping_argv
+from plugin.lab.appliance import IperfServer, ShellCommands
 from plugin.lab.errors import LabError
 from plugin.lab.remote import argv
+from plugin.lab.timeshare import PROBES, STREAM, TRAFFIC, spent
 
 log = logging.getLogger(__name__)
 
@@ -58,37 +60,17 @@ class BenchHost(ShellCommands):
     def __repr__(self) -> str:
         return f"BenchHost({self.name!r})"
 
-    def ping(
-        self,
-        dst: str,
-        size: int | None = None,
-        count: int = 5,
-        dont_fragment: bool = False,
-        source: str | None = None,
-        family: str | None = None,
-        interval: float | None = None,
-        timeout: float | None = None,
-    ) -> Any:
-        """iputils ``ping`` (``-M do`` for don't-fragment, ``-w`` deadline) -> PingResult."""
-        family = family or _family_of(dst)
-        args: list[str | int] = ["ping", "-6" if family == "ipv6" else "-4", "-c", count, "-n"]
-        if size is not None:
-            args += ["-s", size]
-        args += ["-M", "do" if dont_fragment else "dont"]
-        if source:
-            args += ["-I", source]
-        if interval is not None:
-            args += ["-i", f"{interval:g}"]
-        deadline = int(timeout if timeout is not None else count * (interval or 1.0) + 3)
-        args += ["-w", deadline, dst]
-        r = self._run(argv(*args), timeout=deadline + 15)
-        return parser("ping").parse(r.stdout, r.stderr, r.status)
+    def ping_argv(self, req: ping_argv.PingRequest) -> list[str | int]:
+        """iputils' ping (``-M do`` for don't-fragment, ``-w`` deadline)."""
+        return ping_argv.iputils(req)
 
+    @spent(PROBES)
     def probe(self, name: str, run_timeout: float = 120.0, **args: Any) -> dict:
         """Run ``python -m plugin.lab.probes.<name> --key value ...`` on the bench; its JSON.
 
         Keyword ``foo_bar=v`` becomes ``--foo-bar v``; ``True`` a bare flag; ``None`` omitted.
         ``run_timeout`` bounds the whole process (``timeout=`` is the probe's own option).
+        Its time is the run's "probes" share (plugin.lab.timeshare).
         """
         if not name.isidentifier():
             raise ProbeError(f"probe name {name!r} is not a module name")
@@ -185,14 +167,20 @@ def iperf_run(
     ``server_addr`` is the address the client connects to (the far side of the tunnel);
     ``bind`` the client's source address (``-B``, e.g. to be inside a child's selectors).
     Returns parsers.iperf3's IperfResult; the server is stopped whatever happens.
+
+    In the run's breakdown (plugin.lab.timeshare) the ``seconds`` asked are "traffic" and
+    everything else -- the server's start and stop, the client's connecting and final
+    exchange -- is "stream start/stop".
     """
-    srv: IperfServer = server.iperf3_server(port=port, bind=server_bind)
-    try:
-        return client.iperf3_client(
-            server_addr, port=port, seconds=seconds, streams=streams, reverse=reverse, bind=bind
-        )
-    finally:
-        srv.stop()
+    with spent(STREAM):
+        srv: IperfServer = server.iperf3_server(port=port, bind=server_bind)
+        try:
+            with spent(TRAFFIC, cap=seconds):
+                return client.iperf3_client(
+                    server_addr, port=port, seconds=seconds, streams=streams, reverse=reverse, bind=bind
+                )
+        finally:
+            srv.stop()
 
 
 # --------------------------------------------------------------------------- pings, bisection

@@ -8,7 +8,10 @@ The SA file (JSON, mode 0600, written by the suite and removed after) holds
 -- keys never on argv (visible in ps) and never printed. GCM's enc_key is 36 bytes
 (256-bit key + 4-byte salt, RFC 4106); CBC's 32 bytes with a 32-byte HMAC-SHA-256 key.
 
-Output: {"spi", "esp_packets", "decrypted", "failed", "inner_lengths": [...],
+UDP-encapsulated ESP (NAT-T, RFC 3948: UDP port 4500) is decrypted the same way (scapy
+dissects UDP 4500 as ESP); `udp_encapsulated` counts those packets.
+
+Output: {"spi", "esp_packets", "udp_encapsulated", "decrypted", "failed", "inner_lengths": [...],
 "inner_families": {"ipv4": n, "ipv6": n}, "payload_sha256": hex over the inner packets'
 transport payloads in capture order, "errors": [first few]}.
 """
@@ -93,7 +96,7 @@ def parse_args(argv: Sequence[str]):
 
 def decrypt(packets, spi: int, sa: dict, max_list: int = 10000) -> dict:
     """Decrypt every ESP packet of ``spi`` in ``packets`` (pure; used by main and tests)."""
-    from scapy.layers.inet import IP
+    from scapy.layers.inet import IP, UDP
     from scapy.layers.inet6 import IPv6
     from scapy.layers.ipsec import ESP, SecurityAssociation
 
@@ -102,12 +105,13 @@ def decrypt(packets, spi: int, sa: dict, max_list: int = 10000) -> dict:
     lengths: list[int] = []
     families: Counter[str] = Counter()
     errors: list[str] = []
-    n = ok = bad = 0
+    n = ok = bad = in_udp = 0
     sas: dict[tuple[str, str], SecurityAssociation] = {}
     for p in packets:
         if not p.haslayer(ESP) or int(p[ESP].spi) != spi:
             continue
         n += 1
+        in_udp += int(p[ESP].underlayer is not None and isinstance(p[ESP].underlayer, UDP))
         outer = p.getlayer(IP) or p.getlayer(IPv6)
         key = (outer.src, outer.dst)
         if key not in sas:
@@ -132,6 +136,7 @@ def decrypt(packets, spi: int, sa: dict, max_list: int = 10000) -> dict:
     return {
         "spi": f"0x{spi:08x}",
         "esp_packets": n,
+        "udp_encapsulated": in_udp,
         "decrypted": ok,
         "failed": bad,
         "inner_lengths": lengths,

@@ -52,10 +52,18 @@ def _family(version: int) -> int:
 
 
 def _lookup(ipr, dst: str, family: int) -> dict | None:
+    """The route the kernel would use for ``dst``, or None when it has none (the kernel
+    answers ENETUNREACH/EHOSTUNREACH as a NetlinkError; any other error is raised)."""
+    import errno
+
+    from pyroute2.netlink.exceptions import NetlinkError
+
     try:
         routes = ipr.route("get", dst=dst, family=family)
-    except Exception:  # NetlinkError: unreachable
-        return None
+    except NetlinkError as e:
+        if e.code in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return None
+        raise
     if not routes:
         return None
     r = routes[0]

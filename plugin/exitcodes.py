@@ -1,0 +1,32 @@
+"""The suite's own exit codes, in one place (pytest's are 0-6: see ``pytest.ExitCode``).
+
+Why an enum: a CI job branches on these numbers ("the lab did not come up" is not "the
+driver regressed"); spread over modules they drifted and collided once. Values are part of
+the interface: never renumber one.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class HilExitCode(enum.IntEnum):
+    #: The virtual lab could not be brought up (or its resolved lab file is invalid).
+    LAB_NOT_UP = 17
+    #: ``--gate`` with ``--baseline``: a rate fell below the baseline's noise band.
+    GATE_REGRESSION = 18
+    #: ``--driver``: the build under test could not be deployed (the previous one is back).
+    DRIVER_DEPLOY_FAILED = 19
+    #: ``--driver``: the previous build could not be restored (the journal keeps it).
+    DRIVER_RESTORE_FAILED = 20
+    #: ``--gate``: none of the baseline's rates was measured by this run (nothing compared).
+    GATE_NOTHING_COMPARED = 21
+    #: ``--parent-driver``: a rate figure of the candidate is a regression against its parent
+    #: (the tests themselves passed; a failed test's exit status 1 takes precedence).
+    CANDIDATE_REGRESSION = 22
+    #: ``--parent-driver``: the comparison could not be measured (the lab broke during it,
+    #: or the candidate was never deployed): no verdict, which is not a pass.
+    COMPARISON_NOT_MEASURED = 23
+    #: preflight (every run's first phase, or ``--hil-preflight``): the lab is not ready
+    #: (a module missing, charon down, a port's address or MTU wrong, a bench tool missing).
+    PREFLIGHT_FAILED = 24

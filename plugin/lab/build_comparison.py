@@ -1,0 +1,168 @@
+"""Candidate against parent on one tunnel: alternate the builds, measure, judge (issue 14).
+
+Why a phase of its own, after the functional tests: the functional tests judge the
+candidate alone; the merge question -- "does this build make anything worse than the
+build it replaces, on this lab, today?" -- needs both builds measured side by side. The
+builds are swapped on the tunnel's appliances (``DriverDeployment.switch_to``: md5,
+kldstat and kernel log checked at every swap) in the order
+:func:`plugin.lab.decision.compare.interleaved_schedule` gives (parent, candidate,
+candidate, parent, ...), after each swap one discarded warm-up stream (the first stream after a swap is slow while
+the driver re-attaches: on the twin it cost up to 40 % and made identical builds read as a
+regression), each trial measures every figure, and the paired bootstrap rule
+of :func:`plugin.lab.decision.compare.compare_trials` gives the verdict per figure. The
+candidate is loaded again at the end, so whatever restores the appliance's own build
+afterwards (the ``--driver`` plugin) finds the state it left.
+
+The SAs stay installed across a swap: the twin re-offloads them when the driver attaches
+again; on hardware a driver that loses its SAs on reload shows as a failed trial (the
+iperf3 error names it) and the phase reports "not measured", never a verdict.
+
+Library code: no pytest. The caller holds the tunnel (and with it both appliances' locks).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plugin.lab.decision.compare import (CANDIDATE, PARENT, Comparison, Direction, Rule, compare_trials,
+                                         interleaved_schedule)
+from plugin.lab.driver import DriverDeployment, ModuleBuild, local_build
+from plugin.lab.errors import LabError
+from plugin.lab.traffic import iperf_run
+
+log = logging.getLogger(__name__)
+
+#: The figures each trial measures: one TCP stream, bench -> remote LAN ("up") and back.
+FIGURES = ("up", "down")
+
+
+class ComparisonError(LabError):
+    """A trial could not be measured (iperf3 error, a swap that failed): no verdict."""
+
+
+@dataclass(frozen=True)
+class Builds:
+    """The two builds of one model: what the run replaces, and what it proposes."""
+
+    model: str
+    parent: Path
+    candidate: Path
+
+    def path(self, role: str) -> Path:
+        return self.parent if role == PARENT else self.candidate
+
+    def identity(self, role: str) -> ModuleBuild:
+        return local_build(self.path(role))[1]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One measurement of one figure under one build, in measurement order."""
+
+    index: int
+    role: str
+    figure: str
+    mbit: float
+    started: float  # seconds since the phase started
+
+
+@dataclass
+class BuildComparison:
+    """Everything the page, the plot and the exit status need about one model's comparison."""
+
+    model: str
+    tunnel_case: str
+    builds: Builds
+    pairs: int
+    trial_seconds: float
+    trials: list[Trial] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+    swaps: int = 0
+    warmups: list[float] = field(default_factory=list)  # Mbit/s of the discarded trial after each swap
+    wall_seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def regressions(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.verdict.value == "regression"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "tunnel_case": self.tunnel_case, "pairs": self.pairs,
+            "trial_seconds": self.trial_seconds, "swaps": self.swaps, "warmups": self.warmups, "wall_seconds": round(self.wall_seconds, 1),
+            "parent": str(self.builds.parent), "candidate": str(self.builds.candidate), "error": self.error,
+            "trials": [t.__dict__ for t in self.trials], "comparisons": [c.to_dict() for c in self.comparisons],
+        }
+
+
+def figure_name(figure: str, seconds: float) -> str:
+    return f"1 TCP stream {figure}, {seconds:g} s"
+
+
+def _measure(active: Any, figure: str, seconds: float) -> float:
+    """One TCP stream through the tunnel between the bench and the remote end (Mbit/s)."""
+    target, src = active.inner_address("remote"), active.bench_inner_address("local")
+    res = iperf_run(active.bench, active.remote, target, seconds=seconds, reverse=figure == "down", bind=src)
+    if not res.ok or not res.received_bps:
+        raise ComparisonError(f"{active.name}: iperf3 {figure}: {res.error or 'no bytes received'}")
+    return res.received_bps / 1e6
+
+
+def _switch(deployments: Sequence[DriverDeployment], path: Path) -> None:
+    for dep in deployments:
+        try:
+            dep.switch_to(path)
+        except LabError as exc:
+            raise ComparisonError(f"swapping to {path} on {dep.appliance.name}: {exc}") from exc
+
+
+def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds: Builds, *,
+                   pairs: int, seconds: float, rule: Rule | None = None,
+                   figures: Sequence[str] = FIGURES) -> BuildComparison:
+    """Measure ``figures`` on ``active`` (an ActiveTunnel with a bench route in place) in
+    ``pairs`` interleaved pairs of trials and judge each figure.
+
+    ``deployments``: the ``--driver`` deployments of the tunnel's appliances of this model
+    (already deployed: their backup holds the appliance's own module). A trial that
+    cannot be measured ends the phase with ``error`` set and no comparisons.
+    """
+    out = BuildComparison(builds.model, active.name, builds, pairs, seconds)
+    t0 = time.monotonic()
+    loaded: str | None = CANDIDATE  # --driver deployed the candidate
+    try:
+        for index, role in enumerate(interleaved_schedule(pairs)):
+            if role != loaded:
+                loaded = None  # unknown until the swap succeeded
+                _switch(deployments, builds.path(role))
+                out.swaps += 1
+                loaded = role
+                # discarded: the first stream after a swap ran 10-40 % slow on the twin
+                # (the driver re-attaching re-offloads the SAs and resyncs routes)
+                out.warmups.append(round(_measure(active, figures[0], seconds), 3))
+            for figure in figures:
+                started = time.monotonic() - t0
+                mbit = _measure(active, figure, seconds)
+                out.trials.append(Trial(index, role, figure_name(figure, seconds), round(mbit, 3), round(started, 2)))
+                log.info("comparison %s trial %d %s %s: %.1f Mbit/s", builds.model, index, role, figure, mbit)
+    except ComparisonError as exc:
+        out.error = str(exc)
+    finally:
+        if loaded != CANDIDATE:  # the parent, or a swap that failed half-way
+            try:
+                _switch(deployments, builds.candidate)
+                out.swaps += 1
+            except ComparisonError as exc:
+                out.error = f"{out.error}; AND the candidate could not be loaded again: {exc}" if out.error else str(exc)
+        out.wall_seconds = time.monotonic() - t0
+    if out.error is None:
+        for figure in figures:
+            name = figure_name(figure, seconds)
+            trials = [(t.role, t.mbit) for t in out.trials if t.figure == name]
+            out.comparisons.append(compare_trials(name, trials, direction=Direction.HIGHER_IS_BETTER,
+                                                  unit="Mbit/s", rule=rule))
+    return out

@@ -1,0 +1,131 @@
+"""One injection: frames sent by the peer (or a bench port), tags counted on the far LAN.
+
+Why shell-only file handling: the programs (scripts.py) are written by the same sh script
+that starts them, so nothing relies on SFTP and the shell seeing the same /tmp (the virtual
+lab maps SFTP paths); the frames travel as the sender's stdin.  The receiver starts first
+and says it is listening (a ready file, checked by the starting script); the sender sends
+the whole batch -- one process, the frames paced -- and the END frame last; the receiver
+stops shortly after END arrives (or at its cap, when END itself was lost).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import struct
+import time
+from dataclasses import dataclass, field
+
+from plugin.lab.remote.shell import Host, argv, random_token
+
+from .craft import Frame, Inner, InjectError
+from .scripts import RECEIVER, SENDER
+
+log = logging.getLogger(__name__)
+PYTHON = "python3"
+TRANSFER_BPS = 250_000
+"""A floor for how fast a batch reaches the sender over its shell (bytes/s; the virtual
+lab's Python sshd on a loaded 2-core machine), used only to size the waits."""
+
+
+@dataclass(frozen=True)
+class WirePath:
+    """The outer path: frames to `dst` (the appliance under test), from `src` if given."""
+
+    dst: str
+    src: str | None = None
+
+
+@dataclass
+class Delivery:
+    """What the far LAN saw of one batch."""
+
+    frames: list[Frame] = field(repr=False)
+    counts: dict[int, int]
+    lengths: dict[int, int]  # UDP payload bytes per index
+    end_seen: bool
+    sent: int
+    failed: int
+    send_seconds: float
+    seconds: float  # receiver start to result, wall time of the whole injection
+    other: int = 0
+
+    def times(self, frame: Frame) -> int:
+        """How often the frame's inner packet came out on the far LAN."""
+        return self.counts.get(frame.index, 0)
+
+    def delivered(self) -> list[Frame]:
+        return [f for f in self.frames if self.times(f)]
+
+    def lost(self) -> list[Frame]:
+        return [f for f in self.frames if not self.times(f)]
+
+    def duplicated(self) -> list[Frame]:
+        return [f for f in self.frames if self.times(f) > 1]
+
+    def inner_len(self, frame: Frame, family: str) -> int | None:
+        """The delivered inner packet's length (IP + UDP + payload), None if not delivered."""
+        n = self.lengths.get(frame.index)
+        return None if n is None else n + (20 if family == "ipv4" else 40) + 8
+
+
+def _program(path: str, text: str) -> str:
+    """sh lines that write a program to `path` (a here-document: same host, same /tmp)."""
+    return f"cat > {shlex.quote(path)} <<'__HIL_WIRE_EOF__'\n{text.strip()}\n__HIL_WIRE_EOF__\n"
+
+
+def _blob(frames: list[Frame]) -> bytes:
+    return b"".join(struct.pack("!H", len(f.esp)) + f.esp for f in frames)
+
+
+def inject(sender: Host, receiver: Host, path: WirePath, inner: Inner, frames: list[Frame],
+           end: Frame, *, pps: float = 4000.0, rate_mbit: float | None = None,
+           cap: float | None = None) -> Delivery:
+    """Send `frames` then `end` from `sender` along `path`; count tags on `receiver`.
+
+    The receiver listens on inner.dst / inner.port (an address of the host behind the
+    appliance under test).  `rate_mbit` paces the bytes (None: frames/s only).  `cap`
+    bounds the receiver's wait (default: the paced sending and transfer time plus 10 s).  InjectError when a program cannot start or answer.
+    """
+    tok = random_token()
+    base = f"/tmp/hil-wire-{tok}"
+    batch = [*frames, end]
+    blob = _blob(batch)
+    # the frames travel base64 in the sender's script: a jumbo path's sweep is ~40 MB
+    transfer = len(blob) / TRANSFER_BPS
+    paced = max(len(batch) / pps, len(blob) * 8 / (rate_mbit * 1e6) if rate_mbit else 0.0)
+    cap = cap if cap is not None else paced + 10.0 + transfer
+    t0 = time.monotonic()
+    start = _program(f"{base}-recv.py", RECEIVER) + "\n".join([
+        f"nohup {argv(PYTHON, base + '-recv.py', inner.family, inner.dst, inner.port, inner.token.hex(), base + '-ready', f'{cap:g}', base + '-out')}"
+        f" > /dev/null 2> {base}-err < /dev/null &",
+        "p=$!", "i=0",
+        "while [ $i -lt 200 ]; do",
+        f"  [ -f {base}-ready ] && {{ echo $p; exit 0; }}",
+        "  kill -0 $p 2>/dev/null || break", "  sleep 0.05; i=$((i+1))", "done",
+        f"cat {base}-err >&2; exit 1", ""])
+    receiver.run(start, timeout=30).check(f"wire receiver on {receiver.name}")
+    try:
+        send = _program(f"{base}-send.py", SENDER) + argv(PYTHON, f"{base}-send.py", path.dst, path.src or "-", f"{pps:g}",
+                                                                 f"{(rate_mbit or 0) * 1e6:g}") \
+            + f"\nst=$?; rm -f {base}-send.py; exit $st\n"
+        res = sender.run(send, stdin=blob, timeout=cap + 30).check(f"wire sender on {sender.name}")
+        sent = json.loads(res.stdout.strip().splitlines()[-1])
+        wait = "\n".join([
+            "i=0", f"while [ ! -s {base}-out ] && [ $i -lt {int(cap * 20) + 100} ]; do sleep 0.05; i=$((i+1)); done",
+            f"cat {base}-out", f"[ -s {base}-out ] || {{ cat {base}-err >&2; exit 1; }}", ""])
+        got = json.loads(receiver.run(wait, timeout=cap + 30).check(f"wire receiver on {receiver.name}").stdout.strip())
+    except (ValueError, IndexError) as exc:
+        raise InjectError(f"wire injection: unreadable answer ({exc})") from None
+    finally:
+        receiver.run(f"rm -f {base}-recv.py {base}-ready {base}-out {base}-out.tmp {base}-err\n", timeout=30)
+    d = Delivery(frames=list(frames), counts={int(k): v for k, v in got["counts"].items()},
+                 lengths={int(k): v for k, v in got["lengths"].items()}, end_seen=bool(got["end"]),
+                 sent=int(sent["sent"]), failed=int(sent["failed"]), send_seconds=float(sent["seconds"]),
+                 seconds=time.monotonic() - t0, other=int(got.get("other", 0)))
+    log.info("wire injection %s -> %s: %d frames sent (%d failed, %d waits on a full local queue) in %.2fs, "
+             "%d delivered, end %s", sender.name, path.dst, d.sent, d.failed, int(sent.get("queue_full", 0)),
+             d.send_seconds, len(d.delivered()), d.end_seen)
+    if d.failed:
+        log.warning("wire injection: sender errors %s", sent.get("errors"))
+    return d

@@ -1,0 +1,109 @@
+"""The two stdlib-only programs the injection runs on lab hosts, as text.
+
+Why stdlib only: the sender runs on the peer appliance (OPNsense's python3, no scapy) and
+the receiver on the bench; both are written to /tmp there for one run.  Neither carries a
+key: the sender reads ready-made ESP frames from stdin (2-byte length, frame), the
+receiver only counts tags.
+
+SENDER argv: DST [SRC] [PPS] [BPS] -- one raw IPPROTO_ESP socket (the kernel adds the outer
+header), frames paced to PPS and BPS bits/s (0: no byte limit; the ports' queues are not
+the subject: a jumbo sweep at 4,000 frames/s overruns a 100 Mbit/s port), DF set
+where the OS allows it so a frame over the path MTU fails instead of fragmenting.
+A full local interface queue (ENOBUFS, EAGAIN) is this host's, not the path's: the frame
+is sent again after a backoff (1 ms doubling, about half a second in all), counted in
+"queue_full"; only a frame that still cannot go counts as failed.
+Prints {"sent": n, "failed": n, "errors": {errno: n}, "queue_full": n, "seconds": s}.
+
+RECEIVER argv: FAMILY ADDR PORT TOKEN_HEX READY_PATH CAP_SECONDS OUT_PATH -- one UDP socket;
+counts datagrams whose payload starts with MAGIC + TOKEN by index and records each index's
+payload length; stops GRACE seconds after the END tag arrived, or after CAP_SECONDS.
+Writes {"counts": {index: n}, "lengths": {index: payload bytes}, "end": bool, "other": n}
+to OUT_PATH at once (a temporary file renamed over it): the caller polls for the file, and
+a jumbo sweep's answer is tens of kilobytes -- printed through a redirect it appeared in
+8 KiB blocks and a poll once read the first three of them (a JSON cut at byte 24,576).
+"""
+from __future__ import annotations
+
+SENDER = r'''
+import errno, json, socket, struct, sys, time
+dst = sys.argv[1]
+src = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None
+pps = float(sys.argv[3]) if len(sys.argv) > 3 else 4000.0
+bps = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_RAW, 50)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+if fam == socket.AF_INET:  # Linux IP_MTU_DISCOVER = IP_PMTUDISC_DO; FreeBSD IP_DONTFRAG
+    s.setsockopt(socket.IPPROTO_IP, *((10, 2) if sys.platform.startswith("linux") else (67, 1)))
+else:
+    s.setsockopt(socket.IPPROTO_IPV6, 62, 1)  # IPV6_DONTFRAG on both
+if src:
+    s.bind((src, 0))
+data = sys.stdin.buffer.read()
+addr = (dst, 0, 0, 0) if fam == socket.AF_INET6 else (dst, 0)
+sent = failed = off = nbytes = queue_full = 0
+errs = {}
+t0 = time.monotonic()
+while off < len(data):
+    (n,) = struct.unpack_from("!H", data, off)
+    frame = data[off + 2:off + 2 + n]
+    off += 2 + n
+    due = t0 + max(sent / pps, nbytes * 8 / bps if bps else 0.0)
+    now = time.monotonic()
+    if due > now:
+        time.sleep(due - now)
+    backoff = 0.001
+    while True:
+        try:
+            s.sendto(frame, addr)
+            sent += 1
+            nbytes += n + 40
+            break
+        except OSError as e:
+            # ENOBUFS/EAGAIN: this host's own interface queue is full -- not the path under
+            # test; wait for it to drain and send the same frame again (as iperf3 does)
+            if e.errno in (errno.ENOBUFS, errno.EAGAIN) and backoff <= 0.256:
+                queue_full += 1
+                time.sleep(backoff)
+                backoff *= 2
+                continue
+            failed += 1
+            errs[errno.errorcode.get(e.errno, str(e.errno))] = errs.get(errno.errorcode.get(e.errno, str(e.errno)), 0) + 1
+            break
+print(json.dumps({"sent": sent, "failed": failed, "errors": errs, "queue_full": queue_full,
+                  "seconds": round(time.monotonic() - t0, 3)}))
+'''
+
+RECEIVER = r'''
+import json, os, select, socket, struct, sys, time
+fam = socket.AF_INET6 if sys.argv[1] == "ipv6" else socket.AF_INET
+addr, port, token, ready, cap = sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4]), sys.argv[5], float(sys.argv[6])
+out = sys.argv[7]
+MAGIC, END, GRACE = b"HILW", 0xFFFFFFFF, 0.3
+s = socket.socket(fam, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+s.bind((addr, port))
+open(ready, "w").close()
+counts, lengths, other, end_at = {}, {}, 0, None
+stop = time.monotonic() + cap
+while True:
+    now = time.monotonic()
+    limit = min(stop, end_at + GRACE) if end_at is not None else stop
+    if now >= limit:
+        break
+    if not select.select([s], [], [], limit - now)[0]:
+        continue
+    data = s.recv(65535)
+    if data[:8] != MAGIC + token:
+        other += 1
+        continue
+    (i,) = struct.unpack_from("!I", data, 8)
+    if i == END:
+        end_at = time.monotonic()
+        continue
+    counts[i] = counts.get(i, 0) + 1
+    lengths[i] = len(data)
+with open(out + ".tmp", "w") as f:
+    f.write(json.dumps({"counts": counts, "lengths": lengths, "end": end_at is not None, "other": other}))
+os.replace(out + ".tmp", out)
+'''

@@ -1,0 +1,98 @@
+"""NAT traversal (issue 13): ESP in UDP 4500 (RFC 3948), forced with `encap = yes`.
+
+Only tunnels with ``encap: true`` (topologies: natt, natt136; IPv4 outer, as FreeBSD's
+udp_ipsec_output allows). Expectations are plugin.lab.esp_math's formulas: the
+appliance's own largest inner packet is 8 bytes smaller than without encapsulation
+(1,438 for AES-GCM over IPv4 on a 1,500-byte path); the wire carries UDP 4500 frames of
+the formula's length that scapy decrypts with setkey's keys; conservation holds, carried
+by the driver where the model offloads NAT-T (registry: ``offloads_udp_encap``) and by
+the kernel's ESP counters -- the driver's staying still -- where it does not.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from plugin.lab import esp_math, expect
+from plugin.lab.capture import CaptureError, capture_pings, decrypt, is_udp_esp
+from plugin.lab.measure import expect_equal, expect_zero
+
+pytestmark = [pytest.mark.tunnels(encap=True, children="one")]
+
+SIZES = (100, 1000)  # ping data bytes: controlled inner lengths
+
+
+def test_natt_own_largest_is_8_bytes_smaller(tunnel, record, meter):
+    """The appliance's own largest inner packet with NAT-T passes, one more byte is refused."""
+    cfg, mtu = tunnel.config, tunnel.path_mtu
+    plain = esp_math.max_inner(cfg.cipher, cfg.outer, mtu)
+    largest = esp_math.max_inner(cfg.cipher, cfg.outer, mtu, encap=True)
+    record.figure(f"largest own inner packet with NAT-T (path MTU {mtu})", largest, "bytes")
+    record.figure("without NAT-T", plain, "bytes")
+    app, src, dst = tunnel.local, tunnel.inner_address("local"), tunnel.inner_address("remote")
+    data = esp_math.ping_data_for_inner(largest, cfg.inner)
+    ok = app.ping(dst, size=data, count=3, dont_fragment=True, source=src)
+    assert ok.received, (f"{app.name}: a {data}-byte ping (inner {largest}, the exact limit in UDP 4500 for "
+                         f"{cfg.cipher} on a {mtu}-byte path) was not answered: {ok.errors}")
+    with meter(app, title="one byte more than fits in UDP 4500") as m:
+        big = app.ping(dst, size=data + 1, count=3, dont_fragment=True, source=src)
+    assert not big.received, (f"{app.name}: a {data + 1}-byte ping (inner {largest + 1}) was answered; with "
+                              f"NAT-T it must be refused (8 bytes less than the plain {plain})")
+    assert big.emsgsize_count > 0 or big.status in (2, 71), (
+        f"{app.name}: the too-big own packet must be refused with EMSGSIZE; status {big.status}, {big.errors}")
+    kernel = expect.encrypted_refs(app.name, app.profile, kernel_cipher=True)
+    expect_zero(m.ledger, expect.encrypted_refs(app.name, app.profile) + kernel,
+                "a refused packet never reaches an ESP engine (driver or kernel)")
+
+
+def test_natt_wire_is_udp_4500_that_scapy_decrypts(tunnel, record):
+    """Only UDP 4500 frames of the formula's length cross the wire, and scapy decrypts them."""
+    cfg, app, src = tunnel.config, tunnel.local, tunnel.inner_address("local")
+    wire = capture_pings(tunnel, SIZES)
+    out_addr = tunnel.outer_address("local")
+    assert not [p for p in wire if p.proto == 50], "plain ESP (protocol 50) on the wire of a NAT-T tunnel"
+    esp_out = [p for p in wire if is_udp_esp(p) and p.src == out_addr]
+    record.figure("UDP 4500 ESP frames sent by the appliance", len(esp_out))
+    lengths = sorted({p.length for p in esp_out})
+    for size in SIZES:
+        want = esp_math.outer_packet_len(cfg.cipher, cfg.outer, esp_math.inner_for_ping_data(size, cfg.inner),
+                                         encap=True)
+        assert want in lengths, f"no UDP 4500 frame of {want} bytes for {size}-byte pings; lengths seen: {lengths}"
+    keys = {e.spi: e for e in app.setkey_sas().entries if e.src == out_addr}
+    for p in esp_out:
+        spi = int.from_bytes(p.raw[20 + esp_math.UDP_ENCAP_HEADER:][:4], "big")
+        entry = keys.get(spi)
+        assert entry is not None, f"UDP-encapsulated ESP with SPI {spi:#010x} has no association on {app.name}"
+        try:
+            inner = decrypt(p, entry)
+        except CaptureError:
+            raise
+        except Exception as exc:  # scapy's integrity/padding errors: the invariant is broken
+            raise AssertionError(f"SPI {spi:#010x}: a UDP 4500 frame of {p.length} bytes does not authenticate "
+                                 f"and decrypt with the association's keys ({type(exc).__name__})") from None
+        assert inner.src == src, f"SPI {spi:#010x}: decrypted inner source {inner.src}, expected {src}"
+    assert esp_out, "no UDP-encapsulated ESP from the appliance captured"
+
+
+def test_natt_conservation_offload_or_fallback(tunnel, record, meter):
+    """Conservation through NAT-T; the driver carries it where the model offloads NAT-T, else the kernel."""
+    app, peer = tunnel.local, tunnel.remote
+    with meter(app, peer, title="own pings through the NAT-T tunnel") as m:
+        r = app.ping(tunnel.inner_address("remote"), size=200, count=50, interval=0.02,
+                     source=tunnel.inner_address("local"))
+    assert r.received == r.transmitted == 50, f"{app.name}: {r.received} of {r.transmitted} pings answered"
+    L, refs = m.ledger, {}
+    for end in ("local", "remote"):
+        a = tunnel.appliance(end)
+        by_driver = tunnel.offloaded(end) and a.profile.offloads_udp_encap
+        refs[end] = (expect.encrypted_refs(a.name, a.profile, kernel_cipher=not by_driver),
+                     expect.decrypted_refs(a.name, a.profile, kernel_cipher=not by_driver))
+        record.figure(f"{a.name} ({a.profile.driver}) carries NAT-T", "driver" if by_driver else "kernel")
+        if tunnel.offloaded(end) and not a.profile.offloads_udp_encap:
+            expect_zero(L, expect.encrypted_refs(a.name, a.profile) + expect.decrypted_refs(a.name, a.profile),
+                        f"{a.name}: {a.profile.driver} does not offload NAT-T (registry): its counters stay still")
+            sent = L.value(refs[end][0])
+            assert sent >= 50, (f"{a.name}: the kernel's ESP output moved {sent:+,} for 50 pings: the NAT-T "
+                                f"fallback must be carried by the kernel\n\n{L.table()}")
+    expect_equal(L, refs["local"][0], refs["remote"][1], "the remote end decrypted what the local end encrypted")
+    expect_equal(L, refs["remote"][0], refs["local"][1], "the local end decrypted what the remote end encrypted")
