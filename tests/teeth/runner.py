@@ -1,127 +1,69 @@
-"""Run the fault matrix on one running virtual lab and judge each cell.
+"""Run the fault matrix on one running virtual lab, in ONE pytest run, and judge each cell.
 
-Why a subprocess per group: the acceptance suite must be exercised exactly as a user runs
-it (`python -m pytest NODE --topology RESOLVED`), with its own session-scoped tunnel
-fixture, against the lab whose fault is switched on from outside -- as a broken driver
-would be. Cells that share one fault share one subprocess (one bring-up per
-configuration); the fault is always cleared in ``finally``.
+Why one subprocess: the acceptance suite must be exercised exactly as a user runs it
+(`python -m pytest NODES --topology RESOLVED`), with its own session-scoped tunnel
+fixtures, against a lab whose faults are switched on from outside -- as a broken driver
+would be. A pytest process per fault pays interpreter start, collection and bring-ups each
+time; instead tests/teeth/stepper.py runs every node of the matrix several times in one
+process: its healthy runs and one run per cell, the cell's fault switched on around it
+(a fresh tunnel for faults that act on bring-up, matrix.FRESH). The subprocess runs in a
+scratch rootdir (tests/lab_factory.py's suite_run) so its page and plots land there.
 
-The subprocess gets ``--rootdir`` in a scratch directory so its measurement page and
-plots land there, not in the repository's reports/ (which belongs to real runs);
-``-c pytest.ini`` keeps the project's ini and root conftest.
+Step order per node: healthy run 1 (which builds the tunnel healthy), the cells, then the
+other healthy runs -- a fault that left damage behind shows as a false alarm.
 
-Verdict per cell: the node must FAIL (or, for bring-up faults, ERROR at setup) and the
-failure text must match the cell's invariant words (and carry the ledger table for counter
-invariants). Healthy runs: every node passes with no fault on.
+Verdict per cell (strict): the node must FAIL in the CALL phase with an AssertionError
+(InvariantError is one) whose MESSAGE matches the cell's invariant words (and carries the
+ledger table for counter invariants); for a ``setup_error`` cell, error in the SETUP phase
+with the words in the message. A healthy run counts only when the node passed.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import re
 import subprocess
-import sys
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .matrix import LEDGER_RE, Cell, FaultSpec, Group, Row
+from lab_factory import subprocess_env, suite_run
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from .matrix import AWAITING_TEST, FRESH, LEDGER_RE, Cell, FaultSpec, Row
+
 TRAFFIC_SECONDS = "0.2"
 
 
 @dataclass(frozen=True)
 class NodeResult:
-    """What junit said about one node: passed | failed | error | skipped | missing."""
+    """One run of one node: outcome (passed | failed | error | skipped | xfailed | missing),
+    and for a failure the phase, the exception class, whether it is an AssertionError and
+    its message."""
 
     outcome: str
     message: str = ""
-    text: str = ""
+    phase: str = ""
+    exc_type: str = ""
+    assertion: bool = False
     seconds: float = 0.0
-
-    @property
-    def detail(self) -> str:
-        return f"{self.message}\n{self.text}"
 
     def first_line(self, width: int = 110) -> str:
         line = next((ln.strip() for ln in self.message.splitlines() if ln.strip()), "")
         return line[:width]
 
 
-@dataclass
-class RunOutput:
-    """One pytest subprocess: per junit testcase name, its result; plus the process' tail."""
-
-    results: dict[str, NodeResult]
-    returncode: int
-    seconds: float
-    tail: str = ""
-
-
-def parse_junit(path: Path) -> dict[str, NodeResult]:
-    """junit XML -> {testcase name: NodeResult}. Names are "function[params]"."""
-    out: dict[str, NodeResult] = {}
-    rank = {"passed": 0, "skipped": 1, "error": 2, "failed": 3}
-    root = ET.parse(path).getroot()
-    for tc in root.iter("testcase"):
-        name = tc.get("name", "")
-        secs = float(tc.get("time") or 0.0)
-        res = NodeResult("passed", seconds=secs)
-        for child in tc:
-            kind = {"failure": "failed", "error": "error", "skipped": "skipped"}.get(child.tag)
-            if kind is None:
-                continue
-            cand = NodeResult(kind, child.get("message", "") or "", child.text or "", secs)
-            if rank[kind] > rank[res.outcome]:
-                res = cand
-        prev = out.get(name)
-        if prev is None or rank[res.outcome] > rank[prev.outcome]:
-            out[name] = res
-    return out
-
-
-def run_pytest(nodes: list[str], resolved: Path, workdir: Path, *, tag: str,
-               timeout: float = 600.0, extra: tuple[str, ...] = (),
-               env_extra: dict[str, str] | None = None) -> RunOutput:
-    """``python -m pytest NODES --topology=RESOLVED`` in a scratch rootdir; junit parsed."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    junit = workdir / f"{tag}.xml"
-    junit.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pytest", *nodes, f"--topology={resolved}", "-p", "no:cacheprovider",
-           "-q", "--traffic-seconds", TRAFFIC_SECONDS, "--junitxml", str(junit),
-           "--rootdir", str(workdir), "-c", str(REPO_ROOT / "pytest.ini"), *extra]
-    env = dict(os.environ)
-    env.update(env_extra or {})
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    env.pop("PYTEST_ADDOPTS", None)
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout)
-        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-4000:]
-    except subprocess.TimeoutExpired as exc:
-        rc, tail = -1, f"timeout after {exc.timeout:.0f} s"
-    secs = time.monotonic() - t0
-    (workdir / f"{tag}.log").write_text(tail)
-    results = parse_junit(junit) if junit.exists() else {}
-    for node in nodes:
-        name = node.split("::", 1)[1]
-        results.setdefault(name, NodeResult("missing", f"no junit result (pytest exit {rc})", tail[-1500:]))
-    return RunOutput(results, rc, secs, tail)
-
-
 def judge(cell: Cell, res: NodeResult) -> tuple[bool, str]:
     """Did the fault break the test as it must? (verdict, reason when not)."""
-    want = "error" if cell.setup_error else "failed"
-    if res.outcome != want:
-        return False, f"expected {want}, got {res.outcome}: {res.first_line()}"
-    text = res.detail
-    if not re.search(cell.expect, text):
-        return False, f"{want} but the text does not name the invariant /{cell.expect}/: {res.first_line()}"
-    if cell.ledger and not re.search(LEDGER_RE, text):
-        return False, f"{want} without the ledger table: {res.first_line()}"
+    if cell.setup_error:
+        if res.outcome != "error" or res.phase != "setup":
+            return False, f"expected an error at setup, got {res.outcome} ({res.phase or '-'}): {res.first_line()}"
+    elif res.outcome != "failed" or res.phase != "call" or not res.assertion:
+        return False, (f"expected the test's own assertion to fail in the call phase, got {res.outcome} "
+                       f"({res.phase or '-'}, {res.exc_type or '-'}): {res.first_line()}")
+    if not re.search(cell.expect, res.message):
+        return False, f"{res.outcome} but the message does not name the invariant /{cell.expect}/: {res.first_line()}"
+    if cell.ledger and not re.search(LEDGER_RE, res.message):
+        return False, f"{res.outcome} without the ledger table in its message: {res.first_line()}"
     return True, ""
 
 
@@ -136,110 +78,140 @@ class CellOutcome:
 
 @dataclass
 class MatrixResult:
+    """The cells' verdicts, the healthy runs, and what ``pytest -m MODEL`` selects."""
+
     cells: list[CellOutcome] = field(default_factory=list)
     healthy: list[dict[str, NodeResult]] = field(default_factory=list)  # one dict per healthy run
     rows: tuple[Row, ...] = ()
     registry: tuple[str, ...] = ()
+    selected: dict[str, set[str]] = field(default_factory=dict)  # model -> functions it selects
     seconds: float = 0.0
+    load: str = ""
+    leftovers: list[str] = field(default_factory=list)
+    """"after NODE TAG: host: ..." -- associations a tunnel's teardown left in an engine
+    (the stepper flushed them before the next row; shown with any false alarm)."""
 
-    # -- the three figures
-    def broken_rows(self) -> list[Row]:
-        ok = {c.row.function for c in self.cells if c.broken}
-        return [r for r in self.rows if r.function in ok]
+    def covered(self, model: str) -> set[str]:
+        """Functions of ``model`` with teeth: a non-setup cell broken as required on its node."""
+        return {c.row.function for c in self.cells
+                if c.broken and not c.cell.setup_error and c.row.model == model}
 
-    def coverage_pct(self) -> float:
-        return 100.0 * len(self.broken_rows()) / len(self.rows) if self.rows else 0.0
+    def per_model(self) -> dict[str, tuple[int, int]]:
+        """{model: (functions covered, functions selected)}."""
+        return {m: (len(self.covered(m) & sel), len(sel)) for m, sel in sorted(self.selected.items())}
+
+    def uncovered(self) -> list[str]:
+        """"model: function" selected on a model and not covered there."""
+        return [f"{m}: {f}" for m, sel in sorted(self.selected.items()) for f in sorted(sel - self.covered(m))]
+
+    def declared_gaps(self) -> dict[str, str]:
+        """{"model: function": why} of the rows that declare a gap."""
+        return {f"{r.model}: {r.function}": r.gap for r in self.rows if r.gap}
 
     def false_alarms(self) -> list[tuple[int, str, NodeResult]]:
+        """Healthy runs of a node that did not pass -- but a skip of a row that declares its
+        gap is that gap, listed by :meth:`declared_skips`, not an alarm."""
         out = []
         for i, run in enumerate(self.healthy, 1):
             for r in self.rows:
                 res = run.get(r.name, NodeResult("missing"))
-                if res.outcome != "passed":
+                if res.outcome != "passed" and not (r.gap and res.outcome == "skipped"):
                     out.append((i, r.node, res))
         return out
 
+    def declared_skips(self) -> list[str]:
+        """Nodes of gap rows that skipped in some healthy run (shown in the figures)."""
+        return [r.node for r in self.rows
+                if r.gap and any(run.get(r.name, NodeResult("missing")).outcome == "skipped" for run in self.healthy)]
+
     def unnoticed_faults(self) -> list[str]:
+        """Faults this run had cells of, none of them broken as required. (That every fault
+        of the registry has a cell somewhere is checked on the table itself,
+        tests/teeth/test_matrix_data.py: a model's shard only sees its own rows.)"""
+        ran = {c.cell.fault.name for c in self.cells}
         noticed = {c.cell.fault.name for c in self.cells if c.broken}
-        return [n for n in self.registry if n not in noticed]
+        return [n for n in self.registry if n in ran and n not in noticed]
 
 
-def set_fault(lab, spec: FaultSpec) -> None:
-    lab.fault(spec.host, spec.name, **spec.kwargs)
-    _poke(lab, spec.host)
+def _fault_json(spec: FaultSpec) -> dict:
+    return {"host": spec.host, "name": spec.name, "params": spec.kwargs}
 
 
-def clear_fault(lab, spec: FaultSpec) -> None:
-    lab.clear_fault(spec.host, spec.name)
-    _poke(lab, spec.host)
-
-
-def _poke(lab, host: str) -> None:
-    """Make the engine re-read faults.json now (its loops would within ~0.1 s anyway)."""
-    from twin.lab import control_request
-
-    try:
-        control_request(lab.host_dir(host).engine_sock, {"op": "faults"}, timeout=5.0)
-    except (OSError, ValueError):
-        time.sleep(0.3)
-
-
-def run_group(lab, resolved: Path, group: Group, workdir: Path, tag: str) -> list[CellOutcome]:
-    """Fault on, the group's nodes in one pytest, fault off (always); judge each cell."""
-    set_fault(lab, group.fault)
-    try:
-        out = run_pytest(group.nodes, resolved, workdir, tag=tag)
-    finally:
-        clear_fault(lab, group.fault)
-    cells = []
-    for row, cell in group.members:
-        res = out.results[row.name]
-        ok, why = judge(cell, res)
-        cells.append(CellOutcome(row, cell, res, ok, why))
-    return cells
-
-
-def run_stepped(lab, resolved: Path, members: list[tuple[Row, Cell]], workdir: Path,
-                tag: str = "stepped") -> list[CellOutcome]:
-    """Every cell in ONE pytest run: tests/teeth/stepper.py switches each cell's fault on,
-    runs the node, switches it off. Nodes in table order, faults in table order per node."""
-    import json
-
+def plan_steps(rows: tuple[Row, ...], healthy_runs: int) -> dict[str, list[dict]]:
+    """{item name: steps}: healthy run 1, each cell, the remaining healthy runs."""
     steps: dict[str, list[dict]] = {}
-    nodes: list[str] = []
-    for row, cell in members:
-        if row.node not in nodes:
-            nodes.append(row.node)
-        steps.setdefault(row.name, []).append(
-            {"host": cell.fault.host, "name": cell.fault.name, "params": cell.fault.kwargs})
+    for r in rows:
+        if r.name in steps:
+            raise ValueError(f"{r.node}: two rows share one node")
+        healthy = [{"fault": None, "fresh": r.fresh, "tag": f"healthy{k}"} for k in range(1, healthy_runs + 1)]
+        cells = [{"fault": _fault_json(c.fault), "fresh": r.fresh or c.fault.name in FRESH, "tag": c.fault.label}
+                 for c in r.cells]
+        steps[r.name] = healthy[:1] + cells + healthy[1:]
+    return steps
+
+
+def run_matrix(lab, resolved: Path, rows: tuple[Row, ...], workdir: Path, *, healthy_runs: int,
+               tag: str = "matrix", timeout: float = 3600.0
+               ) -> tuple[list[CellOutcome], list[dict[str, NodeResult]], list[str]]:
+    """Every row's node in ONE pytest run (tests/teeth/stepper.py); judge the cells.
+    Returns the cells, the healthy runs and the engines' leftovers after teardowns."""
+    workdir.mkdir(parents=True, exist_ok=True)
     results = workdir / f"{tag}.results.json"
     results.unlink(missing_ok=True)
     plan = workdir / f"{tag}.plan.json"
-    workdir.mkdir(parents=True, exist_ok=True)
-    plan.write_text(json.dumps({"run_dir": str(lab.run.path), "results": str(results), "steps": steps}))
+    plan.write_text(json.dumps({"run_dir": str(lab.run.path), "results": str(results),
+                                "steps": plan_steps(rows, healthy_runs)}))
+    args = [*dict.fromkeys(r.node for r in rows), f"--topology={resolved}", "-q", "--traffic-seconds",
+            TRAFFIC_SECONDS, "-p", "tests.teeth.stepper"]
     try:
-        out = run_pytest(nodes, resolved, workdir, tag=tag, timeout=1200.0,
-                         extra=("-p", "tests.teeth.stepper"), env_extra={"TEETH_PLAN": str(plan)})
+        proc = suite_run(args, workdir, timeout=timeout, env=subprocess_env(TEETH_PLAN=str(plan)))
+        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-4000:]
+    except subprocess.TimeoutExpired as exc:
+        rc, tail = -1, f"timeout after {exc.timeout:.0f} s"
     finally:
-        for _, cell in members:  # a subprocess that died mid-run leaves nothing switched on
-            clear_fault(lab, cell.fault)
+        lab.clear_faults()  # a subprocess that died mid-run leaves nothing switched on
+    (workdir / f"{tag}.log").write_text(tail)
     got = json.loads(results.read_text()) if results.exists() else []
-    found: dict[tuple[str, str], NodeResult] = {}
-    for r in got:
-        spec = FaultSpec(r["fault"]["host"], r["fault"]["name"], tuple(sorted(r["fault"]["params"].items())))
-        found[(r["name"], spec.label)] = NodeResult(r["outcome"], r["message"], r["text"], r["seconds"])
+    found: dict[tuple[str, str], NodeResult] = {
+        (g["name"], g["tag"]): NodeResult(g["outcome"], g["message"] + (f"\n[{g['torn']}]" if g.get("torn") else ""),
+                                          g["phase"], g["type"], g["assertion"], g["seconds"])
+        for g in got}
+    missing = NodeResult("missing", f"no result from the matrix run (pytest exit {rc}): {tail[-800:]}")
     cells = []
-    for row, cell in members:
-        res = found.get((row.name, cell.fault.label)) or NodeResult(
-            "missing", f"no result from the stepped run (pytest exit {out.returncode})", out.tail[-1500:])
-        ok, why = judge(cell, res)
-        cells.append(CellOutcome(row, cell, res, ok, why))
-    return cells
+    for r in rows:
+        for c in r.cells:
+            res = found.get((r.name, c.fault.label), missing)
+            ok, why = judge(c, res)
+            cells.append(CellOutcome(r, c, res, ok, why))
+    healthy = [{r.name: found.get((r.name, f"healthy{k}"), missing) for r in rows}
+               for k in range(1, healthy_runs + 1)]
+    leftovers = [f"after {g['name']} {g['tag']}: {x}" for g in got for x in g.get("leftovers", [])]
+    return cells, healthy, leftovers
 
 
-def run_healthy(resolved: Path, rows: tuple[Row, ...], workdir: Path, tag: str) -> dict[str, NodeResult]:
-    out = run_pytest([r.node for r in rows], resolved, workdir, tag=tag)
-    return {r.name: out.results[r.name] for r in rows}
+class Collection:
+    """``pytest -m MARKER --collect-only tests_hil`` started now, read later: the matrix's
+    own run does not wait for it (each collection is ~10 s of interpreter and imports)."""
+
+    def __init__(self, marker: str, topology: Path, cwd: Path) -> None:
+        import os
+        import sys
+
+        env = dict(os.environ, PYTHONPATH=str(cwd))
+        env.pop("PYTEST_ADDOPTS", None)
+        self.marker = marker
+        self.proc = subprocess.Popen([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                                      "no:cacheprovider", "-m", marker, f"--topology={topology}", "tests_hil"],
+                                     cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def functions(self, timeout: float = 300.0) -> set[str]:
+        """The tests_hil functions ("file::name") the marker selects."""
+        out, err = self.proc.communicate(timeout=timeout)
+        nodes = [ln.strip() for ln in out.splitlines() if ln.startswith("tests_hil/") and "::" in ln]
+        if self.proc.returncode != 0 or not nodes:
+            raise RuntimeError(f"pytest -m {self.marker} --collect-only tests_hil failed (exit "
+                               f"{self.proc.returncode}):\n{out[-2000:]}{err[-2000:]}")
+        return {n.removeprefix("tests_hil/").split("[", 1)[0] for n in nodes}
 
 
 # ------------------------------------------------------------------ the table
@@ -250,37 +222,50 @@ def _short(function: str) -> str:
 
 
 def render(m: MatrixResult) -> str:
-    """Markdown: tests x faults (fail = the fault broke the test as it must), the cells'
-    details, the healthy runs and the three figures."""
+    """Markdown: per model the functions covered / selected, tests x faults, the cells'
+    details, the healthy runs and the figures."""
     names = [n for n in m.registry if any(c.cell.fault.name == n for c in m.cells)]
     lines = ["# Fault matrix", "",
-             "Each acceptance test (representative node) against the virtual-lab faults that must "
-             "break it. `FAIL` = the test failed (or its bring-up errored) naming its invariant with "
-             "the fault on; `pass!` = the fault did not break it as required; blank = not applicable. "
-             "Last column: the same node on the healthy lab (every run).", ""]
-    head = ["test", "node", *names, "healthy"]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "---|" * len(head))
+             "Each acceptance test (one representative node per model) against the virtual-lab faults "
+             "that must break it. `FAIL` = the test's own assertion failed in its call phase, the "
+             "message naming its invariant (`ERR` = a declared bring-up fault errored at setup: never "
+             "a function's teeth alone); `pass!` = the fault did not break it as required. Last "
+             "column: the same node on the healthy lab, every healthy run.", "",
+             "| model | functions covered / selected |", "|---|---|"]
+    for model, (cov, sel) in m.per_model().items():
+        lines.append(f"| {model} | {cov} / {sel} |")
+    head = ["test", "model", "node", *names, "healthy"]
+    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in m.rows:
         cols = []
         for n in names:
-            mine = [c for c in m.cells if c.row.function == r.function and c.cell.fault.name == n]
-            cols.append("" if not mine else ("FAIL" if all(c.broken for c in mine) else "pass!"))
+            mine = [c for c in m.cells if c.row is r and c.cell.fault.name == n]
+            ok = "ERR" if mine and all(c.cell.setup_error for c in mine) else "FAIL"
+            cols.append("" if not mine else (ok if all(c.broken for c in mine) else "pass!"))
         hs = [run.get(r.name, NodeResult("missing")).outcome for run in m.healthy]
         healthy = "pass" if hs and all(h == "passed" for h in hs) else ("/".join(hs) or "not run")
-        lines.append("| " + " | ".join([_short(r.function), r.node.split("[", 1)[1].rstrip("]"), *cols, healthy]) + " |")
-    lines += ["", "## Cells", "", "| test | fault (host) | outcome | verdict | s |", "|---|---|---|---|---|"]
+        lines.append("| " + " | ".join([_short(r.function), r.model, r.node.split("[", 1)[1].rstrip("]"),
+                                        *cols, healthy]) + " |")
+    lines += ["", "## Cells", "", "| test | model | fault (host) | outcome | verdict | s |", "|---|---|---|---|---|---|"]
     for c in m.cells:
         verdict = "broken as required" if c.broken else f"NOT BROKEN: {c.reason}"
-        lines.append(f"| {_short(c.row.function)} | `{c.cell.fault.label}` | {c.result.outcome} | "
+        lines.append(f"| {_short(c.row.function)} | {c.row.model} | `{c.cell.fault.label}` | {c.result.outcome} | "
                      f"{verdict.replace('|', '/')} | {c.result.seconds:.1f} |")
     fa = m.false_alarms()
     unnoticed = m.unnoticed_faults()
-    lines += ["", "## Figures", "",
-              f"- acceptance tests broken by at least one fault: {len(m.broken_rows())} of {len(m.rows)} "
-              f"({m.coverage_pct():.0f} %)",
+    lines += ["", "## Figures", ""]
+    lines += [f"- {model}: {cov} of {sel} test functions broken by a fault (strict verdict)"
+              for model, (cov, sel) in m.per_model().items()]
+    gaps = m.declared_gaps()
+    lines += [f"- not covered: {', '.join(m.uncovered()) or 'none'}"
+              + "".join(f"\n  - {k}: declared gap: {v}" for k, v in gaps.items() if k in m.uncovered()),
               f"- false alarms on the healthy lab: {len(fa)} in {len(m.healthy)} run(s) of {len(m.rows)} nodes"
               + "".join(f"\n  - run {i}: {node}: {res.outcome}: {res.first_line()}" for i, node, res in fa),
+              f"- associations a tunnel's teardown left in an engine (flushed before the next row): "
+              + (str(len(m.leftovers)) if m.leftovers else "none") + "".join(f"\n  - {x}" for x in m.leftovers),
+              f"- healthy runs that skipped (declared gaps, not passes): {', '.join(m.declared_skips()) or 'none'}",
               f"- faults noticed by no test: {', '.join(unnoticed) if unnoticed else 'none'}",
-              f"- wall time: {m.seconds:.0f} s", ""]
+              f"- faults the matrix does not run (not counted as noticed): "
+              + (", ".join(f"{k} ({v})" for k, v in AWAITING_TEST.items()) or "none"),
+              f"- wall time: {m.seconds:.0f} s" + (f" (load average before: {m.load})" if m.load else ""), ""]
     return "\n".join(lines)

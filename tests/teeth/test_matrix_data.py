@@ -1,19 +1,18 @@
 """The fault matrix's data is complete and consistent (no root, no lab).
 
-- every test function of tests_hil/ (as pytest collects it with the default virtual
-  topology) has a row, and every row's node id is one pytest collects;
+- for each model, every test function ``pytest -m MODEL`` selects from tests_hil/ has a
+  row on that model, and every row's node is one that ``pytest -m MODEL`` collects: the
+  guard that makes a new tests_hil function (or one newly run on a model) bring its cells;
 - every cell names a registered fault with parameters the registry accepts, on an
   appliance of the virtual lab; child_never_up names a child the node's tunnel really has;
-- the runner's junit reading and its verdict rule behave (pass, fail, setup error, wrong
-  words, missing ledger).
+- every function's teeth on a model include a cell judged by its own assertion (not only
+  bring-up errors);
+- the strict verdict rule behaves (call-phase assertion with the words in its message;
+  setup errors only for declared bring-up cells; a test's source lines do not count).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,43 +21,66 @@ from . import matrix, runner
 
 REPO = Path(__file__).resolve().parents[2]
 VIRTUAL = REPO / "topologies" / "virtual.yaml"
+MODELS = ("xgs136", "xgs3300")
 
 
 @pytest.fixture(scope="module")
-def collected() -> list[str]:
-    """Node ids of tests_hil/ as pytest collects them (collect-only starts no lab)."""
+def collected() -> dict[str, list[str]]:
+    """{model: node ids of tests_hil/ that ``pytest -m MODEL`` collects} (no lab started)."""
+    import os
+    import subprocess
+    import sys
+
+    out = {}
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("PYTEST_ADDOPTS", None)
-    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                          f"--topology={VIRTUAL}", "tests_hil"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
-    nodes = [ln.strip() for ln in res.stdout.splitlines() if ln.startswith("tests_hil/") and "::" in ln]
-    assert res.returncode == 0 and nodes, f"collection of tests_hil failed (exit {res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-2000:]}"
-    return nodes
+    for model in MODELS:
+        res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                              "-m", model, f"--topology={VIRTUAL}", "tests_hil"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=300)
+        nodes = [ln.strip() for ln in res.stdout.splitlines() if ln.startswith("tests_hil/") and "::" in ln]
+        assert res.returncode == 0 and nodes, (f"pytest -m {model} --collect-only tests_hil failed (exit "
+                                               f"{res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
+        out[model] = nodes
+    return out
 
 
-def test_every_acceptance_function_has_a_row(collected):
-    functions = {n.removeprefix("tests_hil/").split("[", 1)[0] for n in collected}
-    rows = {r.function for r in matrix.rows()}
-    assert not functions - rows, f"acceptance tests missing from tests/teeth/matrix.py: {sorted(functions - rows)}"
-    assert not rows - functions, f"rows for tests that no longer exist: {sorted(rows - functions)}"
-    assert len(rows) == len(matrix.rows()), "one row per test function"
+def _functions(nodes: list[str]) -> set[str]:
+    return {n.removeprefix("tests_hil/").split("[", 1)[0] for n in nodes}
 
 
-def test_every_row_node_is_collected_and_has_cells(collected):
+def test_models_are_the_markers_of_the_virtual_lab():
+    assert set(matrix.models()) == set(MODELS), f"rows on models {matrix.models()}, markers {MODELS}"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_selected_function_has_a_row_on_its_model(collected, model):
+    selected = _functions(collected[model])
+    rows = {r.function for r in matrix.rows() if r.model == model}
+    missing = sorted(selected - rows)
+    assert not missing, (f"`pytest -m {model}` selects tests_hil functions with no row on {model} in "
+                         f"tests/teeth/matrix.yaml (append an entry whose node is a {model} node): "
+                         f"{missing}")
+    assert not rows - selected, f"rows on {model} for functions `-m {model}` does not select: {sorted(rows - selected)}"
+
+
+def test_every_row_node_is_collected_under_its_model(collected):
     for r in matrix.rows():
-        assert r.node in collected, f"{r.node}: not a node pytest collects from tests_hil (virtual topology)"
-        assert r.cells, f"{r.function}: no fault breaks it (a gap must be a cell or a note, not silence)"
+        assert r.node in collected[r.model], f"{r.node}: not a node `pytest -m {r.model}` collects (virtual topology)"
+        assert r.cells, f"{r.function} on {r.model}: no fault breaks it (a gap must be a cell, not silence)"
 
 
-def test_function_names_unique_across_files(collected):
-    """The runner matches junit testcases by name (function[params]); names must not collide."""
-    names = [n.split("::", 1)[1].split("[", 1)[0] for n in collected]
-    by_name: dict[str, set[str]] = {}
-    for n in collected:
-        by_name.setdefault(n.split("::", 1)[1].split("[", 1)[0], set()).add(n.split("::", 1)[0])
-    dup = {k: v for k, v in by_name.items() if len(v) > 1}
-    assert names and not dup, f"test names defined in more than one file: {dup}"
+def test_one_row_per_function_and_model():
+    keys = [(r.function, r.model) for r in matrix.rows()]
+    assert len(keys) == len(set(keys)), f"two rows for one (function, model): {sorted(k for k in keys if keys.count(k) > 1)}"
+    names = [r.name for r in matrix.rows()]
+    assert len(names) == len(set(names)), "two rows share one node"
+
+
+def test_teeth_never_only_from_bring_up_errors():
+    for r in matrix.rows():
+        assert any(not c.setup_error for c in r.cells), (
+            f"{r.function} on {r.model}: only bring-up cells; a function's teeth must include its own assertion")
 
 
 def test_cells_name_registered_faults_on_lab_appliances():
@@ -71,6 +93,19 @@ def test_cells_name_registered_faults_on_lab_appliances():
         f.coerce(c.fault.kwargs)  # raises naming a bad parameter
         assert c.fault.host in appliances, f"{r.node}: {c.fault.label}: no appliance {c.fault.host!r}"
     assert {c.fault.name for _, c in matrix.all_cells()} <= set(REGISTRY)
+    assert set(matrix.FRESH) <= set(REGISTRY)
+
+
+def test_every_fault_has_a_cell_or_says_why_not():
+    """Each model's shard judges only its own rows, so that every fault of the registry is
+    run at all is decided here, on the table: a cell in a row without a declared gap, or an
+    AWAITING_TEST entry with its reason -- never both."""
+    from twin.faults import REGISTRY
+
+    with_cells = {c.fault.name for r, c in matrix.all_cells() if not r.gap}
+    missing = sorted(set(REGISTRY) - with_cells - set(matrix.AWAITING_TEST))
+    assert not missing, f"faults with no cell in a row without a gap, nor listed in AWAITING_TEST: {missing}"
+    assert set(matrix.AWAITING_TEST) <= set(REGISTRY), f"AWAITING_TEST names unknown faults: {sorted(set(matrix.AWAITING_TEST) - set(REGISTRY))}"
 
 
 def test_child_never_up_names_a_child_of_the_nodes_tunnel():
@@ -88,58 +123,80 @@ def test_child_never_up_names_a_child_of_the_nodes_tunnel():
         assert c.fault.kwargs["child"] in kids, f"{r.node}: child {c.fault.kwargs['child']!r} not in {kids}"
 
 
-def test_groups_cover_every_cell_once():
-    seen = [(r.node, c) for g in matrix.groups() for r, c in g.members] + [(r.node, c) for r, c in matrix.stepped()]
-    assert sorted(map(repr, seen)) == sorted(repr((r.node, c)) for r, c in matrix.all_cells())
-    for g in matrix.groups():
-        assert len(set(g.nodes)) == len(g.nodes), f"{g.fault.label}: a node twice in one run"
-        assert all(c.fault == g.fault for _, c in g.members)
-        assert g.fault.name in matrix.ALONE
-    assert not any(c.fault.name in matrix.ALONE for _, c in matrix.stepped())
+def test_plan_runs_healthy_first_then_cells_then_healthy():
+    steps = runner.plan_steps(matrix.rows(), healthy_runs=3)
+    for r in matrix.rows():
+        tags = [s["tag"] for s in steps[r.name]]
+        assert tags == ["healthy1", *(c.fault.label for c in r.cells), "healthy2", "healthy3"], tags
+        for s, c in zip(steps[r.name][1:], r.cells):
+            assert s["fresh"] == (r.fresh or c.fault.name in matrix.FRESH)
 
 
-JUNIT = textwrap.dedent("""\
-    <?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
-    <testcase classname="" name="test_a[lab-v4in4-gcm]" time="1.5"/>
-    <testcase classname="" name="test_b[lab-v4in4-gcm]" time="2.0"><failure message="InvariantError: invariant broken: the peer's ESP input equals the engine's encrypt count">E   appliance  counter  before  after  delta</failure></testcase>
-    <testcase classname="" name="test_c[lab-v4in4-gcm]" time="0.1"><error message="failed on setup with &quot;ProvisionError: tunnel lab (hil-lab-v4v4-gcm): 0 of 1 children established&quot;">trace</error></testcase>
-    <testcase classname="" name="test_d[lab-v4in4-gcm]" time="0.1"><skipped message="no tunnel"/></testcase>
-    </testsuite></testsuites>
-""")
+LEDGER = "appliance  counter  before  after  delta"
 
 
-def test_parse_junit_and_judge(tmp_path):
-    p = tmp_path / "j.xml"
-    p.write_text(JUNIT)
-    res = runner.parse_junit(p)
-    assert {k: v.outcome for k, v in res.items()} == {
-        "test_a[lab-v4in4-gcm]": "passed", "test_b[lab-v4in4-gcm]": "failed",
-        "test_c[lab-v4in4-gcm]": "error", "test_d[lab-v4in4-gcm]": "skipped"}
+def test_judge_is_strict():
     f = matrix.fault("dut3300", "drop_every", n=50)
     counter = matrix.Cell(f, r"invariant broken: the peer's ESP input", ledger=True)
-    assert runner.judge(counter, res["test_b[lab-v4in4-gcm]"]) == (True, "")
-    ok, why = runner.judge(counter, res["test_a[lab-v4in4-gcm]"])
-    assert not ok and "expected failed, got passed" in why
-    ok, why = runner.judge(matrix.Cell(f, r"something else"), res["test_b[lab-v4in4-gcm]"])
-    assert not ok and "does not name the invariant" in why
-    no_ledger = runner.NodeResult("failed", "invariant broken: the peer's ESP input x", "")
-    ok, why = runner.judge(counter, no_ledger)
-    assert not ok and "without the ledger" in why
-    setup = matrix.Cell(f, r"children established", setup_error=True)
-    assert runner.judge(setup, res["test_c[lab-v4in4-gcm]"])[0]
-    # a bring-up error is not a failure of the test's own invariant
-    assert not runner.judge(matrix.Cell(f, r"children established"), res["test_c[lab-v4in4-gcm]"])[0]
+    ok = runner.NodeResult("failed", f"invariant broken: the peer's ESP input x\n{LEDGER}", "call",
+                           "InvariantError", True)
+    assert runner.judge(counter, ok) == (True, "")
+    passed = runner.judge(counter, runner.NodeResult("passed"))
+    assert not passed[0] and "got passed" in passed[1]
+    # the words must be in the exception's message
+    wrong = runner.judge(matrix.Cell(f, r"something else"), ok)
+    assert not wrong[0] and "does not name the invariant" in wrong[1]
+    no_ledger = runner.judge(counter, runner.NodeResult("failed", "invariant broken: the peer's ESP input x",
+                                                        "call", "InvariantError", True))
+    assert not no_ledger[0] and "without the ledger" in no_ledger[1]
+    # not the test's own assertion: a lab error raised in the call phase
+    lab_err = runner.NodeResult("failed", "invariant broken: the peer's ESP input", "call", "LabError", False)
+    assert not runner.judge(matrix.Cell(f, r"the peer's ESP input"), lab_err)[0]
+    # a failure in teardown is not the test's assertion either
+    late = runner.NodeResult("error", "invariant broken: the peer's ESP input", "teardown", "AssertionError", True)
+    assert not runner.judge(matrix.Cell(f, r"the peer's ESP input"), late)[0]
+    # setup errors count only for cells that declare bring-up
+    setup = runner.NodeResult("error", "tunnel lab: 0 of 1 children established", "setup", "ProvisionError")
+    assert runner.judge(matrix.Cell(f, r"children established", setup_error=True), setup)[0]
+    assert not runner.judge(matrix.Cell(f, r"children established"), setup)[0]
+    # an expected failure (a known issue reproducing) is not teeth
+    xf = runner.NodeResult("xfailed", "issue 531: first stream after boot", "call")
+    assert not runner.judge(matrix.Cell(f, r"first stream after boot"), xf)[0]
 
 
 def test_render_and_figures():
     row = matrix.rows()[0]
-    cell = row.cells[0]
-    m = runner.MatrixResult(rows=(row,), registry=("child_never_up", "replay"))
-    m.cells = [runner.CellOutcome(row, cell, runner.NodeResult("error", "0 of 1 children established"), True, "")]
+    own = next(c for c in row.cells if not c.setup_error)
+    bring_up = next(c for c in row.cells if c.setup_error)
+    m = runner.MatrixResult(rows=(row,), registry=(own.fault.name, bring_up.fault.name, "replay"),
+                            selected={row.model: {row.function}})
+    m.cells = [runner.CellOutcome(row, bring_up, runner.NodeResult("error", "0 of 1", "setup"), True, "")]
     m.healthy = [{row.name: runner.NodeResult("passed")}]
-    assert m.coverage_pct() == 100.0 and m.false_alarms() == [] and m.unnoticed_faults() == ["replay"]
+    assert m.per_model() == {row.model: (0, 1)}, "a bring-up error alone is no teeth"
+    m.cells.append(runner.CellOutcome(row, own, runner.NodeResult("failed", "x", "call", "AssertionError", True),
+                                      True, ""))
+    assert m.per_model() == {row.model: (1, 1)} and m.uncovered() == []
+    assert m.false_alarms() == [] and m.unnoticed_faults() == [], "a fault with no cell here is another shard's"
+    replay = matrix.Cell(matrix.fault(own.fault.host, "replay"), r"replay")
+    m.cells.append(runner.CellOutcome(row, replay, runner.NodeResult("passed"), False, "passed"))
+    assert m.unnoticed_faults() == ["replay"], "a fault whose every cell passed is noticed by no test"
     text = runner.render(m)
-    assert "| all_children_established | lab-v4in4-gcm | FAIL | pass |" in text
+    assert f"| {row.model} | 1 / 1 |" in text
     assert "faults noticed by no test: replay" in text
     m.healthy = [{row.name: runner.NodeResult("failed", "boom")}]
     assert [(i, n) for i, n, _ in m.false_alarms()] == [(1, row.node)]
+
+
+@pytest.mark.parametrize("entry,message", [
+    ("- node: test_x.py::test_y[lab-v4in4-gcm]\n  cells:\n  - {fault: replay, host: dut3300, expect: x, "
+     "setup_eror: true}\n", "test_x.py::test_y[lab-v4in4-gcm]: a cell needs fault, host and expect"),
+    ("- node: test_x.py::test_y[lab-v4in4-gcm]\n  cels: []\n", "expected node (FILE::FUNCTION[PARAMS]), cells"),
+    ("- node: test_x.py::test_y\n  cells: []\n", "test_x.py::test_y: expected node"),
+])
+def test_matrix_file_checked(tmp_path, entry, message):
+    """A misspelt key in matrix.yaml fails naming its node, not as a cell judged otherwise."""
+    path = tmp_path / "matrix.yaml"
+    path.write_text(entry)
+    with pytest.raises(ValueError) as e:
+        matrix.load_rows(path)
+    assert message in str(e.value)

@@ -11,50 +11,21 @@ hostA | gwA | gwB | hostB, two engines, SAs installed over engine.sock).
 from __future__ import annotations
 
 import os
-import shutil
 import time
-from pathlib import Path
 
 import pytest
 
+from lab_factory import minilab_fixture
 from plugin.lab import esp_math
 
 pytestmark = [pytest.mark.needs_root]
 
 
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, TUN, raw sockets)"
-    if not shutil.which("ip") or not Path("/dev/net/tun").exists():
-        return "needs iproute2 and /dev/net/tun"
-    return None
-
-
-@pytest.fixture(scope="module")
-def mini():
-    if _why_not():
-        pytest.skip(_why_not())
-    from twin.engine.minilab import MiniLab
-
-    lab = MiniLab(prefix="tt" + os.urandom(2).hex())
-    lab.build()
-    try:
-        yield lab
-    finally:
-        lab.close()
+mini = minilab_fixture(name="mini", prefix="tt" + os.urandom(2).hex())
 
 
 def _ping(lab, size: int):
     return lab.run("hA", ["ping", "-4", "-c", "1", "-W", "2", "-M", "do", "-s", str(size), "203.0.113.10"], timeout=30)
-
-
-def _faults(lab, gw: str, faults: dict) -> None:
-    from twin import faults as F
-
-    F.clear_fault(lab.host_dir(gw), None)
-    for name, params in faults.items():
-        F.set_fault(lab.host_dir(gw), name, **params)
-    lab.call(gw, "faults")
 
 
 def test_ipv4_df_gate(mini):
@@ -63,14 +34,14 @@ def test_ipv4_df_gate(mini):
     mini.tunnel("aes-gcm-16", "ipv4")
     exact = esp_math.ping_data_for_inner(esp_math.max_inner("aes-gcm-16", "ipv4", 1500), "ipv4")
     assert _ping(mini, exact).returncode == 0, "healthy: the exact-limit IPv4 ping with DF passes (dfbit 0)"
-    _faults(mini, "gA", {"ipv4_df_gate": {}})
+    mini.set_faults("gA", {"ipv4_df_gate": {}})
     try:
         r = _ping(mini, exact)
         limit = esp_math.forwarded_ipv6_limit(1500, "ipv4")
         assert r.returncode != 0, f"with ipv4_df_gate the {exact}-byte ping must be refused: {r.stdout}"
         assert f"mtu = {limit}" in r.stdout.replace("mtu=", "mtu = "), r.stdout
     finally:
-        _faults(mini, "gA", {})
+        mini.set_faults("gA", {})
     mini.run("hA", ["ip", "route", "flush", "cache"])
     assert _ping(mini, exact).returncode == 0, "fault off: the ping passes again"
 
@@ -82,14 +53,14 @@ def test_leak_sa_on_delete(mini):
     out = sas["gA_out"]
     before = {s["spi"] for s in mini.call("gA", "list_sas")["sas"]}
     assert out["spi"] in before
-    _faults(mini, "gA", {"leak_sa_on_delete": {}})
+    mini.set_faults("gA", {"leak_sa_on_delete": {}})
     try:
         assert mini.call("gA", "del_sa", spi=out["spi"], dst=out["dst"])["ok"] is True
         kept = {s["spi"] for s in mini.call("gA", "list_sas")["sas"]}
         assert out["spi"] in kept, "the fault keeps the deleted association"
         assert mini.call("gA", "counters")["driver"]["sa_count"] == len(before)
     finally:
-        _faults(mini, "gA", {})
+        mini.set_faults("gA", {})
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         if out["spi"] not in {s["spi"] for s in mini.call("gA", "list_sas")["sas"]}:
