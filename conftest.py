@@ -1,8 +1,9 @@
-"""Root conftest: load the suite's pytest plugin (options, markers, fixtures, run glue)."""
+"""Root conftest: load the suite's plugin when pytest did not load it from its entry point.
 
-# records before fixtures: fixtures imports records, which must be registered (and
-# assertion-rewritten) first.
-# driver_plugin (--driver) and gate_plugin (--baseline/--gate) after session: their
-# sessionstart/sessionfinish run around the virtual lab and the page plugin.session makes.
-pytest_plugins = ["plugin.pytest_plugin", "plugin.records", "plugin.session", "plugin.fixtures",
-                  "plugin.driver_plugin", "plugin.gate_plugin"]
+Installed (``pip install -e .``, tools/setup), pytest loads ``plugin.pytest_plugin`` from
+its ``pytest11`` entry point, registered under that same name, so this line is a no-op;
+with plugin autoload disabled (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``) it loads the plugin
+from here. The plugin brings in its fixtures, the driver and gate plugins itself.
+"""
+
+pytest_plugins = ["plugin.pytest_plugin"]

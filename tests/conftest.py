@@ -1,11 +1,18 @@
 """Shared helpers for the project's own tests (tests/).
 
 - ``@pytest.mark.needs_root``: the test needs root (network namespaces, veth, TUN, raw
-  sockets); skipped with that reason otherwise.
+  sockets); skipped with that reason otherwise (``tools/run-selftests`` refuses to run
+  without root instead, so a CI run never passes on those skips).
+- A virtual lab per test module: ``lab = lab_fixture(...)`` from tests/lab_factory.py
+  (the plugin's own start/stop; see there). An acceptance run in a subprocess:
+  ``lab_factory.suite_run`` (a scratch rootdir of its own).
 - ``run_prefix`` fixture: a short name prefix unique to this test (``ts`` + 4 hex), for
   namespaces, veths and processes -- other runs share this machine. Namespaces that still
   carry it after the test are deleted and the test fails, so leaks are caught.
 - ``repo_root`` fixture: the repository's root directory.
+- Order: the longest test files run first (:data:`LONGEST_FIRST`), so that under xdist
+  (``--dist loadfile --no-loadscope-reorder``, as tools/run-selftests runs) the longest
+  file never starts last while the other worker idles.
 """
 
 from __future__ import annotations
@@ -17,7 +24,24 @@ from pathlib import Path
 
 import pytest
 
+from lab_factory import namespaces_of
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+#: Test files by wall time, longest first (measured with --durations on the 2-core machine,
+#: load ~3: fault matrix ~360 s, integrity ~190 s, acceptance slice, gate ~90 s, report
+#: ~70 s, secrets ~50 s, trust ~40 s). Files not listed keep their collection order after these.
+LONGEST_FIRST = (
+    "teeth/test_fault_matrix_xgs136.py",
+    "teeth/test_fault_matrix_xgs3300.py",
+    "safety/test_integrity.py",
+    "acceptance/test_suite_on_twin.py",
+    "gate/test_gate_e2e.py",
+    "report/test_html_report.py",
+    "safety/test_secrets.py",
+    "safety/test_trust.py",
+)
 
 
 def is_root() -> bool:
@@ -30,7 +54,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def _longest_first_rank(item: pytest.Item) -> int:
+    try:
+        rel = Path(item.path).resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return len(LONGEST_FIRST)
+    return LONGEST_FIRST.index(rel) if rel in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_longest_first_rank)  # stable: a file's tests stay together, in order
     if is_root():
         return
     skip = pytest.mark.skip(reason="needs root (network namespaces, veth, TUN, raw sockets)")
@@ -39,24 +72,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def _namespaces(prefix: str) -> list[str]:
-    try:
-        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].startswith(prefix)]
-
-
 @pytest.fixture
 def run_prefix() -> str:
     """``ts`` + 4 hex digits; afterwards no namespace of that prefix may remain."""
     prefix = "ts" + secrets.token_hex(2)
-    while is_root() and _namespaces(prefix):
+    while is_root() and namespaces_of(prefix):
         prefix = "ts" + secrets.token_hex(2)
     yield prefix
     if not is_root():
         return
-    left = _namespaces(prefix)
+    left = namespaces_of(prefix)
     for ns in left:
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True, timeout=10)
     assert not left, f"test left network namespaces behind: {left} (deleted now)"

@@ -7,6 +7,7 @@ pytester plugin cannot be enabled from a non-root conftest).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,22 @@ def test_unregistered_marker_fails_collection(tmp_path):
     )
     assert r.returncode != 0
     assert "'xgs1360' not found in `markers` configuration option" in r.stdout + r.stderr
+
+
+def test_loaded_once_from_its_entry_point_or_from_the_conftest():
+    """Installed, the plugin comes from its pytest11 entry point and the root conftest's
+    pytest_plugins entry finds it registered; with autoload off, the conftest loads it."""
+    from importlib.metadata import entry_points
+
+    assert [ep.value for ep in entry_points(group="pytest11") if ep.name == "plugin.pytest_plugin"] == [
+        "plugin.pytest_plugin"]
+    counts = []
+    for extra in ({}, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | extra
+        r = subprocess.run([sys.executable, "-m", "pytest", "-m", "xgs136", "--collect-only", "-q", "-p",
+                            "no:cacheprovider"], cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, (extra, r.stdout[-2000:] + r.stderr[-2000:])
+        m = re.search(r"^(\d+)/(\d+) tests collected", r.stdout, re.M)
+        assert m and int(m[1]) > 0, (extra, r.stdout[-500:])
+        counts.append(m.groups())
+    assert counts[0] == counts[1], f"entry point vs conftest collect differently: {counts}"

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from lab_factory import subprocess_env, suite_run
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the virtual lab needs root (network namespaces, TUN)"),
@@ -29,10 +26,10 @@ SELECTION = "lab-v6in4-gcm or npu-v4in6-cbc or many-v4in4-gcm-c6"
 
 def test_acceptance_slice_passes_and_reports(tmp_path):
     allure_dir, junit = tmp_path / "allure", tmp_path / "junit.xml"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HIL_PSK")}
-    cmd = [sys.executable, "-m", "pytest", "tests_hil", "-k", SELECTION, "--traffic-seconds", "0.2",
-           "-p", "no:cacheprovider", "-q", "-rfE", "--tb=line", "--alluredir", str(allure_dir), "--junitxml", str(junit)]
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    env = {k: v for k, v in subprocess_env().items() if not k.startswith("HIL_PSK")}
+    args = ["tests_hil", "-k", SELECTION, "--traffic-seconds", "0.2",
+            "-q", "-rfE", "--tb=line", "--alluredir", str(allure_dir), "--junitxml", str(junit)]
+    res = suite_run(args, tmp_path / "checkout", env=env, timeout=1200)  # reports/ of its own
     tail = (res.stdout + res.stderr)[-6000:]
     assert res.returncode == 0, f"acceptance slice failed (exit {res.returncode}):\n{tail}"
     suite = ET.parse(junit).getroot()
@@ -43,7 +40,7 @@ def test_acceptance_slice_passes_and_reports(tmp_path):
         assert module in modules, f"{module} did not run in the slice: {sorted(modules)}"
     failed = [c.get("name") for c in cases if c.find("failure") is not None or c.find("error") is not None]
     assert not failed, f"failed: {failed}"
-    page = (REPO / "reports" / "measurement-page.md").read_text()
+    page = (tmp_path / "checkout" / "reports" / "measurement-page.md").read_text()
     assert "## What ran" in page and "## What is not established" in page
     assert "Mbit/s" in page and "octep" in page and "npuep" in page
     results = list(allure_dir.glob("*-result.json"))

@@ -10,11 +10,7 @@ byte-identical, loaded, afterwards.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,42 +18,23 @@ import pytest
 from plugin.lab import files
 from plugin.lab.appliance import Appliance
 from plugin.lab.driver import DRIVER_JOURNAL_DIR, DriverDeployment, DriverError, recover_driver
-from plugin.lab.remote import host_from_mgmt
-from plugin.lab.topology import load_topology
+from lab_factory import TestLab, lab_fixture
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.needs_root
 
 
-def _twin(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "twin", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+lab = lab_fixture(components=("engine", "sshd"))
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    prefix = "tw" + secrets.token_hex(2)
-    run_dir = tmp_path_factory.mktemp("lab") / prefix
-    r = _twin("up", str(REPO / "topologies" / "virtual.yaml"), "--prefix", prefix, "--run-dir", str(run_dir),
-              "--owner-pid", str(os.getpid()), "--components", "engine,sshd")
-    if r.returncode != 0:
-        _twin("down", "--prefix", prefix)
-        pytest.fail(f"twin up failed: {r.stderr.strip()[-500:]}")
-    info = json.loads(r.stdout.strip().splitlines()[-1])
-    topo = load_topology(info["resolved"])
-    apps = {n: Appliance(n, host_from_mgmt(n, h.mgmt, topo.lab.known_hosts), h.hardware)
-            for n, h in topo.hosts.items() if h.role == "appliance"}
-    try:
-        yield {"prefix": prefix, "run_dir": Path(info["run_dir"]), "apps": apps}
-    finally:
-        for a in apps.values():
-            a.host.close()
-        d = _twin("down", "--prefix", prefix)
-        assert d.returncode == 0, d.stderr
+def _root_file(lab: TestLab, host: str, path: str) -> Path:
+    return lab.root(host) / path.lstrip("/")
 
 
-def _root_file(lab, host: str, path: str) -> Path:
-    return lab["run_dir"] / "hosts" / host / "root" / path.lstrip("/")
+def _dut_module(lab: TestLab) -> tuple[Appliance, Path, bytes]:
+    """The DUT, its driver module's file in the lab and that file's bytes before the test."""
+    dut = lab.apps["dut3300"]
+    mod_path = _root_file(lab, "dut3300", dut.profile.module_file)
+    return dut, mod_path, mod_path.read_bytes()
 
 
 def _fake_module(tmp_path: Path, tag: str, extra: bytes = b"") -> Path:
@@ -68,9 +45,7 @@ def _fake_module(tmp_path: Path, tag: str, extra: bytes = b"") -> Path:
 
 
 def test_deploy_loads_the_build_and_restore_puts_the_old_one_back(lab, tmp_path):
-    dut = lab["apps"]["dut3300"]
-    mod_path = _root_file(lab, "dut3300", dut.profile.module_file)
-    original = mod_path.read_bytes()
+    dut, mod_path, original = _dut_module(lab)
     before = dut.module_info()
     assert before.loaded and before.md5 == hashlib.md5(original).hexdigest()
     fake = _fake_module(tmp_path, "build-under-test")
@@ -94,9 +69,7 @@ def test_deploy_loads_the_build_and_restore_puts_the_old_one_back(lab, tmp_path)
 
 
 def test_unresolved_symbol_is_refused_and_the_old_module_stays(lab, tmp_path):
-    dut = lab["apps"]["dut3300"]
-    mod_path = _root_file(lab, "dut3300", dut.profile.module_file)
-    original = mod_path.read_bytes()
+    dut, mod_path, original = _dut_module(lab)
     fake = _fake_module(tmp_path, "wrong-kernel", b"twin-unresolved-symbol=crypto_dispatch_async\n")
     dep = DriverDeployment(dut, fake, run_id="gate-test")
     with pytest.raises(DriverError) as ei:
@@ -124,9 +97,7 @@ class _CorruptingHost:
 
 
 def test_md5_mismatch_is_detected_before_loading(lab, tmp_path):
-    dut = lab["apps"]["dut3300"]
-    mod_path = _root_file(lab, "dut3300", dut.profile.module_file)
-    original = mod_path.read_bytes()
+    dut, mod_path, original = _dut_module(lab)
     bad = Appliance(dut.name, _CorruptingHost(dut.host), dut.profile)
     fake = _fake_module(tmp_path, "truncated")
     dep = DriverDeployment(bad, fake, run_id="gate-test")
@@ -138,9 +109,7 @@ def test_md5_mismatch_is_detected_before_loading(lab, tmp_path):
 
 
 def test_a_crashed_run_is_recovered_and_reloaded(lab, tmp_path):
-    dut = lab["apps"]["dut3300"]
-    mod_path = _root_file(lab, "dut3300", dut.profile.module_file)
-    original = mod_path.read_bytes()
+    dut, mod_path, original = _dut_module(lab)
     fake = _fake_module(tmp_path, "crashed-run")
     dep = DriverDeployment(dut, fake, run_id="gate-test-crash")
     dep.deploy()
@@ -154,16 +123,14 @@ def test_a_crashed_run_is_recovered_and_reloaded(lab, tmp_path):
 
 
 def test_missing_local_file_is_a_clear_error(lab, tmp_path):
-    dut = lab["apps"]["dut3300"]
+    dut = lab.apps["dut3300"]
     with pytest.raises(DriverError, match=r"no such file"):
         DriverDeployment(dut, tmp_path / "nope.ko").deploy()
     assert files.pending(dut.host, DRIVER_JOURNAL_DIR) == []
 
 
 def test_keep_leaves_the_build_loaded_and_the_previous_file_beside_it(lab, tmp_path):
-    dut = lab["apps"]["dut3300"]
-    mod_path = _root_file(lab, "dut3300", dut.profile.module_file)
-    original = mod_path.read_bytes()
+    dut, mod_path, original = _dut_module(lab)
     fake = _fake_module(tmp_path, "kept-build")
     dep = DriverDeployment(dut, fake, run_id="gate-test-keep")
     dep.deploy()

@@ -17,19 +17,16 @@ def test_relative_path_resolved_and_build_read(tmp_path):
     assert build.md5 == hashlib.md5(b"module bytes").hexdigest() and build.size == 12
 
 
-@pytest.mark.parametrize("value,why", [
-    ("octep.ko", "expected MODEL=PATH"),
-    ("xgs9999=octep.ko", "unknown model 'xgs9999'; known: xgs3300, xgs136"),
-    ("xgs3300=missing.ko", "no such file"),
-    ("xgs3300=empty.ko", "file is empty"),
+@pytest.mark.parametrize("values,why", [
+    (["octep.ko"], "expected MODEL=PATH"),
+    (["xgs9999=octep.ko"], "unknown model 'xgs9999'; known: xgs3300, xgs136"),
+    (["xgs3300=missing.ko"], "no such file"),
+    (["xgs3300=empty.ko"], "file is empty"),
+    (["xgs3300=a.ko", "xgs3300=a.ko"], "a second build for xgs3300"),  # one build per model
 ])
-def test_bad_values_are_usage_errors(tmp_path, value, why):
+def test_bad_values_are_usage_errors(tmp_path, values, why):
+    """The error names the value that is wrong: the last one given."""
     (tmp_path / "empty.ko").write_bytes(b"")
-    with pytest.raises(pytest.UsageError, match=f"--driver '{value}': .*{why}"):
-        parse_driver_options([value], tmp_path)
-
-
-def test_one_build_per_model(tmp_path):
     (tmp_path / "a.ko").write_bytes(b"a")
-    with pytest.raises(pytest.UsageError, match="a second build for xgs3300"):
-        parse_driver_options(["xgs3300=a.ko", "xgs3300=a.ko"], tmp_path)
+    with pytest.raises(pytest.UsageError, match=f"--driver '{values[-1]}': .*{why}"):
+        parse_driver_options(values, tmp_path)

@@ -5,8 +5,12 @@ fault that costs throughput (``slow_first_stream`` paced to 5 Mbit/s: issue 531'
 symptom, deterministic -- ``drop_every`` costs TCP too little to beat two noisy 1-second
 repeats reliably) and a different driver build under test: the comparison says REGRESSION, names the
 builds compared, ``--gate`` makes the exit code 18, and the driver is restored.
-About 1.5-4 minutes (machine load): each run starts its own virtual lab. A second test: a
-module that does not link stops the run before any test with exit 19.
+A second test: a module that does not link stops the run before any test with exit 19.
+
+One lab for the module (tests/lab_factory.py): every run is given its resolved file, as a
+run on hardware is given its lab file, so four runs cost one bring-up. The fault is
+switched on from outside before its run and off after it, as a broken driver would be.
+Each run has its own scratch rootdir: the comparison it writes under reports/ is its own.
 """
 
 from __future__ import annotations
@@ -15,36 +19,46 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from lab_factory import TestLab, lab_fixture, suite_run
 from plugin.gate_plugin import GATE_REGRESSION
 from plugin.lab import baseline as bl
 
-REPO = Path(__file__).resolve().parents[2]
 TEST = "tests_hil/test_rates.py::test_forwarded_rate[lab-v4in4-gcm-1x10s-up]"
 pytestmark = pytest.mark.needs_root
 
-
-def _suite(tmp_path: Path, *args: str, fault: str = "") -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "gate"), str(REPO)])
-    env["HIL_TEST_FAULT"] = fault
-    env.pop("PYTEST_XDIST_WORKER", None)
-    env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", TEST, "--traffic-seconds", "0.1", "-p", "no:cacheprovider",
-         "-p", "gate_fault_injector", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )
+lab = lab_fixture()
 
 
-def test_two_saved_repeats_then_a_fault_fails_the_gate(tmp_path):
+@contextmanager
+def _fault(lab: TestLab, spec: str):
+    """``HOST NAME [k=v ...]`` switched on in the lab for the block, off afterwards."""
+    if not spec:
+        yield
+        return
+    host, name, *params = spec.split()
+    r = lab.twin("fault", host, name, *params)
+    assert r.returncode == 0, f"twin fault {spec}: {r.stderr.strip()}"
+    try:
+        yield
+    finally:
+        off = lab.twin("fault", host, name, "--off")
+        assert off.returncode == 0, f"twin fault {host} {name} --off: {off.stderr.strip()}"
+
+
+def _suite(lab: TestLab, rootdir: Path, *args: str, fault: str = "") -> subprocess.CompletedProcess:
+    with _fault(lab, fault):
+        return suite_run([TEST, "--traffic-seconds", "0.1", *args], rootdir, lab=lab)
+
+
+def test_two_saved_repeats_then_a_fault_fails_the_gate(lab, tmp_path):
     base = tmp_path / "baseline.json"
     for i in (1, 2):
-        r = _suite(tmp_path, "--save-baseline", str(base))
+        r = _suite(lab, tmp_path / f"base{i}", "--save-baseline", str(base))
         assert r.returncode == 0, f"baseline run {i}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
         assert f"baseline saved: {base} (repeat {i}, 2 rates)" in r.stdout
     b = bl.load(base)
@@ -58,14 +72,14 @@ def test_two_saved_repeats_then_a_fault_fails_the_gate(tmp_path):
     module.write_bytes(b"\x7fELF candidate build\n" + os.urandom(2048))
     cand_md5 = hashlib.md5(module.read_bytes()).hexdigest()
     alluredir = tmp_path / "allure"
-    r = _suite(tmp_path, "--baseline", str(base), "--gate", "--driver", f"xgs3300={module}",
+    r = _suite(lab, tmp_path / "gate", "--baseline", str(base), "--gate", "--driver", f"xgs3300={module}",
                "--alluredir", str(alluredir), fault="dut3300 slow_first_stream mbit=5 seconds=600")
     out = r.stdout
     assert r.returncode == GATE_REGRESSION, f"exit {r.returncode}:\n{out[-4000:]}\n{r.stderr[-2000:]}"
     assert "REGRESSION" in out and f"--gate: 1 regression(s): exit {GATE_REGRESSION}" in out
     assert f"dut3300: baseline {built_md5} -> this run {cand_md5}" in out
     assert "dut3300: previous module restored and loaded" in out
-    comp = json.loads((REPO / "reports" / "baseline-comparison.json").read_text())
+    comp = json.loads((tmp_path / "gate" / "reports" / "baseline-comparison.json").read_text())
     rows = [row for row in comp["rows"] if row["figure"] == key]
     assert rows and rows[0]["verdict"] == "regression" and rows[0]["this_run_mbit"] < rows[0]["baseline_mean_mbit"]
     env = (alluredir / "environment.properties").read_text()
@@ -75,12 +89,12 @@ def test_two_saved_repeats_then_a_fault_fails_the_gate(tmp_path):
     assert gate and gate[0]["status"] == "failed"
 
 
-def test_a_module_that_does_not_link_stops_the_run_with_19(tmp_path):
+def test_a_module_that_does_not_link_stops_the_run_with_19(lab, tmp_path):
     from plugin.driver_plugin import DRIVER_DEPLOY_FAILED
 
     module = tmp_path / "octep-wrong-kernel.ko"
     module.write_bytes(b"\x7fELF built against another kernel\ntwin-unresolved-symbol=ipsec_accel_sa_newkey\n")
-    r = _suite(tmp_path, "--driver", f"xgs3300={module}")
+    r = _suite(lab, tmp_path / "run", "--driver", f"xgs3300={module}")
     text = r.stdout + r.stderr
     assert r.returncode == DRIVER_DEPLOY_FAILED, text[-3000:]
     assert "link_elf_obj: symbol ipsec_accel_sa_newkey undefined" in text

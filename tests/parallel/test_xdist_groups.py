@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin.fixtures import appliance_groups
+from plugin.lab.cases import appliance_groups
 from plugin.lab.topology import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,13 +60,16 @@ def two_sets_topology(path: Path, *, hardware: bool) -> Path:
 
 def test_virtual_lab_is_one_group_because_everything_ends_on_peer3300():
     groups = appliance_groups(load_topology(VIRTUAL))
-    assert set(groups) == {"lab", "npu", "many"}
+    assert set(groups) == {"lab", "npu", "many", "natt", "natt136", "rekey136", "rekey3300", "expire136", "expire3300"}
     assert set(groups.values()) == {"dut3300+peer3300+xgs136"}
 
 
 def test_disjoint_appliance_sets_are_separate_groups(tmp_path):
     groups = appliance_groups(load_topology(two_sets_topology(tmp_path / "two.yaml", hardware=False)))
-    assert groups == {"lab": "dut3300+peer3300", "npu": "peer136+xgs136", "many": "peer136+xgs136"}
+    assert groups == {"lab": "dut3300+peer3300", "npu": "peer136+xgs136", "many": "peer136+xgs136",
+                      "natt": "dut3300+peer3300", "natt136": "peer136+xgs136",
+                      "rekey136": "peer136+xgs136", "rekey3300": "dut3300+peer3300",
+                      "expire136": "peer136+xgs136", "expire3300": "dut3300+peer3300"}
 
 
 def test_a_chain_of_shared_appliances_is_one_group(tmp_path):
@@ -79,7 +82,7 @@ CONFTEST = '''
 import json, os
 import pytest
 
-pytest_plugins = ["plugin.pytest_plugin", "plugin.records", "plugin.session", "plugin.fixtures"]
+pytest_plugins = ["plugin.pytest_plugin"]
 
 @pytest.fixture(scope="session")
 def tunnel(request):

@@ -8,15 +8,14 @@ DevTools pipe (tests/report/cdp.py): expands the Suites tree, opens the conserva
 test and clicks its plot and ledger attachments. A missing ledger or plot fails the test.
 
 Screenshots are kept in reports/screenshots/ (git-ignored); their paths are printed.
-Side effect: like every acceptance run, the inner run rewrites reports/measurement-page.md
-and reports/plots/ (the plugin writes them under the rootdir).
+The inner run has a scratch rootdir of its own (tests/lab_factory.py): its measurement
+page and plots stay there, out of the repository's reports/.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import shutil
 import struct
@@ -26,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from lab_factory import subprocess_env, suite_run
 
 from .cdp import CHROMIUM, Browser
 
@@ -58,12 +59,6 @@ def embedded_files(index: Path) -> dict[str, bytes]:
     return {k: base64.b64decode(v) for k, v in re.findall(r"d\('([^']+)','([^']*)'\)", text)}
 
 
-def _clean_env() -> dict[str, str]:
-    """The outer pytest's xdist/addopts variables must not leak into the inner run."""
-    return {k: v for k, v in os.environ.items()
-            if not (k.startswith("PYTEST_XDIST") or k in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
-
-
 def _tail(proc: subprocess.CompletedProcess, n: int = 40) -> str:
     return "\n".join((proc.stdout + proc.stderr).splitlines()[-n:])
 
@@ -71,7 +66,7 @@ def _tail(proc: subprocess.CompletedProcess, n: int = 40) -> str:
 def run_report(results: Path, multi: Path, single_dir: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "tools" / "report"), "--results", str(results),
                            "--out", str(multi), "--single", str(single_dir)],
-                          capture_output=True, text=True, timeout=600, env=_clean_env())
+                          capture_output=True, text=True, timeout=600, env=subprocess_env())
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +78,9 @@ def built(tmp_path_factory) -> Built:
         pytest.fail(f"missing {', '.join(missing)}: run tools/setup", pytrace=False)
     base = tmp_path_factory.mktemp("report")
     results = base / "allure-results"
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests_hil/test_bringup.py", "tests_hil/test_conservation.py",
-         "-k", f"{CASE} and ({BRINGUP} or {CONSERVATION})", "--traffic-seconds", "0.3",
-         "--alluredir", str(results), "-p", "no:cacheprovider", "-q"],
-        cwd=REPO, capture_output=True, text=True, timeout=900, env=_clean_env())
+    run = suite_run(["tests_hil/test_bringup.py", "tests_hil/test_conservation.py",
+                     "-k", f"{CASE} and ({BRINGUP} or {CONSERVATION})", "--traffic-seconds", "0.3",
+                     "--alluredir", str(results), "-q"], base / "checkout", timeout=900)
     # 1 = a test failed (e.g. a rate floor on a busy machine): its results still carry the
     # ledger and the plot, which is what this module checks.
     assert run.returncode in (0, 1), f"acceptance run exited {run.returncode}:\n{_tail(run)}"

@@ -1,7 +1,7 @@
-"""One virtual lab per safety test module, and the state the integrity tests compare.
+"""What the safety modules' lab starts with, and the state the integrity tests compare.
 
-The lab is started with ``python -m twin up`` (unique ``tw`` prefix, own run dir, owner
-pid = this pytest) and always torn down. Before the first test the appliances are given an
+The lab itself is the project's one per-module lab (tests/lab_factory.py, fixture
+``vlab`` in conftest.py). Before the first test the appliances are given an
 operator's configuration -- an OPNsense-style swanctl.conf WITHOUT the include line on the
 DUT (so the suite must change and restore it) and one WITH it on the peer plus an unrelated
 conf.d file and a stale ``hil-lab.conf`` (so an existing file is overwritten and restored).
@@ -10,18 +10,16 @@ conf.d file and a stale ``hil-lab.conf`` (so an existing file is overwritten and
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import secrets
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from lab_factory import TestLab
 
-REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 DUT_SWANCTL = (b"# Automatically generated, do not edit (seeded by tests/safety)\n"
@@ -31,23 +29,7 @@ PEER_OTHER = b"# an operator's own file, never touched by the suite\n"
 PEER_STALE = b"# a stale hil-lab.conf an operator left; the suite must put it back\n"
 
 
-def twin(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "twin", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-
-@dataclass
-class VLab:
-    prefix: str
-    run_dir: Path
-    resolved: Path
-    topo: object
-    namespaces: dict = field(default_factory=dict)
-
-    def root(self, host: str) -> Path:
-        return self.run_dir / "hosts" / host / "root"
-
-
-def seed(lab: VLab) -> None:
+def seed(lab: TestLab) -> None:
     etc = "usr/local/etc/swanctl"
     for host, files in {
         "dut3300": {f"{etc}/swanctl.conf": DUT_SWANCTL},
@@ -61,45 +43,10 @@ def seed(lab: VLab) -> None:
             os.chmod(p, 0o600)
 
 
-def start_lab(tmp_path_factory) -> VLab:
-    prefix = "tw" + secrets.token_hex(2)
-    run_dir = tmp_path_factory.mktemp("safety") / prefix
-    r = twin("up", str(REPO / "topologies" / "virtual.yaml"), "--prefix", prefix, "--run-dir", str(run_dir),
-             "--owner-pid", str(os.getpid()))
-    if r.returncode != 0:
-        twin("down", "--prefix", prefix)
-        pytest.fail(f"twin up failed: {r.stderr.strip()[-800:]}")
-    from plugin.lab.topology import load_topology
-
-    info = json.loads(r.stdout.strip().splitlines()[-1])
-    lab = VLab(prefix, Path(info["run_dir"]), Path(info["resolved"]), load_topology(info["resolved"]))
-    lab.namespaces = json.loads((lab.run_dir / "lab.json").read_text())["namespaces"]
-    seed(lab)
-    return lab
-
-
-def stop_lab(lab: VLab) -> None:
-    d = twin("down", "--prefix", lab.prefix)
-    left = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-            if ns.startswith(lab.prefix)]
-    assert d.returncode == 0 and not left, f"twin down: {d.stderr.strip()[-300:]}; namespaces left: {left}"
-
-
-@pytest.fixture(scope="module")
-def vlab(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the virtual lab: network namespaces, TUN)")
-    lab = start_lab(tmp_path_factory)
-    try:
-        yield lab
-    finally:
-        stop_lab(lab)
-
-
 # ------------------------------------------------------------------ the compared state
 
 
-def file_hashes(lab: VLab, host: str) -> dict[str, str]:
+def file_hashes(lab: TestLab, host: str) -> dict[str, str]:
     """sha256 of every file under the appliance's swanctl directory (mode included)."""
     base = lab.root(host) / "usr/local/etc"
     out = {}
@@ -110,12 +57,12 @@ def file_hashes(lab: VLab, host: str) -> dict[str, str]:
     return out
 
 
-def journal_files(lab: VLab, host: str) -> list[str]:
+def journal_files(lab: TestLab, host: str) -> list[str]:
     d = lab.root(host) / "var/db/ipsec-hil"
     return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()) if d.exists() else []
 
 
-def net_state(lab: VLab, host: str) -> dict[str, str]:
+def net_state(lab: TestLab, host: str) -> dict[str, str]:
     ns = lab.namespaces[host]
     out = {}
     for what, cmd in {"routes4": ["-4", "route", "show", "table", "main"],
@@ -144,7 +91,7 @@ def suite_routes(app, dsts) -> dict[str, object]:
     return out
 
 
-def snapshot(lab: VLab, apps: dict) -> dict:
+def snapshot(lab: TestLab, apps: dict) -> dict:
     """Everything a run may change on the two ends of the lab tunnel."""
     snap = {}
     for h in ("dut3300", "peer3300"):
@@ -172,3 +119,15 @@ def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float) -> tuple[
         if line.startswith(prefix):
             return line.rstrip("\n"), lines
     raise AssertionError(f"no {prefix!r} line from the driver within {timeout} s; got {lines}")
+
+
+@contextmanager
+def reaped(*procs: subprocess.Popen) -> Iterator[None]:
+    """Whatever the block raises, no process of ``procs`` outlives it (killed, waited for)."""
+    try:
+        yield
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

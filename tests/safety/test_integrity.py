@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from safety._inject import STEPS, TEST_COMMAND, Armed, InterruptingHost, after_then_raise, cut_mid_command, trigger
-from safety._lab import PY, journal_files, snapshot, twin, wait_for_line
+from safety._lab import PY, journal_files, reaped, snapshot, wait_for_line
 
 from plugin.fixtures import build_appliances
 from plugin.lab.errors import LabError, TransportError
@@ -131,20 +131,22 @@ def _driver(vlab, step: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
+def _signalled_at(vlab, step: str, sig: signal.Signals) -> tuple[int, str]:
+    """Run the provisioning driver up to ``step``, send it ``sig``; its exit code and stderr."""
+    proc = _driver(vlab, step)
+    with reaped(proc):
+        wait_for_line(proc, f"AT {step}", 60)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
 @pytest.mark.parametrize("step", SIGINT_STEPS)
 def test_sigint_to_the_process(vlab, ends, step):
     """SIGINT (Ctrl-C at a terminal) to a provisioning process: it cleans up before exiting."""
     apps, before = ends
-    proc = _driver(vlab, step)
-    try:
-        wait_for_line(proc, f"AT {step}", 60)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
+    returncode, err = _signalled_at(vlab, step, signal.SIGINT)
+    assert returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
     assert_restored(vlab, apps, before)
 
 
@@ -152,15 +154,7 @@ def test_sigint_to_the_process(vlab, ends, step):
 def test_sigkill_then_next_run_recovers(vlab, ends, step):
     """SIGKILL at each step: the next run (lock, then files.recover) restores it and says what."""
     apps, before = ends
-    proc = _driver(vlab, step)
-    try:
-        wait_for_line(proc, f"AT {step}", 60)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _signalled_at(vlab, step, signal.SIGKILL)
     # The next run, as the lab fixture does it: take each appliance's lock (the dead run's
     # is recognised as dead: same machine, pid gone), recover, release.
     restored: dict[str, list[str]] = {}
@@ -193,7 +187,7 @@ def test_appliance_rebooted_mid_test(vlab, ends, who):
         if who == "peer3300":
             apps[who].reboot(wait=True, timeout=60, poll=0.5)
         else:
-            r = twin("reboot", "--prefix", vlab.prefix, who)
+            r = vlab.twin("reboot", who)
             assert r.returncode == 0, r.stderr
     finally:
         done = prov.down()

@@ -2,7 +2,7 @@
 
 One real acceptance subset runs as a child pytest against its own virtual lab, with a known
 PSK, DEBUG logging to the terminal and a log file, Allure results, a JUnit file and the
-measurement page; a fault (count_extra on the DUT) makes the conservation test fail, so the
+measurement page (in a scratch rootdir: no other run's reports mix in); a fault (count_extra on the DUT) makes the conservation test fail, so the
 assertion-message path is covered too. Inside the run, the child plugin _keygrab reads both
 ends' ESP keys (setkey -D through the suite's Appliance) into a 0600 file outside those
 artifacts. Then every artifact is searched for the PSK and each key in every form a leak
@@ -14,12 +14,11 @@ from __future__ import annotations
 import base64
 import os
 import secrets
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from lab_factory import subprocess_env, suite_run
 
 pytestmark = pytest.mark.needs_root
 
@@ -48,16 +47,16 @@ def test_no_secret_in_any_artifact(tmp_path):
     art = tmp_path / "artifacts"
     allure, junit, logfile = art / "allure", art / "junit.xml", art / "run.log"
     art.mkdir()
-    env = dict(os.environ, HIL_PSK_VIRTUAL=psk, HIL_SAFETY_KEYS=str(keys_file),
-               HIL_SAFETY_FAULT="dut3300 count_extra",
-               PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
-    started = time.time()
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests_hil", "-p", "safety._keygrab", "-m", "xgs3300",
-         "-k", "lab-v4in4-gcm and (bringup or wire or conservation)", "--traffic-seconds", "0.2",
+    env = subprocess_env(HIL_PSK_VIRTUAL=psk, HIL_SAFETY_KEYS=str(keys_file),
+                         HIL_SAFETY_FAULT="dut3300 count_extra",
+                         PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
+    rootdir = tmp_path / "checkout"  # the run's reports/ are its own, not other runs'
+    r = suite_run(
+        ["tests_hil", "-p", "safety._keygrab", "-m", "xgs3300",
+         "-k", "lab-v4in4-gcm and (bringup or wire or conservation or tampered)", "--traffic-seconds", "0.2",
          "--alluredir", str(allure), "--junitxml", str(junit), "-o", "log_cli=true",
-         "--log-level", "DEBUG", "--log-file", str(logfile), "--log-file-level", "DEBUG", "-p", "no:cacheprovider"],
-        cwd=REPO, env=env, capture_output=True, timeout=600,
+         "--log-level", "DEBUG", "--log-file", str(logfile), "--log-file-level", "DEBUG"],
+        rootdir, env=env, text=False,
     )
     (art / "stdout.txt").write_bytes(r.stdout)
     (art / "stderr.txt").write_bytes(r.stderr)
@@ -69,8 +68,7 @@ def test_no_secret_in_any_artifact(tmp_path):
     n_keys = len(keys)  # GCM: one key per direction, the same on both ends
     assert n_keys >= 2, f"only {n_keys} ESP key(s) captured from the appliances"  # never the keys
     artifacts = [p for p in art.rglob("*") if p.is_file()]
-    reports = REPO / "reports"
-    artifacts += [p for p in reports.rglob("*") if p.is_file() and p.stat().st_mtime >= started - 1]
+    artifacts += [p for p in (rootdir / "reports").rglob("*") if p.is_file()]
     assert any(p.name.endswith("-result.json") for p in artifacts) and junit.exists() and logfile.stat().st_size
     needles = {f: "the PSK" for f in forms(text=psk)}
     for i, k in enumerate(keys):

@@ -79,7 +79,7 @@ def test_grammar_one_key_per_line_balanced(topo, case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_twins_strongswan_grammar_reads_it(topo, case):
     """Cross-check with the independent swanctl.conf parser of the virtual lab (twin.ike.conf)."""
-    conf = pytest.importorskip("twin.ike.conf")
+    from twin.ike import conf
     tname, config, end = CASES[case]
     plan = TunnelPlan.from_topology(topo, tname)
     cfg = conf.loads(render_swanctl(plan, config, end, PSK), file=f"{case}.conf")

@@ -31,8 +31,8 @@ def run_info() -> RunInfo:
         started=dt.datetime(2026, 11, 29, 21, 0, tzinfo=dt.timezone.utc),
         command="pytest -m xgs136",
         hardware=[
-            HardwareInfo("xgs136", "xgs136", "npuep", "0d650d4e" + "0" * 24, 253_552, True, "14.1-RELEASE"),
-            HardwareInfo("peer3300", "xgs3300", "octep", None, None, None, None),
+            HardwareInfo("xgs136", "xgs136", "npuep", "0d650d4e" + "0" * 24, 253_552, "14.1-RELEASE", module_loaded=True),
+            HardwareInfo("peer3300", "xgs3300", "octep", None, None, None, module_loaded=None),
         ],
     )
 
@@ -96,7 +96,7 @@ def test_plot_png_written(tmp_path):
 
 
 def test_iperf_series_from_the_real_parser(tmp_path):
-    iperf3 = pytest.importorskip("plugin.lab.parsers.iperf3")
+    from plugin.lab.parsers import iperf3
     Interval = iperf3.Interval
     r = iperf3.IperfResult(num_streams=2, intervals=(
         Interval(0.0, 1.0, 3.0e8, (1.0e8, 2.0e8), True),

@@ -43,7 +43,6 @@ def test_probe_runs_through_the_host_api():
 
 @pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 not installed")
 def test_iperf_run_on_loopback_parses_and_stops_the_server():
-    pytest.importorskip("plugin.lab.parsers.iperf3", reason="parsers.iperf3 (H3) not committed yet")
     port = 20000 + os.getpid() % 20000
     a = BenchHost("a", LocalHost("a"))
     r = iperf_run(a, a, "127.0.0.1", seconds=1, streams=2, port=port)
@@ -54,11 +53,11 @@ def test_iperf_run_on_loopback_parses_and_stops_the_server():
 
 
 def test_sa_keys_from_the_setkey_parser():
-    setkey = pytest.importorskip("plugin.lab.parsers.setkey")
+    from plugin.lab.parsers import setkey
     from plugin.lab.traffic import sa_keys
 
     base = dict(src="192.0.2.1", dst="192.0.2.2", satype="esp", mode="tunnel", spi=0xC1F2A3B4, reqid=1,
-                state="mature", replay=32, seq=0, flags=0)
+                state="mature", replay_bytes=4, seq=0, flags=0)
     gcm = setkey.SadEntry(**base, enc_alg="aes-gcm-16", enc_key="11" * 36)
     assert sa_keys(gcm) == ("aes-gcm-16", b"\x11" * 36, None)
     cbc = setkey.SadEntry(**base, enc_alg="aes-cbc", enc_key="22" * 32, auth_alg="hmac-sha2-256", auth_key="33" * 32)
@@ -77,3 +76,61 @@ def test_sections_split_marker_output():
                    "sysctl-stderr": "sysctl: unknown oid 'c'\n", "end": ""}
     with pytest.raises(ParseError, match="before the first @@hil marker"):
         sections("garbage\n@@hil end\n")
+
+
+class _RecordingHost:
+    """A Host that records the scripts it is given and answers like a ping that cannot resolve."""
+
+    name = "rec"
+
+    def __init__(self) -> None:
+        self.scripts: list[str] = []
+
+    def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None):
+        from plugin.lab.remote import RunResult
+
+        self.scripts.append(script)
+        return RunResult("", "ping: cannot resolve x: Unknown host\n", 68, 0.0, self.name)
+
+
+def _argv_of(pinger, **kw) -> list[str]:
+    import shlex
+
+    assert pinger.ping(**kw).status == 68  # the recorded answer went through the parser
+    return shlex.split(pinger.host.scripts[-1])
+
+
+@pytest.mark.parametrize(
+    "size,family,sockbuf",
+    [(8952, "ipv6", str(4 * (8952 + 48))), (8193, "ipv6", str(4 * (8193 + 48))),
+     (8192, "ipv6", None), (1452, "ipv6", None), (None, "ipv6", None), (8972, "ipv4", None)],
+)
+def test_freebsd_ping6_gets_a_socket_buffer_above_8192_bytes(size, family, sockbuf):
+    """FreeBSD's ping6 needs -b above 8,192 data bytes (the 9,000-byte paths); IPv4 never."""
+    from plugin.lab.appliance import Appliance
+
+    dst = "2001:db8:2::2" if family == "ipv6" else "203.0.113.130"
+    args = _argv_of(Appliance("a", _RecordingHost(), None), dst=dst, size=size, count=2, dont_fragment=True,
+                    source="2001:db8:2::1" if family == "ipv6" else None)
+    assert args[0] == "ping" and args[-1] == dst
+    assert ("-6" in args) == (family == "ipv6")
+    if sockbuf is None:
+        assert "-b" not in args
+    else:
+        assert args[args.index("-b") + 1] == sockbuf and int(sockbuf) > size
+    if size is not None:
+        assert args[args.index("-s") + 1] == str(size)
+    assert "-D" in args and args[args.index("-t") + 1] == "5"
+
+
+def test_bench_ping_speaks_iputils():
+    args = _argv_of(BenchHost("b", _RecordingHost()), dst="fd00:b::1", size=8952, count=3, dont_fragment=True,
+                    source="fd00:a::10", timeout=4)
+    assert args == ["ping", "-6", "-c", "3", "-n", "-s", "8952", "-M", "do", "-I", "fd00:a::10", "-w", "4", "fd00:b::1"]
+
+
+def test_ping6_sockbuf_rule():
+    from plugin.lab.ping_argv import PING6_DEFAULT_DATA_MAX, ping6_sockbuf
+
+    assert ping6_sockbuf(None) is None and ping6_sockbuf(PING6_DEFAULT_DATA_MAX) is None
+    assert ping6_sockbuf(PING6_DEFAULT_DATA_MAX + 1) >= 2 * (PING6_DEFAULT_DATA_MAX + 1 + 48)

@@ -7,62 +7,26 @@ with files.Transaction, settle/Ledger/expect_*, iperf_run.
 
 from __future__ import annotations
 
-import json
-import os
 import secrets
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from plugin.lab.appliance import Appliance
 from plugin.lab.errors import ProvisionError
 from plugin.lab.measure import Ledger, collect_checks, expect_equal, expect_zero, settle
 from plugin.lab.provision import CONF_DIR, SWANCTL_CONF, Secret, TunnelPlan, TunnelProvisioner
 from plugin.lab.remote import host_from_mgmt
-from plugin.lab.topology import TunnelConfig, load_topology
+from plugin.lab.topology import TunnelConfig
 from plugin.lab.traffic import iperf_run
+from lab_factory import TestLab, lab_fixture
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.needs_root
 
 
-def _twin(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "twin", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+lab = lab_fixture()
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    prefix = "tw" + secrets.token_hex(2)
-    run_dir = tmp_path_factory.mktemp("lab") / prefix
-    t = time.monotonic()
-    r = _twin("up", str(REPO / "topologies" / "virtual.yaml"), "--prefix", prefix, "--run-dir", str(run_dir),
-              "--owner-pid", str(os.getpid()))
-    if r.returncode != 0:
-        _twin("down", "--prefix", prefix)
-        pytest.fail(f"twin up failed: {r.stderr.strip()[-500:]}")
-    info = json.loads(r.stdout.strip().splitlines()[-1])
-    topo = load_topology(info["resolved"])
-    apps = {
-        n: Appliance(n, host_from_mgmt(n, h.mgmt, topo.lab.known_hosts), h.hardware)
-        for n, h in topo.hosts.items()
-        if h.role == "appliance"
-    }
-    print(f"twin up {prefix}: {time.monotonic() - t:.1f} s")
-    try:
-        yield {"prefix": prefix, "run_dir": Path(info["run_dir"]), "topo": topo, "apps": apps}
-    finally:
-        for a in apps.values():
-            a.host.close()
-        d = _twin("down", "--prefix", prefix)
-        assert d.returncode == 0, d.stderr
-
-
-def _swanctl_state(lab, host: str) -> dict[str, bytes]:
-    root = lab["run_dir"] / "hosts" / host / "root"
+def _swanctl_state(lab: TestLab, host: str) -> dict[str, bytes]:
+    root = lab.root(host)
     out = {}
     for p in [root / SWANCTL_CONF.lstrip("/"), *sorted((root / CONF_DIR.lstrip("/")).glob("*"))]:
         if p.exists():
@@ -71,7 +35,7 @@ def _swanctl_state(lab, host: str) -> dict[str, bytes]:
 
 
 def test_appliance_answers_typed(lab):
-    dut = lab["apps"]["dut3300"]
+    dut = lab.apps["dut3300"]
     k = dut.kernel_version()
     assert k.osrelease and k.version.startswith("FreeBSD")
     wan = dut.interface("wan10g")
@@ -93,7 +57,7 @@ def test_appliance_answers_typed(lab):
 
 
 def test_lab_tunnel_up_measured_and_restored(lab):
-    apps, topo = lab["apps"], lab["topo"]
+    apps, topo = lab.apps, lab.topo
     dut, peer = apps["dut3300"], apps["peer3300"]
     before_files = {h: _swanctl_state(lab, h) for h in ("dut3300", "peer3300")}
     plan = TunnelPlan.from_topology(topo, "lab")
@@ -115,16 +79,16 @@ def test_lab_tunnel_up_measured_and_restored(lab):
         assert n > 1000 and all(c.held for c in checks)
     assert {h: _swanctl_state(lab, h) for h in ("dut3300", "peer3300")} == before_files
     journals = [p for h in ("dut3300", "peer3300")
-                for p in (lab["run_dir"] / "hosts" / h / "root/var/db/ipsec-hil/journal").glob("*.json")]
+                for p in (lab.root(h) / "var/db/ipsec-hil/journal").glob("*.json")]
     assert journals == []
     assert not dut.list_sas().ike_sas
     assert any("restored" in line for line in prov.log) and not any("Secret(" in l for l in prov.log)
 
 
 def test_children_not_all_up_stops_with_the_child_named(lab):
-    apps, topo = lab["apps"], lab["topo"]
+    apps, topo = lab.apps, lab.topo
     before_files = _swanctl_state(lab, "xgs136")
-    r = _twin("fault", "--prefix", lab["prefix"], "peer3300", "child_never_up", "child=hil-many-v4v4-gcm-p5203")
+    r = lab.twin("fault", "peer3300", "child_never_up", "child=hil-many-v4v4-gcm-p5203")
     assert r.returncode == 0, r.stderr
     try:
         plan = TunnelPlan.from_topology(topo, "many")
@@ -137,7 +101,7 @@ def test_children_not_all_up_stops_with_the_child_named(lab):
         assert "5 of 6 children established" in msg and "child hil-many-v4v4-gcm-p5203: " in msg
         assert psk not in msg and psk not in repr(prov)
     finally:
-        _twin("fault", "--prefix", lab["prefix"], "peer3300", "child_never_up", "--off")
+        lab.twin("fault", "peer3300", "child_never_up", "--off")
     assert _swanctl_state(lab, "xgs136") == before_files
 
 
@@ -147,7 +111,7 @@ def test_inner_v6_prerequisites_and_both_size_limits(lab):
     from plugin.lab import esp_math
     from plugin.lab.traffic import BenchHost
 
-    apps, topo = lab["apps"], lab["topo"]
+    apps, topo = lab.apps, lab.topo
     dut = apps["dut3300"]
     bench = BenchHost("bench", host_from_mgmt("bench", topo.hosts["bench"].mgmt, None))
     plan = TunnelPlan.from_topology(topo, "lab")

@@ -1,0 +1,207 @@
+"""One virtual lab for a test module: the project's tests start it the way the plugin does.
+
+Why one factory: five test folders each had their own "run ``python -m twin up``, parse
+its JSON line, build Appliances, ``twin down`` in finally" -- each with its own idea of
+the prefix, the run dir, the owner pid and what counts as a clean teardown. They now all
+go through :func:`plugin.virtual_lab.start` / :func:`~plugin.virtual_lab.stop` (the
+plugin's own path, so a test lab and a suite run's lab cannot drift apart) and
+:func:`lab_fixture` below, which makes the module-scoped pytest fixture:
+
+    lab = lab_fixture(components=("engine", "sshd"))           # in a test module
+    vlab = lab_fixture(name="vlab", prepare=seed)              # in a conftest
+    mini = minilab_fixture(name="mini", wan_rate_mbit=250)     # the engine alone (MiniLab)
+
+A lab is expensive (namespaces, engines, IKE daemons, sshd: seconds of CPU each), so it
+is shared by every test of the module and torn down after the last one; a teardown that
+leaves a namespace of its prefix behind fails the module's last test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import pytest
+
+from plugin import virtual_lab
+from plugin.virtual_lab import VirtualLab
+
+REPO = Path(__file__).resolve().parents[1]
+VIRTUAL_TOPOLOGY = REPO / "topologies" / "virtual.yaml"
+ACCEPTANCE = "tests_hil"
+
+
+def namespaces_of(prefix: str) -> list[str]:
+    """The network namespaces whose name starts with ``prefix`` (``ip netns list``)."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10, check=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].startswith(prefix)]
+
+
+@dataclass(frozen=True)
+class TestLab(VirtualLab):
+    """A running virtual lab as a test sees it: the plugin's :class:`VirtualLab` (its
+    files, prefix and ``twin()``) plus what tests read.
+
+    ``topo`` is the resolved lab file loaded by the suite's own loader; ``apps`` the
+    appliances over SSH, made on first use and closed by :meth:`close`; ``namespaces``
+    the twin's host -> namespace map (lab.json)."""
+
+    __test__ = False  # a helper, not a test class
+
+    _opened: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def topo(self):
+        from plugin.lab.topology import load_topology
+
+        return load_topology(self.resolved)
+
+    @cached_property
+    def namespaces(self) -> dict[str, str]:
+        import json
+
+        return json.loads((self.run_dir / "lab.json").read_text())["namespaces"]
+
+    @cached_property
+    def apps(self) -> dict:
+        """Every appliance of the lab file, connected over SSH as the suite connects."""
+        from plugin.lab.appliance import Appliance
+        from plugin.lab.remote import host_from_mgmt
+
+        topo = self.topo
+        self._opened.update({n: Appliance(n, host_from_mgmt(n, h.mgmt, topo.lab.known_hosts), h.hardware)
+                             for n, h in topo.hosts.items() if h.role == "appliance"})
+        return self._opened
+
+    def root(self, host: str) -> Path:
+        """The appliance's file system root inside the run dir (its /usr/local/etc, /boot...)."""
+        return self.run_dir / "hosts" / host / "root"
+
+    def attach(self):
+        """The twin's own in-process handle on this lab (faults, control requests)."""
+        from twin.lab import Lab
+
+        return Lab.attach(run_dir=self.run_dir)
+
+    def close(self) -> None:
+        """Close the SSH connections, stop the lab, and check no namespace of it remains."""
+        for app in self._opened.values():
+            app.host.close()
+        self._opened.clear()
+        virtual_lab.stop(self)
+        left = namespaces_of(self.prefix)
+        assert not left, f"twin down {self.prefix} left network namespaces behind: {left}"
+
+
+def start_lab(tmp_path_factory: pytest.TempPathFactory, *, topology: Path = VIRTUAL_TOPOLOGY,
+              components: Sequence[str] | None = None) -> TestLab:
+    """Start a lab owned by this pytest process, its run dir under pytest's basetemp."""
+    run_dir = tmp_path_factory.mktemp("lab") / "run"
+    try:
+        vl = virtual_lab.start(topology, owner_pid=os.getpid(), components=components, run_dir=run_dir)
+    except virtual_lab.VirtualLabError as exc:
+        pytest.fail(f"virtual lab did not come up: {exc}", pytrace=False)
+    return TestLab(**asdict(vl))
+
+
+def lab_fixture(*, name: str = "lab", topology: Path = VIRTUAL_TOPOLOGY,
+                components: Sequence[str] | None = None,
+                prepare: Callable[[TestLab], None] | None = None):
+    """A module-scoped fixture ``name`` yielding a :class:`TestLab` of ``topology``.
+
+    ``components`` limits the twin's components (default: all); ``prepare(lab)`` runs once
+    after bring-up (seed an operator's files) before the first test sees the lab."""
+
+    @pytest.fixture(scope="module", name=name)
+    def _lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestLab]:
+        if os.geteuid() != 0:
+            pytest.skip("needs root (the virtual lab: network namespaces, TUN)")
+        lab = start_lab(tmp_path_factory, topology=topology, components=components)
+        try:
+            if prepare is not None:
+                prepare(lab)
+            yield lab
+        finally:
+            lab.close()
+
+    return _lab
+
+
+def minilab_fixture(*, name: str = "lab", **minilab: object):
+    """A module-scoped fixture ``name`` yielding a built ``twin.engine.minilab.MiniLab``
+    (hostA | gwA | gwB | hostB, two engines; ``minilab`` are its constructor's keywords),
+    its files under pytest's basetemp; closed after the module, and a namespace of its
+    prefix left behind fails the module's last test."""
+
+    @pytest.fixture(scope="module", name=name)
+    def _minilab(tmp_path_factory: pytest.TempPathFactory):
+        from twin.engine.minilab import MiniLab
+
+        why = MiniLab.unavailable()
+        if why:
+            pytest.skip(why)
+
+        lab = MiniLab(base=tmp_path_factory.mktemp("minilab"), **minilab)
+        lab.build()  # closes what it built if it fails
+        try:
+            yield lab
+        finally:
+            lab.close()
+            left = namespaces_of(lab.prefix)
+            assert not left, f"MiniLab {lab.prefix} left network namespaces behind: {left}"
+
+    return _minilab
+
+
+# ------------------------------------------------------------------ the suite in a subprocess
+
+
+#: what a checkout holds that an acceptance run reads: linked into a scratch rootdir
+CHECKOUT_LINKS = ("tests_hil", "conftest.py", "pytest.ini", "topologies")
+
+
+def scratch_rootdir(path: Path) -> Path:
+    """A rootdir of its own for one acceptance run: its reports/ (measurement page, plots,
+    baseline comparison) land here, not in the repository's reports/, which other runs
+    (a parallel worker's, a user's) write at the same time.
+
+    It looks like a checkout to pytest and the plugin -- ``tests_hil``, ``conftest.py``,
+    ``pytest.ini`` and ``topologies`` are links to the repository's -- so node ids, Allure
+    suites and the plugin's "this run selects acceptance tests, start a lab" read as in
+    the repository itself."""
+    path.mkdir(parents=True, exist_ok=True)
+    for name in CHECKOUT_LINKS:
+        link = path / name
+        if not link.is_symlink():
+            link.symlink_to(REPO / name)
+    return path
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of an inner pytest: this repository importable, and nothing of the
+    outer run's xdist worker or addopts (an inner run would think it is a worker)."""
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("PYTEST_XDIST") or k in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST"))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+def suite_run(args: Sequence[str], rootdir: Path, *, lab: TestLab | None = None, timeout: float = 600.0,
+              env: dict[str, str] | None = None, text: bool = True) -> subprocess.CompletedProcess:
+    """``python -m pytest ARGS`` on the acceptance suite as a user runs it from a checkout,
+    the checkout being ``rootdir`` (made by :func:`scratch_rootdir`): ``tests_hil/...``
+    arguments and the default topology resolve there, and so does reports/.
+
+    ``lab``: run on that already running lab (``--topology=`` its resolved file) instead of
+    letting the plugin start one of its own, as in any run."""
+    cmd = [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "--rootdir", str(rootdir)]
+    if lab is not None:
+        cmd.append(f"--topology={lab.resolved}")
+    return subprocess.run(cmd, cwd=scratch_rootdir(rootdir), env=env if env is not None else subprocess_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=text, timeout=timeout)

@@ -1,0 +1,123 @@
+"""A real labgrid coordinator and exporter on localhost, per test (ports and state in a temp dir).
+
+The exporter publishes NetworkService resources (127.0.0.1 addresses: the lease logic does
+not need the appliances themselves); places are created with ``labgrid-client`` as a lab
+admin would. No mock: every claim talks gRPC to the real coordinator.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from plugin.lab.labgrid_session import LabgridLab
+
+BIN = Path(sys.executable).parent
+EXPORTER = "exp"
+#: group -> (the appliance it stands for, its SSH port): two labs of two appliances each
+GROUPS = {"lab1-dut": ("dut3300", 2201), "lab1-peer": ("peer3300", 2202),
+          "lab2-dut": ("dut3300", 2211), "lab2-peer": ("peer3300", 2212)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what: str, cond: Callable[[], object], timeout: float = 60, every: float = 0.2) -> object:
+    """Poll ``cond`` until it is truthy; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(every)
+
+
+@dataclass
+class Coordinator:
+    address: str
+    state: Path
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    wait_until = staticmethod(wait_until)
+
+    def export(self, name: str, services: dict[str, dict], workdir: Path) -> None:
+        """Start one more exporter (see :func:`start_exporter`)."""
+        start_exporter(self, name, services, workdir)
+
+    def client(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        r = subprocess.run([str(BIN / "labgrid-client"), "-x", self.address, *args], capture_output=True,
+                           text=True, timeout=60, env={**os.environ, "LG_USERNAME": "admin"})
+        if check and r.returncode != 0:
+            raise AssertionError(f"labgrid-client {' '.join(args)}: {r.returncode}\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def place(self, name: str, lab: str, **tags: str) -> None:
+        """A place holding both appliances of exporter groups ``lab``-dut and ``lab``-peer,
+        each match renamed to the appliance's topology name."""
+        self.client("-p", name, "create")
+        for group, (appliance, _) in GROUPS.items():
+            if group.startswith(f"{lab}-"):
+                self.client("-p", name, "add-named-match", f"{EXPORTER}/{group}/NetworkService", appliance)
+        if tags:
+            self.client("-p", name, "set-tags", *(f"{k}={v}" for k, v in tags.items()))
+
+
+def start_exporter(c: Coordinator, name: str, services: dict[str, dict], workdir: Path) -> None:
+    """An exporter ``name`` publishing one NetworkService per group; waits until the
+    coordinator shows all of them."""
+    (workdir / f"{name}.yaml").write_text(yaml.safe_dump({g: {"NetworkService": svc} for g, svc in services.items()}))
+    c.procs.append(_start([str(BIN / "labgrid-exporter"), "-c", c.address, "-n", name, "--hostname", "127.0.0.1",
+                           str(workdir / f"{name}.yaml")], workdir, workdir / f"{name}.log"))
+    with LabgridLab(c.address) as lg:
+        wait_until(f"exporter {name}'s resources",
+                   lambda: (lg.sync(), len(lg.session.resources.get(name, {})))[1] == len(services))
+
+
+def _start(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=cwd, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=15)
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
+    state = tmp_path / "coordinator"
+    state.mkdir()
+    port = _free_port()
+    c = Coordinator(f"127.0.0.1:{port}", state)
+    c.procs.append(_start([str(BIN / "labgrid-coordinator"), "-l", c.address], state, tmp_path / "coordinator.log"))
+    try:
+        wait_until("the coordinator to listen", lambda: _listening(port))
+        start_exporter(c, EXPORTER, {group: {"address": "127.0.0.1", "username": "root", "port": ssh_port}
+                                     for group, (_, ssh_port) in GROUPS.items()}, tmp_path)
+        yield c
+    finally:
+        for p in reversed(c.procs):
+            _stop(p)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0

@@ -1,0 +1,96 @@
+"""The virtual lab's appliances published by a real labgrid exporter: a run holds the place,
+reaches each appliance over SSH at the address the place gives, and takes the appliance's
+lease through that connection (both layers together)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from plugin.lab.labgrid_claim import PlaceClaim, apply_services
+from plugin.lab.lock import ApplianceLock
+from plugin.lab.remote.factory import host_from_mgmt
+from plugin.lab.topology import load_topology
+from lab_factory import suite_run
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _twin(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twin", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def virtual_lab(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the virtual lab: network namespaces)")
+    prefix = "tw" + secrets.token_hex(2)
+    # the default run dir (/run/ipsec-twin/PREFIX): a unix socket's path must stay under 108
+    # bytes, which a pytest basetemp does not promise
+    up = _twin("up", str(REPO / "topologies/virtual.yaml"), "--prefix", prefix, "--owner-pid", str(os.getpid()))
+    try:
+        assert up.returncode == 0, up.stderr[-800:]
+        yield Path(json.loads(up.stdout.strip().splitlines()[-1])["resolved"])
+    finally:
+        down = _twin("down", "--prefix", prefix)
+        left = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+                if ns.startswith(prefix)]
+        assert down.returncode == 0 and not left, f"twin down: {down.stderr[-300:]}; namespaces left: {left}"
+
+
+def _shared_lab_file(coordinator, virtual_lab: Path, tmp_path: Path) -> tuple[Path, dict, list[str]]:
+    """The file a shared lab would have: the place instead of the appliances' addresses
+    (written beside the resolved file: same relative paths); the place's services."""
+    data = yaml.safe_load(virtual_lab.read_text())
+    appliances = [n for n, h in data["hosts"].items() if h["role"] == "appliance"]
+    services = {n: {"address": data["hosts"][n]["mgmt"]["address"], "port": data["hosts"][n]["mgmt"]["port"],
+                    "username": data["hosts"][n]["mgmt"].get("user", "root")} for n in appliances}
+    coordinator.export("vlab", services, tmp_path)
+    coordinator.client("-p", "vlab", "create")
+    coordinator.client("-p", "vlab", "add-match", "vlab/*/NetworkService")
+    data["lab"]["labgrid"] = {"coordinator": coordinator.address, "place": "vlab"}
+    for n in appliances:
+        for key in ("address", "port", "user"):
+            data["hosts"][n]["mgmt"].pop(key, None)
+    shared = virtual_lab.with_name("shared.yaml")
+    shared.write_text(yaml.safe_dump(data))
+    return shared, services, appliances
+
+
+def test_virtual_lab_appliances_through_a_place(coordinator, virtual_lab, tmp_path):
+    shared, services, appliances = _shared_lab_file(coordinator, virtual_lab, tmp_path)
+    topo = load_topology(shared)
+    assert all(topo.hosts[n].mgmt.address is None for n in appliances)
+    with PlaceClaim(topo.lab.labgrid, holder="vlab test", run_id="r-vlab") as claim:
+        resolved = apply_services(topo, claim.access_for(topo))
+        for n in appliances:
+            host = host_from_mgmt(n, resolved.hosts[n].mgmt, resolved.lab.known_hosts)
+            try:
+                with ApplianceLock(host, "vlab test", run_id="r-vlab", path="/var/db/ipsec-hil/run.lock") as lock:
+                    assert lock.status().holder.holder == "vlab test" and not lock.status().expired
+                assert lock.status().holder is None  # released: nothing left on the appliance
+            finally:
+                host.close()
+            assert (services[n]["address"], services[n]["port"]) == (resolved.hosts[n].mgmt.address,
+                                                                    resolved.hosts[n].mgmt.port)
+        claim.check()
+
+
+def test_the_acceptance_suite_runs_through_the_place(coordinator, virtual_lab, tmp_path):
+    """plugin.places: the run claims the place before touching an appliance, tests reach the
+    appliances at the place's addresses, and the place is free again when the run ends."""
+    shared, _, _ = _shared_lab_file(coordinator, virtual_lab, tmp_path)
+    run = suite_run(["-m", "xgs136", "-k", "test_bringup and npu-v4in4-gcm", f"--topology={shared}", "-q"],
+                    tmp_path / "checkout")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "2 passed" in run.stdout, run.stdout[-1000:]
+    topo = load_topology(shared)
+    with PlaceClaim(topo.lab.labgrid, holder="after the run", run_id="r-after", wait=10) as claim:
+        assert claim.place == "vlab"  # released by the run: ours at once

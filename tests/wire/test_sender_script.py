@@ -1,0 +1,68 @@
+"""The injection's two programs (plugin.lab.inject.scripts SENDER, RECEIVER) run for real on
+loopback.
+
+Why: they are text shipped to lab hosts and run there, so nothing else executes them
+before a lab does; a syntax slip or a changed JSON key would surface only as a failed
+acceptance test. The sender needs root (a raw IPPROTO_ESP socket)."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import socket
+import sys
+import time
+
+import pytest
+
+from plugin.lab.inject.scripts import RECEIVER, SENDER
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a raw ESP socket)")
+def test_sender_sends_every_frame_and_reports_its_queue_waits():
+    frames = [bytes(8) + bytes([i]) * (20 + i) for i in range(5)]  # SPI 0: the loopback stack drops them
+    blob = b"".join(struct.pack("!H", len(f)) + f for f in frames)
+    out = subprocess.run([sys.executable, "-c", SENDER, "127.0.0.1", "-", "2000"], input=blob,
+                         capture_output=True, timeout=30)
+    assert out.returncode == 0, out.stderr.decode()[-500:]
+    got = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    assert (got["sent"], got["failed"], got["errors"]) == (5, 0, {})
+    assert got["queue_full"] == 0 and got["seconds"] >= 4 / 2000
+
+
+def test_receiver_answer_appears_whole(tmp_path):
+    """The caller polls for the answer file and reads it at once: it must never see a part.
+    6,000 tagged datagrams make a ~120 KB answer (printed through a redirect it once appeared
+    in 8 KiB blocks and a poll read a JSON cut at byte 24,576)."""
+    token, n = bytes.fromhex("0badcafe"), 6000
+    ready, out = tmp_path / "ready", tmp_path / "out"
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    proc = subprocess.Popen([sys.executable, "-c", RECEIVER, "ipv4", "127.0.0.1", str(port), token.hex(),
+                             str(ready), "30", str(out)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-500:]
+            time.sleep(0.01)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for i in [*range(n), 0xFFFFFFFF]:
+            s.sendto(b"HILW" + token + struct.pack("!I", i) + bytes(i % 50), ("127.0.0.1", port))
+            if i % 500 == 0:
+                time.sleep(0.005)  # the socket's buffer is 8 MB; keep well inside it
+        s.close()
+        while not out.exists():  # as the caller does: the first time the file is there, read it
+            assert proc.poll() is None or out.exists(), proc.stderr.read().decode()[-500:]
+            time.sleep(0.0005)
+        got = json.loads(out.read_text())
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+    assert got["end"] is True and got["other"] == 0
+    assert len(got["counts"]) == n and set(got["counts"].values()) == {1}
+    assert len(json.dumps(got)) > 24576
+    assert not (tmp_path / "out.tmp").exists()
