@@ -17,9 +17,27 @@ from plugin.lab.provision import terminate
 from .test_verify import CONN, P1, child, established, ike
 
 
+class _Host:
+    """Records the commands run; a forced terminate empties the owner's listing."""
+
+    def __init__(self, app: "_App", clears: bool) -> None:
+        self.app, self.clears, self.argvs = app, clears, []
+
+    def run(self, argv, timeout):
+        self.argvs.append(argv if isinstance(argv, str) else " ".join(map(str, argv)))
+        if self.clears and "--force" in argv:
+            self.app.listings = [GONE]
+            self.app.reads = 0
+
+        class _R:
+            status = 0
+        return _R()
+
+
 class _App:
-    def __init__(self, name: str, listings: list[SaList]) -> None:
+    def __init__(self, name: str, listings: list[SaList], clears: bool = True) -> None:
         self.name, self.listings, self.reads = name, listings, 0
+        self.host = _Host(self, clears)
 
     def list_sas(self) -> SaList:
         self.reads += 1
@@ -51,7 +69,25 @@ def test_what_the_initiator_still_lists_fails_at_once():
 
 def test_a_responder_that_keeps_its_half_fails_at_the_bound(monkeypatch):
     monkeypatch.setattr(terminate, "bound_s", lambda n: 0.05)
-    init, resp = _App("dut", [GONE]), _App("peer", [UP])
+    init, resp = _App("dut", [GONE]), _App("peer", [UP], clears=False)
     with pytest.raises(ProvisionError, match=f"peer still lists IKE_SA {CONN} #1 \\(ESTABLISHED\\), CHILD_SA {P1}"):
         terminate.check_gone(init, resp, CONN, [P1], INITIATED)
     assert resp.reads > 1
+
+
+def test_a_half_left_on_the_responder_is_forced_there_and_named(monkeypatch):
+    """The initiator destroyed its IKE_SA without a DELETE: the responder's half would take
+    the next tunnel's traffic, so teardown ends it there -- and still fails, saying so."""
+    monkeypatch.setattr(terminate, "bound_s", lambda n: 0.05)
+    init, resp = _App("dut", [GONE]), _App("peer", [UP])
+    with pytest.raises(ProvisionError, match=f"terminated on peer by force: IKE_SA {CONN} \\(status 0\\); now clean"):
+        terminate.check_gone(init, resp, CONN, [P1], INITIATED)
+    assert any(a.startswith(f"swanctl --terminate --ike {CONN} --force") for a in resp.host.argvs), resp.host.argvs
+    assert not init.host.argvs, "the initiator's listing was clean: nothing is run there"
+
+
+def test_a_half_the_force_cannot_end_is_named_as_left(monkeypatch):
+    monkeypatch.setattr(terminate, "bound_s", lambda n: 0.05)
+    init, resp = _App("dut", [GONE]), _App("peer", [UP], clears=False)
+    with pytest.raises(ProvisionError, match=f"it still lists IKE_SA {CONN} #1"):
+        terminate.check_gone(init, resp, CONN, [P1], INITIATED)
