@@ -48,7 +48,7 @@ from plugin.lab.topology import Topology
 from plugin.lab.traffic import BenchHost, iperf_run
 from plugin.lab.tunnel import ActiveTunnel, bring_up
 from plugin.records import PROPERTY, KnownIssueVerdict, TestRecord
-from plugin.session import active_topology
+from plugin.session import active_topology, virtual_lab_of
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,28 @@ def bench(lab: Lab) -> BenchHost:
     if lab.bench is None:
         pytest.skip("the topology has no bench host")
     return lab.bench
+
+
+@pytest.fixture(scope="session")
+def start_sequence(pytestconfig: pytest.Config):
+    """``start_sequence(app, spi, seq)``: the appliance's outbound association ``spi`` sends
+    its next frame with sequence number ``seq + 1``.
+
+    Why only on the virtual lab: a test must reach 2^32 (extended sequence numbers) in
+    seconds; hardware needs 2^32 frames for that (hours at line rate) and no driver lets
+    a test set the counter. The virtual lab's engine can (``python -m twin seq``); on any
+    other lab the test is skipped and says so."""
+    lab = virtual_lab_of(pytestconfig)
+    if lab is None:
+        pytest.skip("this lab cannot start an association near 2^32: hardware would need 2^32 frames "
+                    "(hours at line rate); the virtual lab's engine can (python -m twin seq)")
+
+    def start(app: Appliance, spi: int, seq: int) -> None:
+        r = lab.twin("seq", app.name, hex(spi), hex(seq), timeout=30)
+        if r.returncode != 0:
+            raise LabError(f"{app.name}: starting SPI {spi:#010x} at sequence number {seq:#x} failed: "
+                           f"{(r.stderr or r.stdout).strip()[-500:]}")
+    return start
 
 
 @pytest.fixture(scope="session")

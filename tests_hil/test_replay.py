@@ -11,39 +11,62 @@ from __future__ import annotations
 
 import pytest
 
+from plugin.lab.cases import ANY
 from plugin.lab.inject.reasons import drop_counter
 
 from ._wire import deltas, moved, wire  # noqa: F401  (fixture)
 
 
 
-def rfc4303_sequence(w: int) -> list[tuple[int, bool]]:
-    """(offset from the edge, delivered?) written from RFC 4303 3.4.3 by hand."""
+#: why RFC 4303 drops a frame: a duplicate of a number inside the window, or a number
+#: behind the window ("old"). Without ESN both are replays (3.4.3). With ESN an old
+#: number's high half is inferred as the NEXT subspace (appendix A2.1: Seql < Tl - W + 1),
+#: so its ICV check fails: dropped as an authentication failure, not as a replay.
+DUP, OLD = "duplicate", "old"
+
+
+def rfc4303_sequence(w: int) -> list[tuple[int, str | None]]:
+    """(offset from the edge, why dropped -- None: delivered) written from RFC 4303 3.4.3 by
+    hand; the right edge moves with each delivered frame above it."""
     half = w + w // 2
-    return [(2 * w, True), (w + 1, True), (w, False), (half, True), (half, False), (2 * w, False),
-            (w + 2, True), (2 * w + 1, True), (w + 1, False), (w + 2, False), (4 * w, True),
-            (3 * w, False), (3 * w + 1, True)]
+    return [(2 * w, None), (w + 1, None), (w, OLD), (half, None), (half, DUP), (2 * w, DUP),
+            (w + 2, None), (2 * w + 1, None), (w + 1, OLD), (w + 2, DUP), (4 * w, None),
+            (3 * w, OLD), (3 * w + 1, None)]
 
 
-@pytest.mark.tunnels(children="one")
+def reason(why: str, esn: bool) -> str:
+    """The drop counter's reason (plugin.lab.inject.reasons) for a frame RFC 4303 drops."""
+    return "auth" if why == OLD and esn else "replay"
+
+
+@pytest.mark.tunnels(children="one", esn=ANY, replay_window=ANY)
 def test_replay_window(tunnel, wire, record):
     """Replay window: RFC 4303's drops dropped and counted once, the rest delivered once."""
     app = wire.appliance
     w = wire.window()
-    assert w == app.profile.replay_window, (
-        f"{app.name}: the inbound association's window is {w} packets (setkey -D), the profile says "
-        f"{app.profile.replay_window}")
+    planned = tunnel.replay_window or app.profile.replay_window
+    assert w == planned, (
+        f"{app.name}: the inbound association's window is {w} packets (setkey -D), "
+        + (f"the tunnel asks for replay_window = {planned}" if tunnel.replay_window
+           else f"the profile says {planned}"))
     table = rfc4303_sequence(w)
     c = wire.crafter()
     edge = wire.right_edge()
     frames = c.frames(wire.inner, [edge + off for off, _ in table])
-    where = drop_counter(app.profile, tunnel.offloaded(wire.under), "replay")
+    offloaded = tunnel.offloaded(wire.under)
+    counters = {r: drop_counter(app.profile, offloaded, r) for r in ("replay", "auth")}
     with deltas(app) as d:
         got = wire.send(c, frames, edge + 4 * w + 2)
+    tag = f"W={w}{' ESN' if tunnel.esn else ''}"
     for (off, _), f in zip(table, frames):
-        record.figure(f"W={w}: edge+{off} delivered", got.times(f))
-    wrong = [(off, got.times(f), int(ok)) for (off, ok), f in zip(table, frames) if got.times(f) != int(ok)]
+        record.figure(f"{tag}: edge+{off} delivered", got.times(f))
+    wrong = [(off, got.times(f), int(why is None)) for (off, why), f in zip(table, frames)
+             if got.times(f) != int(why is None)]
     assert not wrong, f"{app.name}: (edge + offset, delivered, RFC 4303 says) differ: {wrong}"
-    drops = sum(1 for _, ok in table if not ok)
-    record.figure(f"{where[1]} moved (expected {drops})", moved(d, where))
-    assert moved(d, where) == drops, f"{app.name}: {where[1]} moved {moved(d, where)}, expected {drops}; deltas {d}"
+    want = {r: sum(1 for _, why in table if why and reason(why, tunnel.esn) == r) for r in counters}
+    if counters["replay"] == counters["auth"]:  # one counter for both reasons
+        want = {"replay": sum(want.values())}
+    for r, n in want.items():
+        where = counters[r]
+        record.figure(f"{where[1]} moved (expected {n})", moved(d, where))
+        assert moved(d, where) == n, f"{app.name}: {where[1]} moved {moved(d, where)}, expected {n} ({r}); deltas {d}"

@@ -14,7 +14,10 @@ from typing import Any
 from plugin.lab.topology import Topology, TunnelConfig
 
 #: The keys of ``@pytest.mark.tunnels(...)`` (criteria of :func:`tunnel_cases`).
-FILTER_KEYS = ("model", "remote_cipher", "outer", "inner", "cipher", "children", "tunnel", "encap")
+FILTER_KEYS = ("model", "remote_cipher", "outer", "inner", "cipher", "children", "tunnel", "encap", "esn",
+               "replay_window")
+#: a criterion's value that admits every tunnel (``replay_window=ANY``)
+ANY = "any"
 
 
 @dataclass(frozen=True)
@@ -45,14 +48,20 @@ def tunnel_cases(topology: Topology, **criteria: Any) -> list[TunnelCase]:
     ``children`` is ``"one"`` or ``"many"``; the other keys take a value or a list. An
     unknown key is a ValueError naming the known ones. ``encap`` (NAT-T tunnels) defaults
     to False: a test's size and wire expectations assume plain ESP unless it asks for
-    ``encap=True`` (or ``[True, False]``). A tunnel with ``lifetimes`` matches only criteria
-    that name it (``tunnel=``): a steady-stream test must not meet a rekey.
+    ``encap=True`` (or ``[True, False]``). Likewise ``esn`` defaults to False and
+    ``replay_window`` to None (strongSwan's window): only the wire tests that ask for 64-bit
+    sequence numbers or another window (``replay_window=ANY`` admits every one) meet such a
+    tunnel. A tunnel with ``lifetimes`` matches only criteria that name it (``tunnel=``): a
+    steady-stream test must not meet a rekey.
     """
     unknown = set(criteria) - set(FILTER_KEYS)
     if unknown:
         raise ValueError(f"unknown key(s) {sorted(unknown)}; known: {FILTER_KEYS}")
     want = {k: as_set(v) for k, v in criteria.items()}
-    want.setdefault("encap", {False})
+    for key, default in (("encap", False), ("esn", False), ("replay_window", None)):
+        want.setdefault(key, {default})
+        if want[key] == {ANY}:
+            want[key] = None
 
     def rejects(key: str, value: Any) -> bool:
         return bool(want.get(key)) and value not in want[key]
@@ -61,7 +70,7 @@ def tunnel_cases(topology: Topology, **criteria: Any) -> list[TunnelCase]:
     for name, t in topology.tunnels.items():
         model = topology.hosts[t.local.host].model
         if (rejects("tunnel", name) or rejects("model", model) or rejects("remote_cipher", t.remote.cipher)
-                or rejects("encap", t.encap)):
+                or rejects("encap", t.encap) or rejects("esn", t.esn) or rejects("replay_window", t.replay_window)):
             continue
         if t.lifetimes is not None and not want.get("tunnel"):
             continue  # its children rekey or expire within seconds: only for the tests that name it

@@ -93,6 +93,16 @@ class ActiveTunnel:
     def end(self, end: str) -> EndPlan:
         return self.plan.end(end)
 
+    @property
+    def esn(self) -> bool:
+        """Were the children proposed with extended sequence numbers only (``-esn``)?"""
+        return self.plan.esn
+
+    @property
+    def replay_window(self) -> int | None:
+        """The children's ``replay_window`` the tunnel asks for (None: strongSwan's 32)."""
+        return self.plan.replay_window
+
     # ------------------------------------------------------------ ciphers and limits
 
     @property

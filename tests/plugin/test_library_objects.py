@@ -59,6 +59,19 @@ def test_cases_groups_and_markers(tmp_path):
     assert case_marker_names(tunnel_cases(topo, inner="ipv6")[0]) == ["xgs3300", "inner_v6", "gcm"]
 
 
+def test_wire_sequence_tunnels_meet_only_the_tests_that_ask():
+    """A tunnel with ESN or another replay window is not a plain tunnel: the steady tests
+    (no criterion) never meet it, the wire tests ask (esn=True, replay_window=ANY)."""
+    from plugin.lab.cases import ANY
+    topo = load_topology(REPO / "topologies" / "virtual.yaml")
+    plain = {c.tunnel for c in tunnel_cases(topo)}
+    assert plain.isdisjoint({"esn136", "esn3300", "win64x136", "win64x3300"}), plain
+    assert {c.tunnel for c in tunnel_cases(topo, esn=True, replay_window=ANY)} == {"esn136", "esn3300"}
+    windows = {c.tunnel for c in tunnel_cases(topo, children="one", replay_window=ANY)}
+    assert {"win64x136", "win64x3300", "lab", "npu"} <= windows and not windows & {"esn136", "esn3300"}
+    assert {c.tunnel for c in tunnel_cases(topo, replay_window=64)} == {"win64x136", "win64x3300"}
+
+
 def test_the_library_does_not_import_pytest():
     code = ("import sys, plugin.lab.tunnel, plugin.lab.cases, plugin.lab.live_lab, plugin.lab.profiles_file; "
             "print('pytest' in sys.modules)")

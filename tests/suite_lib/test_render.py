@@ -34,6 +34,7 @@ CASES = {
     "many-v4v4-gcm-local": ("many", TunnelConfig("ipv4", "ipv4", "aes-gcm-16", 6), "local"),
     "many-v4v4-gcm-remote": ("many", TunnelConfig("ipv4", "ipv4", "aes-gcm-16", 6), "remote"),
     "npu-v6v4-cbc-local": ("npu", TunnelConfig("ipv6", "ipv4", "aes-cbc-hmac-sha256", 1), "local"),
+    "esn136-v4v4-cbc-remote": ("esn136", TunnelConfig("ipv4", "ipv4", "aes-cbc-hmac-sha256", 1), "remote"),
 }
 
 
@@ -94,6 +95,22 @@ def test_the_twins_strongswan_grammar_reads_it(topo, case):
     for child in conn.children.values():
         assert child.mode.upper() == "TUNNEL" and child.start_action == "none"
         assert child.local_ts_text and child.local_ts_text[0].startswith(me.lan_net(config.inner))
+
+
+def test_esn_and_window_reach_the_child_as_the_twin_reads_them(topo):
+    """``esn: true`` -> ``-esn`` on the child's proposal only (the IKE proposal has no ESN);
+    ``replay_window`` -> the child's window in packets, read back by the twin's parser."""
+    from twin.ike import conf
+    plan = TunnelPlan.from_topology(topo, "esn136")
+    config = TunnelConfig("ipv4", "ipv4", "aes-gcm-16", 1)
+    text = render_swanctl(plan, config, "local", PSK)
+    assert "esp_proposals = aes256gcm16-esn\n" in text and "proposals = aes256gcm16-prfsha256-x25519\n" in text
+    (conn,) = conf.loads(text, file="esn136.conf").connections
+    (child,) = conn.children.values()
+    assert child.replay_window == 1024
+    assert [c.esn for c in child.esp_proposals] == ["EXT_SEQ"]
+    plain = render_swanctl(TunnelPlan.from_topology(topo, "npu"), config, "local", PSK)
+    assert "-esn" not in plain and "replay_window" not in plain
 
 
 def test_six_children_ports_and_sides(topo):

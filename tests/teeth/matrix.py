@@ -168,10 +168,7 @@ ROWS = load_rows()
 
 #: Faults of the twin's registry the matrix does not run, each with the reason: listed on the
 #: matrix page, never counted as noticed (when the reason goes, a row replaces the entry).
-AWAITING_TEST: dict[str, str] = {
-    "esn_high_bits_lost": "tests_hil/test_esn.py is not built yet (issue 12); the engine's ESN is "
-                          "tested in tests/wire",
-}
+AWAITING_TEST: dict[str, str] = {}
 
 
 #: Faults that act on bring-up: the node's tunnel is built afresh with the fault on (the

@@ -134,6 +134,17 @@ def test_esn_inbound_across_2_32(lab, cipher):
     assert diff["driver"].get("CRYPTO_DROP_REPLAY_OOW") == 2
 
 
+def test_esn_rx_high_bits_lost_fault_drops_everything_past_2_32(lab):
+    """The inbound driver bug: the next subspace is never inferred, so from 2^32 on every
+    frame is taken for an old one and dropped as a replay (the closing frame stays below)."""
+    sa = install(lab, esn=True)
+    lab.set_faults("gA", {"esn_rx_high_bits_lost": {}})
+    seqs = [0x80000000, B - 2, B - 1, B, B + 1, B + 40]
+    d, diff = send(lab, sa, lambda c, i: (c.frames(i, seqs), B - 4), esn=True)
+    assert [d.times(f) for f in d.frames] == [1, 1, 1, 0, 0, 0]
+    assert diff["driver"].get("CRYPTO_DROP_REPLAY_OOW") == 3
+
+
 def ping(lab, count=6):
     return lab.run("hB", ["ping", "-c", str(count), "-i", "0.2", "-W", "1", HA["ipv4"]]).stdout
 

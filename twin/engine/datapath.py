@@ -428,10 +428,12 @@ class RxLoop(_Loop):
         self.f_pad = None if pad is None else int(pad.get("residue", 9))
         off_by_one = fp(F, "replay_window_off_by_one") is not None
         dup_ok = fp(F, "replay_duplicates_accepted") is not None
+        no_wrap = fp(F, "esn_rx_high_bits_lost") is not None
         for sa in self.sas.values():
             if sa.replay is not None:
                 sa.replay.reach = sa.replay.size + off_by_one
                 sa.replay.dup_ok = dup_ok
+                sa.replay.no_wrap = no_wrap
 
     def run(self) -> None:
         self.reload()

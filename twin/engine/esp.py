@@ -202,11 +202,12 @@ class ReplayWindow:
     `packets` is the association's replay_window; FreeBSD keeps the bitmap in bytes
     (`replay=` in setkey -D is (packets + 7) / 8), so the window is 8 x that.  `top` is
     the right edge T (64-bit with ESN), bit i of `bitmap` says whether T - i was seen.
-    Two driver bugs can be switched on (twin.faults): `reach` one more than the size
-    (window off by one) and `dup_ok` (duplicates inside the window accepted).
+    Three driver bugs can be switched on (twin.faults): `reach` one more than the size
+    (window off by one), `dup_ok` (duplicates inside the window accepted) and `no_wrap`
+    (ESN: the high half the window holds is kept, the next subspace never inferred).
     """
 
-    __slots__ = ("size", "esn", "top", "bitmap", "mask", "reach", "dup_ok")
+    __slots__ = ("size", "esn", "top", "bitmap", "mask", "reach", "dup_ok", "no_wrap")
 
     def __init__(self, packets: int = 32, esn: bool = False) -> None:
         if not 1 <= packets <= 2040:
@@ -218,6 +219,7 @@ class ReplayWindow:
         self.mask = (1 << self.size) - 1
         self.reach = self.size
         self.dup_ok = False
+        self.no_wrap = False
 
     def infer(self, seql: int) -> int:
         """The full sequence number of a received low half (RFC 4303 A2.1); -1 when it
@@ -226,7 +228,7 @@ class ReplayWindow:
             return seql
         w, tl, th = self.size, self.top & SEQ_LOW, self.top >> 32
         if tl >= w - 1:  # case A: the window lies within one sequence subspace
-            hi = th if seql >= tl - w + 1 else th + 1
+            hi = th if seql >= tl - w + 1 or self.no_wrap else th + 1
         else:  # case B: the window spans two subspaces
             hi = th - 1 if seql >= (tl - w + 1) & SEQ_LOW else th
         return -1 if hi < 0 else hi << 32 | seql

@@ -79,8 +79,10 @@ class TunnelWire:
         self.sa = max(sads, key=lambda e: e.spi if e.state == "mature" else -1)
         return self.sa
 
-    def crafter(self, esn: bool = False) -> Crafter:
-        return Crafter(self.sa or self.inbound_sa(), esn=esn)
+    def crafter(self) -> Crafter:
+        """Frames for the inbound association, 64-bit sequence numbers when the tunnel's
+        children were proposed with ESN (a child that would not agree never comes up)."""
+        return Crafter(self.sa or self.inbound_sa(), esn=self.tunnel.esn)
 
     def window(self) -> int:
         """The inbound window in packets (FreeBSD prints replay= in bytes)."""

@@ -115,6 +115,8 @@ class TunnelPlan:
     tolerance: Mapping[str, float] = field(default_factory=dict)
     encap: bool = False  # NAT-T forced: `encap = yes` in both ends' swanctl.conf
     lifetimes: Lifetimes | None = None  # the children's rekey_time/life_time/rand_time (None: defaults)
+    replay_window: int | None = None  # the children's swanctl `replay_window` in packets (None: 32)
+    esn: bool = False  # children proposed with extended sequence numbers only (`-esn`)
 
     def end(self, which: str) -> EndPlan:
         return pick_end(which, self.local, self.remote, f"tunnel {self.name}", ProvisionError)
@@ -140,6 +142,8 @@ class TunnelPlan:
             tolerance=t.tolerance.model_dump(),
             encap=t.encap,
             lifetimes=t.lifetimes,
+            replay_window=t.replay_window,
+            esn=t.esn,
         )
 
 

@@ -88,9 +88,11 @@ def render_swanctl(tunnel: TunnelPlan, config: TunnelConfig, end: str, psk: Secr
         w(f"            {child.name} {{")
         w(f"                local_ts = {_ts(me.lan_net(inner), my_sel)}")
         w(f"                remote_ts = {_ts(peer.lan_net(inner), peer_sel)}")
-        w(f"                esp_proposals = {esp_prop}")
+        w(f"                esp_proposals = {esp_prop}{'-esn' if tunnel.esn else ''}")
         w("                mode = tunnel")
         w("                start_action = none")
+        if tunnel.replay_window is not None:
+            w(f"                replay_window = {tunnel.replay_window}")
         if tunnel.lifetimes is not None:  # the topology's, for the rekey tests (seconds)
             for key in ("rekey_time", "life_time", "rand_time"):
                 w(f"                {key} = {getattr(tunnel.lifetimes, key)}s")

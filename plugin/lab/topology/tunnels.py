@@ -237,6 +237,13 @@ class Tunnel(_Model):
     #: the children's lifetimes (None: strongSwan's defaults, 1 h / 66 min); a tunnel with
     #: lifetimes runs only the tests that name it (plugin.lab.cases)
     lifetimes: Lifetimes | None = None
+    #: the children's anti-replay window in packets (swanctl ``replay_window``; None:
+    #: strongSwan's 32). FreeBSD keeps the bitmap in bytes, setkey -D's ``replay=`` is the
+    #: window / 8 and at most 255 (sadb_sa_replay is a byte): a multiple of 8, 8..2040
+    replay_window: int | None = None
+    #: children proposed with extended sequence numbers only (``esp_proposals = ...-esn``,
+    #: RFC 4304): the wire tests' 64-bit sequence numbers across 2^32
+    esn: bool = False
     _name: str = PrivateAttr("")
 
     @field_validator("children", mode="before")
@@ -254,6 +261,14 @@ class Tunnel(_Model):
         dup = [x for x in dict.fromkeys(v) if v.count(x) > 1]
         if dup:
             raise ValueError(f"expected each value once, found {dup[0]!r} twice")
+        return v
+
+    @field_validator("replay_window")
+    @classmethod
+    def _window_in_bytes(cls, v: int | None) -> int | None:
+        if v is not None and (isinstance(v, bool) or not 8 <= v <= 2040 or v % 8):
+            raise ValueError(f"expected a multiple of 8 from 8 to 2040 packets (FreeBSD keeps the window in "
+                             f"bytes: setkey -D's replay= is the window / 8, at most 255), found {v!r}")
         return v
 
     @field_validator("encap")
