@@ -117,6 +117,13 @@ def virtual_lab_of(config: pytest.Config) -> virtual_lab.VirtualLab | None:
         resolved = Path(wi["hil_resolved"])
         run_dir = resolved.parent
         return virtual_lab.VirtualLab(Path(""), resolved, run_dir.name, run_dir)
+    # a lab started by hand (python -m twin up) and given as --topology RESOLVED: its run
+    # directory holds the file, so lab controls (faults, twin seq) reach it the same way
+    topology = config.stash.get(ACTIVE_TOPOLOGY_KEY, None)
+    source = getattr(topology, "source", None)
+    if (topology is not None and topology.lab.virtual and is_running_lab(topology) and source is not None
+            and source.name == virtual_lab.RESOLVED_NAME):
+        return virtual_lab.VirtualLab(Path(""), source, source.parent.name, source.parent)
     return None
 
 

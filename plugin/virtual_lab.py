@@ -24,6 +24,9 @@ from plugin.lab.errors import LabError
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: the name of a running lab's resolved file in its run directory (the twin's contract:
+#: docs/DESIGN.md, "The virtual lab at run time")
+RESOLVED_NAME = "lab.resolved.yaml"
 
 
 class VirtualLabError(LabError):

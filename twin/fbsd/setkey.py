@@ -112,7 +112,9 @@ def dump_sas(sas: list[dict], now: float, pid: int) -> str:
             out.append(f"\tE: {ENC_NAME.get(cipher, cipher)} {hexdump(sa['enc_key'])}\n")
         if sa.get("auth_key"):
             out.append(f"\tA: {AUTH_NAME.get(cipher, 'none')} {hexdump(sa['auth_key'])}\n")
-        seq = int(sa.get("seq", 0))
+        # sadb_x_sa2_sequence is a u_int32_t (pfkey_dump.c prints it %08x): an ESN
+        # association past 2^32 shows its low half only
+        seq = int(sa.get("seq", 0)) & 0xFFFFFFFF
         out.append(f"\tseq=0x{seq:08x} replay={replay_bytes(sa)} flags=0x00000000 state=mature \n")
         out.append(f"\tcreated: {str_time(created)}\tcurrent: {str_time(now)}\n")
         out.append(f"\tdiff: {max(0, int(now - created))}(s)\thard: 0(s)\tsoft: 0(s)\n")
