@@ -224,7 +224,8 @@ def strongswan_conf(run_dir: Path) -> str:
         "  install_routes = yes\n"
         "  journal {\n    default = -1\n  }\n"
         "  filelog {\n    charon {\n"
-        f"      path = {run_dir}/charon.log\n      default = 1\n      time_format = %H:%M:%S\n    }}\n  }}\n"
+        f"      path = {run_dir}/charon.log\n      default = 1\n      flush_line = yes\n"
+        "      time_format = %H:%M:%S\n    }\n  }\n"
         f"  plugins {{\n    vici {{\n      socket = unix://{run_dir}/charon.vici\n    }}\n  }}\n"
         "}\n"
         # swanctl's own plugins: the ones installed (else it warns about each missing one)
