@@ -213,6 +213,16 @@ class ActiveTunnel:
         """After a reboot: the kept configuration loaded again and every child up."""
         self.provisioner.reestablish()
 
+    def renew_children(self) -> None:
+        """Fresh associations for every child: each closed from the local end, then the
+        tunnel's children initiated again (what a rekey gives, without waiting for one).
+        Why: a test that moved an association's sequence numbers -- injected frames past
+        the tunnel's own, an outbound counter started near 2^32 -- leaves the next test a
+        window or a counter it cannot reason about."""
+        for c in self.children:
+            self.local.swanctl_terminate(child=c.name).check(f"swanctl --terminate --child {c.name}")
+        self.reestablish()
+
     def spis(self, app: Appliance) -> set[int]:
         """This tunnel's SPIs (both directions) on ``app``, from ``swanctl --list-sas``."""
         out: set[int] = set()

@@ -9,8 +9,8 @@ or the bench's Host), and count on the far LAN which frames were delivered and h
 exception, or a host: the scripts and stdin the hosts get carry ciphertext only.
 """
 from .craft import (END_INDEX, MAGIC, VARIANTS, Crafter, Frame, Inner, InjectError, SaKeys, min_inner)
-from .run import Delivery, WirePath, inject
+from .run import Datagram, Delivery, WirePath, inject, sweep_udp
 from .tunnel import NoInjectionPoint, TunnelWire
 
-__all__ = ["END_INDEX", "MAGIC", "VARIANTS", "Crafter", "Delivery", "Frame", "Inner", "InjectError",
-           "NoInjectionPoint", "SaKeys", "TunnelWire", "WirePath", "inject", "min_inner"]
+__all__ = ["END_INDEX", "MAGIC", "VARIANTS", "Crafter", "Datagram", "Delivery", "Frame", "Inner", "InjectError",
+           "NoInjectionPoint", "SaKeys", "TunnelWire", "WirePath", "inject", "min_inner", "sweep_udp"]

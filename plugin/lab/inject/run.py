@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from plugin.lab.remote.shell import Host, argv, random_token
 
-from .craft import Frame, Inner, InjectError
-from .scripts import RECEIVER, SENDER
+from .craft import Frame, Inner, InjectError, min_inner
+from .scripts import RECEIVER, SENDER, UDP_SENDER
 
 log = logging.getLogger(__name__)
 PYTHON = "python3"
@@ -40,7 +40,7 @@ class WirePath:
 class Delivery:
     """What the far LAN saw of one batch."""
 
-    frames: list[Frame] = field(repr=False)
+    frames: list = field(repr=False)  # Frame (injected ESP) or Datagram (outbound sweep)
     counts: dict[int, int]
     lengths: dict[int, int]  # UDP payload bytes per index
     end_seen: bool
@@ -78,6 +78,66 @@ def _blob(frames: list[Frame]) -> bytes:
     return b"".join(struct.pack("!H", len(f.esp)) + f.esp for f in frames)
 
 
+class _Receiver:
+    """The counting program on ``receiver`` for one batch: started (listening) before the
+    sender runs, its answer collected after, its files removed either way."""
+
+    def __init__(self, receiver: Host, inner: Inner, cap: float) -> None:
+        self.host, self.inner, self.cap = receiver, inner, cap
+        self.base = f"/tmp/hil-wire-{random_token()}"
+
+    def start(self) -> None:
+        b = self.base
+        start = _program(f"{b}-recv.py", RECEIVER) + "\n".join([
+            f"nohup {argv(PYTHON, b + '-recv.py', self.inner.family, self.inner.dst, self.inner.port, self.inner.token.hex(), b + '-ready', f'{self.cap:g}', b + '-out')}"
+            f" > /dev/null 2> {b}-err < /dev/null &",
+            "p=$!", "i=0",
+            "while [ $i -lt 200 ]; do",
+            f"  [ -f {b}-ready ] && {{ echo $p; exit 0; }}",
+            "  kill -0 $p 2>/dev/null || break", "  sleep 0.05; i=$((i+1))", "done",
+            f"cat {b}-err >&2; exit 1", ""])
+        self.host.run(start, timeout=30).check(f"wire receiver on {self.host.name}")
+
+    def answer(self) -> dict:
+        b = self.base
+        wait = "\n".join([
+            "i=0", f"while [ ! -s {b}-out ] && [ $i -lt {int(self.cap * 20) + 100} ]; do sleep 0.05; i=$((i+1)); done",
+            f"cat {b}-out", f"[ -s {b}-out ] || {{ cat {b}-err >&2; exit 1; }}", ""])
+        return json.loads(self.host.run(wait, timeout=self.cap + 30).check(f"wire receiver on {self.host.name}").stdout.strip())
+
+    def remove(self) -> None:
+        b = self.base
+        self.host.run(f"rm -f {b}-recv.py {b}-ready {b}-out {b}-out.tmp {b}-err\n", timeout=30)
+
+
+def _run_batch(sender: Host, receiver: Host, inner: Inner, cap: float, program: str, args: list[str],
+               stdin: bytes | None, frames: list, what: str) -> Delivery:
+    """Start the receiver, run one sender program to its end, collect the receiver's count."""
+    t0 = time.monotonic()
+    rx = _Receiver(receiver, inner, cap)
+    rx.start()
+    try:
+        path = f"{rx.base}-send.py"
+        send = _program(path, program) + argv(PYTHON, path, *args) + f"\nst=$?; rm -f {path}; exit $st\n"
+        res = sender.run(send, stdin=stdin, timeout=cap + 30).check(f"wire sender on {sender.name}")
+        sent = json.loads(res.stdout.strip().splitlines()[-1])
+        got = rx.answer()
+    except (ValueError, IndexError) as exc:
+        raise InjectError(f"wire injection: unreadable answer ({exc})") from None
+    finally:
+        rx.remove()
+    d = Delivery(frames=list(frames), counts={int(k): v for k, v in got["counts"].items()},
+                 lengths={int(k): v for k, v in got["lengths"].items()}, end_seen=bool(got["end"]),
+                 sent=int(sent["sent"]), failed=int(sent["failed"]), send_seconds=float(sent["seconds"]),
+                 seconds=time.monotonic() - t0, other=int(got.get("other", 0)))
+    log.info("%s %s -> %s: %d sent (%d failed, %d waits on a full local queue) in %.2fs, %d delivered, end %s",
+             what, sender.name, inner.dst, d.sent, d.failed, int(sent.get("queue_full", 0)), d.send_seconds,
+             len(d.delivered()), d.end_seen)
+    if d.failed:
+        log.warning("%s: sender errors %s", what, sent.get("errors"))
+    return d
+
+
 def inject(sender: Host, receiver: Host, path: WirePath, inner: Inner, frames: list[Frame],
            end: Frame, *, pps: float = 4000.0, rate_mbit: float | None = None,
            cap: float | None = None) -> Delivery:
@@ -85,47 +145,39 @@ def inject(sender: Host, receiver: Host, path: WirePath, inner: Inner, frames: l
 
     The receiver listens on inner.dst / inner.port (an address of the host behind the
     appliance under test).  `rate_mbit` paces the bytes (None: frames/s only).  `cap`
-    bounds the receiver's wait (default: the paced sending and transfer time plus 10 s).  InjectError when a program cannot start or answer.
+    bounds the receiver's wait (default: the paced sending and transfer time plus 10 s).
+    InjectError when a program cannot start or answer.
     """
-    tok = random_token()
-    base = f"/tmp/hil-wire-{tok}"
     batch = [*frames, end]
     blob = _blob(batch)
     # the frames travel base64 in the sender's script: a jumbo path's sweep is ~40 MB
     transfer = len(blob) / TRANSFER_BPS
     paced = max(len(batch) / pps, len(blob) * 8 / (rate_mbit * 1e6) if rate_mbit else 0.0)
     cap = cap if cap is not None else paced + 10.0 + transfer
-    t0 = time.monotonic()
-    start = _program(f"{base}-recv.py", RECEIVER) + "\n".join([
-        f"nohup {argv(PYTHON, base + '-recv.py', inner.family, inner.dst, inner.port, inner.token.hex(), base + '-ready', f'{cap:g}', base + '-out')}"
-        f" > /dev/null 2> {base}-err < /dev/null &",
-        "p=$!", "i=0",
-        "while [ $i -lt 200 ]; do",
-        f"  [ -f {base}-ready ] && {{ echo $p; exit 0; }}",
-        "  kill -0 $p 2>/dev/null || break", "  sleep 0.05; i=$((i+1))", "done",
-        f"cat {base}-err >&2; exit 1", ""])
-    receiver.run(start, timeout=30).check(f"wire receiver on {receiver.name}")
-    try:
-        send = _program(f"{base}-send.py", SENDER) + argv(PYTHON, f"{base}-send.py", path.dst, path.src or "-", f"{pps:g}",
-                                                                 f"{(rate_mbit or 0) * 1e6:g}") \
-            + f"\nst=$?; rm -f {base}-send.py; exit $st\n"
-        res = sender.run(send, stdin=blob, timeout=cap + 30).check(f"wire sender on {sender.name}")
-        sent = json.loads(res.stdout.strip().splitlines()[-1])
-        wait = "\n".join([
-            "i=0", f"while [ ! -s {base}-out ] && [ $i -lt {int(cap * 20) + 100} ]; do sleep 0.05; i=$((i+1)); done",
-            f"cat {base}-out", f"[ -s {base}-out ] || {{ cat {base}-err >&2; exit 1; }}", ""])
-        got = json.loads(receiver.run(wait, timeout=cap + 30).check(f"wire receiver on {receiver.name}").stdout.strip())
-    except (ValueError, IndexError) as exc:
-        raise InjectError(f"wire injection: unreadable answer ({exc})") from None
-    finally:
-        receiver.run(f"rm -f {base}-recv.py {base}-ready {base}-out {base}-out.tmp {base}-err\n", timeout=30)
-    d = Delivery(frames=list(frames), counts={int(k): v for k, v in got["counts"].items()},
-                 lengths={int(k): v for k, v in got["lengths"].items()}, end_seen=bool(got["end"]),
-                 sent=int(sent["sent"]), failed=int(sent["failed"]), send_seconds=float(sent["seconds"]),
-                 seconds=time.monotonic() - t0, other=int(got.get("other", 0)))
-    log.info("wire injection %s -> %s: %d frames sent (%d failed, %d waits on a full local queue) in %.2fs, "
-             "%d delivered, end %s", sender.name, path.dst, d.sent, d.failed, int(sent.get("queue_full", 0)),
-             d.send_seconds, len(d.delivered()), d.end_seen)
-    if d.failed:
-        log.warning("wire injection: sender errors %s", sent.get("errors"))
-    return d
+    return _run_batch(sender, receiver, inner, cap, SENDER,
+                      [path.dst, path.src or "-", f"{pps:g}", f"{(rate_mbit or 0) * 1e6:g}"], blob, frames,
+                      "wire injection")
+
+
+@dataclass(frozen=True)
+class Datagram:
+    """One datagram of an outbound sweep: its tag index and inner packet length."""
+
+    index: int
+    inner_len: int
+
+
+def sweep_udp(sender: Host, receiver: Host, inner: Inner, sizes: range, *, pps: float = 4000.0,
+              rate_mbit: float | None = None) -> Delivery:
+    """One UDP datagram of every inner size in `sizes` from `sender` (bound to inner.src)
+    to `receiver` (listening on inner.dst), built on the sender -- the outbound sweep: the
+    appliance under test encrypts what `sender` (itself, or the bench behind it) sends.
+
+    Why built there: only the arguments travel, not ~40 MB of a jumbo path's sweep."""
+    if sizes.step != 1 or not len(sizes) or sizes.start < min_inner(inner.family):
+        raise InjectError(f"sweep sizes {sizes}: expected consecutive sizes from at least {min_inner(inner.family)}")
+    frames = [Datagram(i, n) for i, n in enumerate(sizes)]
+    paced = max(len(frames) / pps, sum(sizes) * 8 / (rate_mbit * 1e6) if rate_mbit else 0.0)
+    return _run_batch(sender, receiver, inner, paced + 10.0, UDP_SENDER,
+                      [inner.dst, str(inner.port), inner.src, inner.token.hex(), str(sizes.start), str(sizes[-1]),
+                       f"{pps:g}", f"{(rate_mbit or 0) * 1e6:g}"], None, frames, "outbound sweep")

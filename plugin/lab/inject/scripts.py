@@ -1,4 +1,4 @@
-"""The two stdlib-only programs the injection runs on lab hosts, as text.
+"""The stdlib-only programs the injection runs on lab hosts, as text.
 
 Why stdlib only: the sender runs on the peer appliance (OPNsense's python3, no scapy) and
 the receiver on the bench; both are written to /tmp there for one run.  Neither carries a
@@ -14,6 +14,12 @@ is sent again after a backoff (1 ms doubling, about half a second in all), count
 "queue_full"; only a frame that still cannot go counts as failed.
 Prints {"sent": n, "failed": n, "errors": {errno: n}, "queue_full": n, "seconds": s}.
 
+UDP_SENDER argv: DST PORT SRC TOKEN_HEX FIRST LAST PPS BPS -- the outbound sweep: one UDP
+socket bound to SRC (the appliance's own LAN address, or the bench's behind it), one
+datagram per inner size FIRST..LAST (IP + UDP + payload; the payload tagged MAGIC + token
++ index, index 0 for FIRST) built here, so nothing but the arguments travels; then END.
+DF as SENDER's; the same pacing, backoff and printed summary.
+
 RECEIVER argv: FAMILY ADDR PORT TOKEN_HEX READY_PATH CAP_SECONDS OUT_PATH -- one UDP socket;
 counts datagrams whose payload starts with MAGIC + TOKEN by index and records each index's
 payload length; stops GRACE seconds after the END tag arrived, or after CAP_SECONDS.
@@ -24,30 +30,22 @@ a jumbo sweep's answer is tens of kilobytes -- printed through a redirect it app
 """
 from __future__ import annotations
 
-SENDER = r'''
-import errno, json, socket, struct, sys, time
-dst = sys.argv[1]
-src = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None
-pps = float(sys.argv[3]) if len(sys.argv) > 3 else 4000.0
-bps = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_RAW, 50)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+#: the sending socket's DF option, where the OS allows it: a datagram over the route's MTU
+#: fails (EMSGSIZE, counted) instead of leaving in fragments
+_DONT_FRAGMENT = r'''
 if fam == socket.AF_INET:  # Linux IP_MTU_DISCOVER = IP_PMTUDISC_DO; FreeBSD IP_DONTFRAG
     s.setsockopt(socket.IPPROTO_IP, *((10, 2) if sys.platform.startswith("linux") else (67, 1)))
 else:
     s.setsockopt(socket.IPPROTO_IPV6, 62, 1)  # IPV6_DONTFRAG on both
-if src:
-    s.bind((src, 0))
-data = sys.stdin.buffer.read()
-addr = (dst, 0, 0, 0) if fam == socket.AF_INET6 else (dst, 0)
-sent = failed = off = nbytes = queue_full = 0
+'''
+
+#: the paced send loop both senders end with: `frames()` yields the datagrams, `hdr` is what
+#: the kernel adds to each (for the byte pacing), `s`/`addr`/`pps`/`bps` are set
+_PACED = r'''
+sent = failed = nbytes = queue_full = 0
 errs = {}
 t0 = time.monotonic()
-while off < len(data):
-    (n,) = struct.unpack_from("!H", data, off)
-    frame = data[off + 2:off + 2 + n]
-    off += 2 + n
+for frame in frames():
     due = t0 + max(sent / pps, nbytes * 8 / bps if bps else 0.0)
     now = time.monotonic()
     if due > now:
@@ -57,7 +55,7 @@ while off < len(data):
         try:
             s.sendto(frame, addr)
             sent += 1
-            nbytes += n + 40
+            nbytes += len(frame) + hdr
             break
         except OSError as e:
             # ENOBUFS/EAGAIN: this host's own interface queue is full -- not the path under
@@ -68,11 +66,57 @@ while off < len(data):
                 backoff *= 2
                 continue
             failed += 1
-            errs[errno.errorcode.get(e.errno, str(e.errno))] = errs.get(errno.errorcode.get(e.errno, str(e.errno)), 0) + 1
+            name = errno.errorcode.get(e.errno, str(e.errno))
+            errs[name] = errs.get(name, 0) + 1
             break
 print(json.dumps({"sent": sent, "failed": failed, "errors": errs, "queue_full": queue_full,
                   "seconds": round(time.monotonic() - t0, 3)}))
 '''
+
+SENDER = r'''
+import errno, json, socket, struct, sys, time
+dst = sys.argv[1]
+src = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None
+pps = float(sys.argv[3]) if len(sys.argv) > 3 else 4000.0
+bps = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_RAW, 50)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+''' + _DONT_FRAGMENT + r'''
+if src:
+    s.bind((src, 0))
+data = sys.stdin.buffer.read()
+addr = (dst, 0, 0, 0) if fam == socket.AF_INET6 else (dst, 0)
+hdr = 40
+
+
+def frames():
+    off = 0
+    while off < len(data):
+        (n,) = struct.unpack_from("!H", data, off)
+        yield data[off + 2:off + 2 + n]
+        off += 2 + n
+''' + _PACED
+
+UDP_SENDER = r'''
+import errno, json, socket, struct, sys, time
+dst, port, src, token = sys.argv[1], int(sys.argv[2]), sys.argv[3], bytes.fromhex(sys.argv[4])
+first, last, pps, bps = int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7]), float(sys.argv[8])
+fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
+hdr = (40 if fam == socket.AF_INET6 else 20) + 8
+s = socket.socket(fam, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+''' + _DONT_FRAGMENT + r'''
+s.bind((src, port))
+addr = (dst, port, 0, 0) if fam == socket.AF_INET6 else (dst, port)
+MAGIC, END = b"HILW", 0xFFFFFFFF
+
+
+def frames():
+    for i, size in enumerate(range(first, last + 1)):
+        yield MAGIC + token + struct.pack("!I", i) + bytes(size - hdr - 12)
+    yield MAGIC + token + struct.pack("!I", END)
+''' + _PACED
 
 RECEIVER = r'''
 import json, os, select, socket, struct, sys, time

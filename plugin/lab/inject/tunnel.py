@@ -22,6 +22,19 @@ EDGE_MARGIN = 1000
 """Sequence numbers kept free above the sender's last one (frames still in flight)."""
 
 
+def share_of_path(tunnel: Any, lan_end: str) -> float | None:
+    """RATE_SHARE of the slowest port a batch crosses: both outer ports, ``lan_end``'s LAN
+    port and the bench's port facing it (None when no port states a rate)."""
+    topo, e = tunnel.topology, tunnel.end(lan_end)
+    ports = [topo.port(tunnel.end(x).host, tunnel.end(x).port) for x in ("local", "remote")]
+    ports.append(topo.port(e.host, e.lan))
+    facing = tunnel.lab.bench_port_facing(e.host, e.lan)
+    if facing is not None:
+        ports.append(facing[1])
+    rates = [p.rate_mbit for p in ports if getattr(p, "rate_mbit", None)]
+    return RATE_SHARE * min(rates) if rates else None
+
+
 class NoInjectionPoint(InjectError):
     """The topology gives this tunnel no injection point, or the bench cannot count."""
 
@@ -55,14 +68,7 @@ class TunnelWire:
         path = WirePath(dst=tunnel.outer_address(under),
                         src=tunnel.outer_address(other) if spec.via == "peer" else None)
         inner = Inner(tunnel.config.inner, tunnel.inner_address(other), dst)
-        topo, e = tunnel.topology, tunnel.end(under)
-        ports = [topo.port(tunnel.end(x).host, tunnel.end(x).port) for x in ("local", "remote")]
-        ports.append(topo.port(e.host, e.lan))
-        facing = tunnel.lab.bench_port_facing(e.host, e.lan)
-        if facing is not None:
-            ports.append(facing[1])
-        rates = [p.rate_mbit for p in ports if getattr(p, "rate_mbit", None)]
-        return cls(tunnel, under, sender, bench.host, path, inner, RATE_SHARE * min(rates) if rates else None)
+        return cls(tunnel, under, sender, bench.host, path, inner, share_of_path(tunnel, under))
 
     @property
     def appliance(self) -> Any:
@@ -104,10 +110,6 @@ class TunnelWire:
 
     def restore(self) -> None:
         """Fresh associations for the tunnel's children: an injection moved the window past
-        the tunnel's own sequence numbers, so its traffic would now be replays.  Each child
-        is closed and the tunnel's children initiated again (what a rekey gives)."""
-        app = self.tunnel.local
-        for c in self.tunnel.children:
-            app.swanctl_terminate(child=c.name).check(f"swanctl --terminate --child {c.name}")
-        self.tunnel.reestablish()
+        the tunnel's own sequence numbers, so its traffic would now be replays."""
+        self.tunnel.renew_children()
         self.sa = None
