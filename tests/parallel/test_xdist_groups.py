@@ -60,7 +60,8 @@ def two_sets_topology(path: Path, *, hardware: bool) -> Path:
 
 def test_virtual_lab_is_one_group_because_everything_ends_on_peer3300():
     groups = appliance_groups(load_topology(VIRTUAL))
-    assert set(groups) == {"lab", "npu", "many", "natt", "natt136", "rekey136", "rekey3300", "expire136", "expire3300"}
+    assert set(groups) == {"lab", "npu", "many", "natt", "natt136", "rekey136", "rekey3300", "expire136", "expire3300",
+                           "win64x136", "win64x3300", "esn136", "esn3300"}
     assert set(groups.values()) == {"dut3300+peer3300+xgs136"}
 
 
@@ -69,7 +70,9 @@ def test_disjoint_appliance_sets_are_separate_groups(tmp_path):
     assert groups == {"lab": "dut3300+peer3300", "npu": "peer136+xgs136", "many": "peer136+xgs136",
                       "natt": "dut3300+peer3300", "natt136": "peer136+xgs136",
                       "rekey136": "peer136+xgs136", "rekey3300": "dut3300+peer3300",
-                      "expire136": "peer136+xgs136", "expire3300": "dut3300+peer3300"}
+                      "expire136": "peer136+xgs136", "expire3300": "dut3300+peer3300",
+                      "win64x136": "peer136+xgs136", "win64x3300": "dut3300+peer3300",
+                      "esn136": "peer136+xgs136", "esn3300": "dut3300+peer3300"}
 
 
 def test_a_chain_of_shared_appliances_is_one_group(tmp_path):
