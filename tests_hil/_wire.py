@@ -37,3 +37,18 @@ def deltas(app) -> Iterator[dict[str, dict[str, int]]]:
 
 def moved(d: dict[str, dict[str, int]], where: tuple[str, str]) -> int:
     return d[where[0]].get(where[1], 0)
+
+
+def assert_drops_counted(record, app, d: dict[str, dict[str, int]], counters: dict[str, tuple[str, str]],
+                         want: dict[str, int]) -> None:
+    """Each reason's counter (plugin.lab.inject.reasons.drop_counter) moved exactly as many
+    times as frames were dropped for it; reasons sharing one counter are summed."""
+    merged: dict[tuple[str, str], list] = {}
+    for r, n in want.items():
+        entry = merged.setdefault(counters[r], [0, []])
+        entry[0] += n
+        entry[1].append(r)
+    for where, (n, reasons) in merged.items():
+        record.figure(f"{where[1]} moved (expected {n})", moved(d, where))
+        assert moved(d, where) == n, (f"{app.name}: {where[1]} moved {moved(d, where)}, expected {n} "
+                                      f"({', '.join(reasons)}); deltas {d}")
