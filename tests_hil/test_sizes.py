@@ -71,7 +71,7 @@ def test_forwarded_ipv6_packet_too_big(tunnel, record, meter, bench_route):
         # three echoes, not one: a single echo lost on a loaded bench (no reply and no PTB)
         # read as "refused" and failed a healthy lab once in CI; a refusal is a PTB, a pass is
         # any reply, so three tries change neither verdict
-        return bench.probe("pmtu", dst=dst, size=size, src=src, timeout=1.0, count=3)
+        return bench.probe("pmtu", dst=dst, size=size, src=src, timeout=2.0, count=3)
 
     with meter(tunnel.local, tunnel.remote, title="the largest forwarded IPv6 packet") as m:
         at = probe(expected_data)
