@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.files import backup, journal_undo, pending, pending_undos, recover
+from plugin.lab.errors import ProvisionError
+from plugin.lab.files import backup, discard, journal_undo, pending, pending_undos, recover, restore
 from plugin.lab.lock import ApplianceLock, LockHeld, LockInfo
 from plugin.lab.remote import LocalHost, argv
 
@@ -63,6 +64,46 @@ def test_interrupted_backup_leaves_no_orphan_copy(host, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         backup(_CutAfterCopy(host), str(f), str(j), run_id="r")
     assert list(j.iterdir()) == []  # the copy (which holds the PSK) is gone too
+
+
+class _AnswerLost:
+    """A host whose first command matching ``needle`` runs and then 'loses' its answer."""
+
+    def __init__(self, inner, needle: str):
+        self.inner, self.name, self.needle, self.fired = inner, inner.name, needle, False
+
+    def run(self, script, **kw):
+        r = self.inner.run(script, **kw)
+        if not self.fired and self.needle in script:
+            self.fired = True
+            raise KeyboardInterrupt
+        return r
+
+
+def test_interrupted_undo_entry_is_dropped(host, tmp_path):
+    """journal_undo is called BEFORE the change: an interrupt after the entry was written
+    (its answer lost) drops the entry, since the change it reverts was never made."""
+    j = tmp_path / "journal"
+    with pytest.raises(KeyboardInterrupt):
+        journal_undo(_AnswerLost(host, "printf"), "route removed", "true\n", str(j), run_id="r")
+    assert pending_undos(host, str(j)) == [] and list(j.iterdir()) == []
+
+
+def test_restore_again_after_the_copy_was_discarded_is_a_no_op(host, tmp_path):
+    """A restore whose answer was lost, then its discard: restoring once more (a teardown step
+    done again after an interrupt) finds the file already the original and succeeds; a
+    file that differs still fails, naming the missing copy."""
+    j, f = str(tmp_path / "journal"), tmp_path / "swanctl.conf"
+    f.write_bytes(b"original\n")
+    b = backup(host, str(f), j, run_id="r")
+    f.write_bytes(b"changed\n")
+    restore(host, b)
+    discard(host, b)
+    restore(host, b)
+    assert f.read_bytes() == b"original\n"
+    f.write_bytes(b"changed again\n")
+    with pytest.raises(ProvisionError, match="backup copy .* is missing"):
+        restore(host, b)
 
 
 def _lock_record(path: Path, **kw) -> None:

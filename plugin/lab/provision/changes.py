@@ -67,8 +67,15 @@ class Teardown:
 
     def step(self, label: str, action: Callable[[], str | None], kept: str = "") -> bool:
         """Run ``action`` (it returns what it did, or None); a LabError is listed as
-        ``label: error``, anything else (an interrupt) as ``label: interrupted`` and kept
-        for :meth:`finish` to re-raise. ``kept`` tells what stays for the next run."""
+        ``label: error``. Anything else (an interrupt) is kept for :meth:`finish` to
+        re-raise, and the action is run ONCE more: every teardown step is idempotent
+        (terminate and check read the SAs first, a revert of a gone route is "already gone",
+        a restore of a file already restored is a no-op), and an interrupt that came just
+        after the step's command ran would otherwise skip what follows it -- the journal
+        entry it drops, the reload after a restored file (found by
+        tests/safety/test_every_step.py: Ctrl-C after each of 49 remote steps). A second
+        interrupt stops the step: ``label: interrupted``. ``kept`` tells what stays for the
+        next run."""
         try:
             text = action()
         except LabError as e:
@@ -76,8 +83,15 @@ class Teardown:
             return False
         except BaseException as e:  # noqa: BLE001 -- finish the teardown first
             self.interrupted.append(e)
-            self.errors.append(f"{label}: interrupted{kept}")
-            return False
+            try:
+                text = action()
+            except LabError as e2:
+                self.errors.append(f"{label}: interrupted, then {e2}{kept}")
+                return False
+            except BaseException:  # noqa: BLE001 -- a second interrupt: leave this step
+                self.errors.append(f"{label}: interrupted{kept}")
+                return False
+            text = f"{text} (done again after an interrupt)" if text else None
         if text:
             self.done.append(text)
         return True
