@@ -5,6 +5,10 @@ IPv6) with the appliance lock held, like the ``tunnel`` fixture; at STEP (see _i
 lets the command run, prints ``AT STEP`` and sleeps, so the parent can deliver SIGINT or
 SIGKILL at a known point. Without a signal it tears down and prints ``DONE``.
 
+``python tests/safety/_driver.py pause-at RESOLVED RUN_ID STEP``: the same, at the step
+named STEP (``repr`` of an _inject.Step tuple, from a recording with run id RUN_ID), and
+with RUN_ID as its own run id so the names match (test_every_step.py).
+
 ``python tests/safety/_driver.py hold RESOLVED WAIT SECONDS``: lock both ends (waiting up
 to WAIT s), bring the tunnel up, print ``UP <epoch>``, hold it SECONDS, tear down, print
 ``DOWN <epoch>``; a refused lock prints ``REFUSED <message>`` and exits 3.
@@ -22,7 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _inject import TEST_COMMAND, Armed, InterruptingHost, trigger  # noqa: E402
+import ast  # noqa: E402
+
+from _inject import TEST_COMMAND, Armed, InterruptingHost, at_step, describe, trigger  # noqa: E402
 
 from plugin.fixtures import build_appliances  # noqa: E402
 from plugin.lab.lock import ApplianceLock, LockHeld  # noqa: E402
@@ -42,10 +48,15 @@ def main(argv: list[str]) -> int:
     apps, _ = build_appliances(topo)
     plan = TunnelPlan.from_topology(topo, "lab")
     psk = os.environ["HIL_SAFETY_PSK"]
-    run_id = f"drv{os.getpid()}"
+    run_id = argv[2] if mode == "pause-at" else f"drv{os.getpid()}"
     ends = [apps[plan.local.host], apps[plan.remote.host]]
-    if mode == "pause":
-        step = argv[2]
+    if mode in ("pause", "pause-at"):
+        if mode == "pause":
+            step = argv[2]
+            match = trigger(step, plan.local.host, plan.remote.host)
+        else:
+            named = ast.literal_eval(argv[3])
+            step, match = describe(named), at_step(run_id, named)
 
         def pause(host, call, script):
             r = call()
@@ -53,7 +64,7 @@ def main(argv: list[str]) -> int:
             time.sleep(60)
             return r
 
-        armed = Armed(trigger(step, plan.local.host, plan.remote.host), pause)
+        armed = Armed(match, pause)
         for a in ends:
             a.host = InterruptingHost(a.host, armed)
         wait, hold = 30.0, 0.0

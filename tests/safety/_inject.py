@@ -18,6 +18,7 @@ Steps (the provisioning of an inner-IPv6 tunnel, in order; "peer" = the remote e
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Callable
 
@@ -85,6 +86,110 @@ class InterruptingHost:
         if self.armed.check(self, "write", path):
             return self.armed.action(self, call, None)
         return call()
+
+    # the Host protocol's other calls: steps too (a read or a test for a file is a point
+    # between two changes where a run can die), interrupted the same way
+    def read_file(self, path: str) -> bytes:
+        return self._file_op("read", path, lambda s=None: self.inner.read_file(path))
+
+    def exists(self, path: str) -> bool:
+        return self._file_op("exists", path, lambda s=None: self.inner.exists(path))
+
+    def remove(self, path: str, missing_ok: bool = True) -> None:
+        return self._file_op("remove", path, lambda s=None: self.inner.remove(path, missing_ok))
+
+    def rename(self, src: str, dst: str) -> None:
+        return self._file_op("rename", f"{src} -> {dst}", lambda s=None: self.inner.rename(src, dst))
+
+    def _file_op(self, op: str, text: str, call: Callable[..., Any]) -> Any:
+        if self.armed.check(self, op, text):
+            return self.armed.action(self, call, None)
+        return call()
+
+
+# ------------------------------------------------------------- every step, by identity
+
+
+Step = tuple[str, str, str, int]  # (host, operation, normalised text, n-th identical call)
+
+#: a made-up token: a clock reading (seconds since the epoch with a fraction; first, or its
+#: digits would be taken for hex and a short fraction left), or 6+ hex digits with at least
+#: one decimal digit (no word of the scripts), or any random hex where the library puts it
+#: (after the run id in a journal name, in a restore's temp name) -- digits or not
+_TOKEN = re.compile(r"\b\d{9,}\.\d+\b|\b(?=[0-9a-f]*[0-9])[0-9a-f]{6,}\b|(?<=<run>-)[0-9a-f]{6}\b"
+                    r"|(?<=\.restore-)[0-9a-f]{8}\b")
+
+
+class StepNames:
+    """Names each remote call of a run by what it is, not by when it came: (host, operation,
+    text with the run id replaced, n) for the n-th identical call. Why not a plain index: the
+    same provisioning run sends the same calls per host, but a timing-dependent extra call
+    (a poll, a retry) would shift every later index; a name stays the step it was."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._seen: dict[tuple[str, str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def name(self, host: str, op: str, text: str) -> Step:
+        # the run id, and the tokens a run makes up (journal names carry a nanosecond clock
+        # and random hex, a restore its temp name, an initiate its marker, a journal entry its time)
+        norm = _TOKEN.sub("<t>", " ".join(text.replace(self.run_id, "<run>").split()))
+        key = (host, op, norm)
+        with self._lock:
+            n = self._seen.get(key, 0) + 1
+            self._seen[key] = n
+        return (host, op, norm, n)
+
+
+def recorder(run_id: str, into: list[Step]) -> Callable[[str, str, str], bool]:
+    """A trigger that never fires and appends the name of every call to ``into``."""
+    names = StepNames(run_id)
+
+    def rec(host: str, op: str, text: str) -> bool:
+        into.append(names.name(host, op, text))
+        return False
+
+    return rec
+
+
+class AtStep:
+    """A trigger that fires at the call named ``step`` (see :class:`StepNames`); it keeps
+    the names it saw, so a step never reached can be told from its nearest neighbour."""
+
+    def __init__(self, run_id: str, step: Step) -> None:
+        self.names = StepNames(run_id)
+        self.step = step
+        self.seen: list[Step] = []
+
+    def __call__(self, host: str, op: str, text: str) -> bool:
+        name = self.names.name(host, op, text)
+        self.seen.append(name)
+        return name == self.step
+
+    def nearest(self) -> str:
+        """The seen call most like the step (same host and operation, longest common start)."""
+        host, op, text, _ = self.step
+        same = [s for s in self.seen if s[0] == host and s[1] == op]
+        if not same:
+            return "no call of that host and operation"
+
+        def common(s: Step) -> int:
+            return next((i for i, (a, b) in enumerate(zip(s[2], text)) if a != b), min(len(s[2]), len(text)))
+
+        best = max(same, key=common)
+        i = common(best)
+        return f"nearest: #{best[3]} differing at character {i}: ...{best[2][max(0, i - 30):i + 50]!r}"
+
+
+def at_step(run_id: str, step: Step) -> AtStep:
+    return AtStep(run_id, step)
+
+
+def describe(step: Step) -> str:
+    host, op, text, n = step
+    first = text if len(text) <= 90 else text[:87] + "..."
+    return f"{host} {op} #{n}: {first}"
 
 
 def after_then_raise(exc_factory: Callable[[], BaseException]):

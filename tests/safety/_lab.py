@@ -91,14 +91,44 @@ def suite_routes(app, dsts) -> dict[str, object]:
     return out
 
 
+def loaded_conns(app) -> str:
+    """``swanctl --list-conns`` as the appliance prints it: the connections charon holds."""
+    r = app.host.run("swanctl --list-conns")
+    r.check("swanctl --list-conns")
+    return r.stdout
+
+
 def snapshot(lab: TestLab, apps: dict) -> dict:
     """Everything a run may change on the two ends of the lab tunnel."""
     snap = {}
     for h in ("dut3300", "peer3300"):
         snap[h] = {"files": file_hashes(lab, h), "net": net_state(lab, h),
                    "route_get": suite_routes(apps[h], PEER_INNER[h]),
-                   "ifdisabled": ifdisabled(apps[h], "wan10g")}
+                   "ifdisabled": ifdisabled(apps[h], "wan10g"), "conns": loaded_conns(apps[h])}
     return snap
+
+
+def restored_differences(lab: TestLab, apps: dict, before: dict, *, check_sas: bool = True) -> list[str]:
+    """What differs on either end from ``before`` (a :func:`snapshot`): files (sha256 and
+    mode), routes and addresses, ``route get`` answers, the port's ifdisabled flag, loaded
+    connections, a journal or lock left, SAs left. Empty when both ends are as they were."""
+    after = snapshot(lab, apps)
+    out = []
+    for h in ("dut3300", "peer3300"):
+        for what, label in (("files", "files"), ("net", "routes/addresses"), ("route_get", "route get answers"),
+                            ("ifdisabled", "wan10g ifdisabled flag"), ("conns", "loaded connections")):
+            if after[h][what] != before[h][what]:
+                out.append(f"{h}: {label} differ after the run")
+        if journal_files(lab, h):
+            out.append(f"{h}: journal or lock left: {journal_files(lab, h)}")
+        if check_sas and apps[h].list_sas().ike_sas != ():
+            out.append(f"{h}: SAs left")
+    return out
+
+
+def assert_restored(lab: TestLab, apps: dict, before: dict, *, check_sas: bool = True) -> None:
+    diffs = restored_differences(lab, apps, before, check_sas=check_sas)
+    assert not diffs, "; ".join(diffs)
 
 
 def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float) -> tuple[str, list[str]]:

@@ -24,9 +24,8 @@ from pathlib import Path
 import pytest
 
 from safety._inject import STEPS, TEST_COMMAND, Armed, InterruptingHost, after_then_raise, cut_mid_command, trigger
-from safety._lab import PY, journal_files, reaped, snapshot, wait_for_line
+from safety._lab import PY, assert_restored, reaped, wait_for_line
 
-from plugin.fixtures import build_appliances
 from plugin.lab.errors import LabError, TransportError
 from plugin.lab.files import recover
 from plugin.lab.lock import ApplianceLock, LockHeld
@@ -41,37 +40,6 @@ DRIVER = Path(__file__).with_name("_driver.py")
 
 class Boom(RuntimeError):
     """An unexpected exception (a bug in a fixture or a parser) at the chosen step."""
-
-
-@pytest.fixture
-def ends(vlab):
-    apps, hosts = build_appliances(vlab.topo)
-    before = snapshot(vlab, apps)
-    yield apps, before
-    for h in hosts.values():
-        h.close()
-
-
-def assert_restored(vlab, apps, before, *, check_sas: bool = True) -> None:
-    after = snapshot(vlab, apps)
-    for h in ("dut3300", "peer3300"):
-        assert after[h]["files"] == before[h]["files"], f"{h}: files differ after the run"
-        assert after[h]["net"] == before[h]["net"], f"{h}: routes/addresses differ after the run"
-        assert after[h]["route_get"] == before[h]["route_get"], f"{h}: route get answers differ after the run"
-        assert after[h]["ifdisabled"] == before[h]["ifdisabled"], f"{h}: wan10g ifdisabled flag changed"
-        assert journal_files(vlab, h) == [], f"{h}: journal or lock left: {journal_files(vlab, h)}"
-        if check_sas:
-            assert apps[h].list_sas().ike_sas == (), f"{h}: SAs left"
-
-
-def provision_and_test(apps, plan, psk) -> TunnelProvisioner:
-    prov = TunnelProvisioner(apps, plan, CONFIG, psk, run_id="safety-" + secrets.token_hex(3), initiate_timeout=10)
-    prov.up()
-    try:
-        apps[plan.local.host].host.run(TEST_COMMAND).check("test body")
-    finally:
-        prov.down()
-    return prov
 
 
 INPROCESS = {
