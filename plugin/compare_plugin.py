@@ -28,7 +28,8 @@ import pytest
 from plugin.driver_plugin import driver_run, parse_driver_options
 from plugin.exitcodes import HilExitCode
 from plugin.lab.allure_results import Attachment, write_result
-from plugin.lab.build_comparison import BuildComparison, Builds, compare_builds
+from plugin.lab.build_comparison import (FIGURES, KNOWN_FIGURES, BuildComparison, Builds, check_figures,
+                                         compare_builds)
 from plugin.lab.cases import TunnelCase, tunnel_cases
 from plugin.lab.decision.compare import Rule
 from plugin.lab.decision.plot import plot_comparisons
@@ -52,6 +53,7 @@ class ParentRun:
     parents: dict[str, Path]
     pairs: int
     seconds: float
+    figures: tuple[str, ...] = FIGURES
     results: list[BuildComparison] = field(default_factory=list)
     not_measured: list[str] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
@@ -69,7 +71,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--compare-pairs", type=int, default=4, metavar="N",
                     help="pairs of parent/candidate trials per figure (default 4; the rule needs >= 3)")
     group.addoption("--compare-seconds", type=float, default=2.0, metavar="S",
-                    help="seconds of traffic per comparison trial (default 2)")
+                    help="seconds of traffic per comparison trial (default 2; a PDR search's final trials)")
+    group.addoption("--compare-figures", default=",".join(FIGURES), metavar="LIST",
+                    help=f"figures each comparison trial measures, of {', '.join(KNOWN_FIGURES)} "
+                         f"(default {','.join(FIGURES)}; pdr runs one PDR search per trial, ~10x a stream)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,7 +92,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--compare-pairs {pairs}: the verdict rule needs at least {Rule().min_pairs} pairs")
     if not seconds >= 1:
         raise pytest.UsageError(f"--compare-seconds {seconds}: at least 1 (iperf3 counts whole seconds)")
-    config.stash[PARENT_RUN_KEY] = ParentRun({m: p for m, (p, _) in parsed.items()}, pairs, seconds)
+    try:
+        figures = check_figures(str(config.getoption("--compare-figures")).split(","))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--compare-figures: {exc}") from None
+    config.stash[PARENT_RUN_KEY] = ParentRun({m: p for m, (p, _) in parsed.items()}, pairs, seconds, figures)
 
 
 def parent_run(config: pytest.Config) -> ParentRun | None:
@@ -115,7 +124,8 @@ def _compare_model(config: pytest.Config, lab: Lab, pr: ParentRun, model: str, c
         route = active.bench.probe("route", action="add", dst=active.inner_prefix("remote"),
                                    gateway=active.inner_address("local"))
         try:
-            return compare_builds(active, deployments, builds, pairs=pr.pairs, seconds=pr.seconds)
+            return compare_builds(active, deployments, builds, pairs=pr.pairs, seconds=pr.seconds,
+                                  figures=pr.figures)
         finally:
             if not route.get("existed"):
                 active.bench.probe("route", action="del", dst=active.inner_prefix("remote"))

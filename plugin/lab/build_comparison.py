@@ -33,12 +33,26 @@ from plugin.lab.decision.compare import (CANDIDATE, PARENT, Comparison, Directio
                                          interleaved_schedule)
 from plugin.lab.driver import DriverDeployment, ModuleBuild, local_build
 from plugin.lab.errors import LabError
+from plugin.lab.decision.search import Goal, search
 from plugin.lab.traffic import iperf_run
+from plugin.lab.udp_load import udp_trial
 
 log = logging.getLogger(__name__)
 
-#: The figures each trial measures: one TCP stream, bench -> remote LAN ("up") and back.
+#: The figures each trial measures by default: one TCP stream, bench -> remote LAN ("up")
+#: and back ("down") -- the pages' rate figures.
 FIGURES = ("up", "down")
+
+#: The PDR as a comparison figure: per trial, one MLRsearch-style search (one goal, no
+#: intermediate phase) of UDP load bench -> remote LAN, its proved lower bound the value.
+#: Opt-in (``--compare-figures up,down,pdr``): a search is ~10 short trials, so it costs
+#: ~10x a stream per trial.
+PDR = "pdr"
+KNOWN_FIGURES = FIGURES + (PDR,)
+#: 0.5 % loss (the PDR's definition); width 2 %, well inside the verdict rule's 5 %
+PDR_GOAL = Goal("PDR", 0.005, width=0.02)
+PDR_DATAGRAM = 1200  # bytes of UDP payload, as tests_hil/test_ndr_pdr.py: below every inner limit
+PDR_MAX_TRIALS = 40
 
 
 class ComparisonError(LabError):
@@ -101,11 +115,50 @@ class BuildComparison:
 
 
 def figure_name(figure: str, seconds: float) -> str:
+    if figure == PDR:
+        return (f"PDR (loss <= {100 * PDR_GOAL.loss_ratio:g} %, width {100 * PDR_GOAL.width:g} %), "
+                f"{PDR_DATAGRAM}-byte UDP, {seconds:g} s final trials")
     return f"1 TCP stream {figure}, {seconds:g} s"
 
 
+def check_figures(figures: Sequence[str]) -> tuple[str, ...]:
+    """The figures named, in order, or a ValueError naming the unknown one."""
+    out = tuple(f.strip() for f in figures if f.strip())
+    for f in out:
+        if f not in KNOWN_FIGURES:
+            raise ValueError(f"unknown comparison figure {f!r}; known: {', '.join(KNOWN_FIGURES)}")
+    if not out:
+        raise ValueError(f"no comparison figure named; known: {', '.join(KNOWN_FIGURES)}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"a comparison figure is named twice: {', '.join(out)}")
+    return out
+
+
+def _measure_pdr(active: Any, seconds: float) -> float:
+    """The PDR's proved lower bound (Mbit/s of UDP payload offered) of one search.
+
+    Range as tests_hil/test_ndr_pdr.py: 2 % .. 1.1 x the slowest link on the path. No
+    lower bound (nothing met 0.5 % loss down to 2 % of the link) is a failed trial."""
+    target, src = active.inner_address("remote"), active.bench_inner_address("local")
+    link = active.floor(via_bench=True).link_mbit
+    try:
+        result = search(udp_trial(active.bench, active.remote, target, size=PDR_DATAGRAM, bind=src),
+                        max_rate=1.1 * link, min_rate=0.02 * link, goals=(PDR_GOAL,), final_duration=seconds,
+                        phases=0, max_trials=PDR_MAX_TRIALS)
+    except LabError as exc:
+        raise ComparisonError(f"{active.name}: PDR search: {exc}") from exc
+    goal = result.goal(PDR_GOAL.name)
+    if goal.lower_bound is None:
+        raise ComparisonError(f"{active.name}: PDR search proved no lower bound down to {0.02 * link:.1f} Mbit/s "
+                              f"in {result.trial_count} trials ({goal.note or 'no note'})")
+    return goal.lower_bound
+
+
 def _measure(active: Any, figure: str, seconds: float) -> float:
-    """One TCP stream through the tunnel between the bench and the remote end (Mbit/s)."""
+    """One figure's value (Mbit/s): a TCP stream through the tunnel between the bench and
+    the remote end, or the PDR of one search."""
+    if figure == PDR:
+        return _measure_pdr(active, seconds)
     target, src = active.inner_address("remote"), active.bench_inner_address("local")
     res = iperf_run(active.bench, active.remote, target, seconds=seconds, reverse=figure == "down", bind=src)
     if not res.ok or not res.received_bps:
@@ -127,10 +180,12 @@ def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds:
     """Measure ``figures`` on ``active`` (an ActiveTunnel with a bench route in place) in
     ``pairs`` interleaved pairs of trials and judge each figure.
 
+    ``figures``: names from :data:`KNOWN_FIGURES` (checked by :func:`check_figures`).
     ``deployments``: the ``--driver`` deployments of the tunnel's appliances of this model
     (already deployed: their backup holds the appliance's own module). A trial that
     cannot be measured ends the phase with ``error`` set and no comparisons.
     """
+    figures = check_figures(figures)
     out = BuildComparison(builds.model, active.name, builds, pairs, seconds)
     t0 = time.monotonic()
     loaded: str | None = CANDIDATE  # --driver deployed the candidate
@@ -142,8 +197,9 @@ def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds:
                 out.swaps += 1
                 loaded = role
                 # discarded: the first stream after a swap ran 10-40 % slow on the twin
-                # (the driver re-attaching re-offloads the SAs and resyncs routes)
-                out.warmups.append(round(_measure(active, figures[0], seconds), 3))
+                # (the driver re-attaching re-offloads the SAs and resyncs routes); always a
+                # TCP stream, whatever the figures, so a PDR-only comparison does not pay a search
+                out.warmups.append(round(_measure(active, FIGURES[0], seconds), 3))
             for figure in figures:
                 started = time.monotonic() - t0
                 mbit = _measure(active, figure, seconds)

@@ -90,6 +90,27 @@ def test_a_20_percent_slower_candidate_is_a_regression(lab, tmp_path):
           f"comparison phase {added:.1f} s of a {wall:.1f} s run")
 
 
+def test_a_20_percent_slower_candidate_is_a_pdr_regression(lab, tmp_path):
+    """--compare-figures pdr: one PDR search per trial (UDP, 0.5 % loss) instead of a stream;
+    the slow build's engine paces offloaded SAs to 80 % of the port, so the PDR through the
+    DUT's offloaded SA falls by about a fifth and the verdict says so with its interval."""
+    parent = _build(tmp_path / "octep-parent.ko", "parent")
+    slow = _build(tmp_path / "octep-slow.ko", "candidate", b"twin-rate-factor=0.8\n")
+    r, results, wall = _compare(lab, tmp_path / "run", parent, slow, "--compare-figures", "pdr")
+    out = r.stdout
+    assert r.returncode == HilExitCode.CANDIDATE_REGRESSION, f"exit {r.returncode}:\n{out[-5000:]}\n{r.stderr[-2000:]}"
+    (pdr,) = results[0]["comparisons"]
+    assert pdr["figure"].startswith("PDR (loss <= 0.5 %"), pdr
+    assert pdr["verdict"] == "regression" and pdr["ci_high"] < 0.95 and 0.6 < pdr["ratio"] < 0.9, pdr
+    trials = results[0]["trials"]
+    assert len(trials) == 2 * PAIRS and all(t["mbit"] > 0 for t in trials), trials
+    assert re.search(r"REGRESSION in 1 figure\(s\): xgs3300 PDR \(loss <= 0\.5 %", out), out
+    print(f"\nslow candidate, PDR: x{pdr['ratio']:.3f} [{pdr['ci_low']:.3f}, {pdr['ci_high']:.3f}]; parent "
+          f"{[t['mbit'] for t in trials if t['role'] == 'parent']} candidate "
+          f"{[t['mbit'] for t in trials if t['role'] == 'candidate']} Mbit/s; comparison phase "
+          f"{results[0]['wall_seconds']:.1f} s of a {wall:.1f} s run")
+
+
 def test_identical_builds_are_no_change(lab, tmp_path):
     parent = _build(tmp_path / "octep-parent.ko", "parent")
     same = _build(tmp_path / "octep-same.ko", "same speed")

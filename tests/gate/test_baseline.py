@@ -140,3 +140,23 @@ def test_xdist_group_suffix_does_not_change_the_key(tmp_path):
     c = bl.compare(base, grouped, _env())
     assert [r.verdict for r in c.rows if r.label == LABEL] == ["regression"]
     assert bl.canonical_nodeid("t.py::test[user@host]") == "t.py::test[user@host]"
+
+
+def test_ndr_and_pdr_figures_are_compared_as_rates(tmp_path):
+    """tests_hil/test_ndr_pdr.py records each goal's proved lower bound as a figure named by
+    the goal in Mbit/s, and the bounds as text: the bound is a rate the gate compares, the
+    text is kept for the reader."""
+    from plugin.lab.decision.search import DEFAULT_GOALS
+
+    node = "tests_hil/test_ndr_pdr.py::test_ndr_pdr[lab-v4in4-gcm]"
+    path = tmp_path / "base.json"
+    for v in (71.0, 72.0, 71.5):
+        bl.save(path, bl.Repeat(date="2026-12-02T05:00:00+00:00", environment=_env(), counters={},
+                                outcomes={node: "passed"}, figures=[
+                                    *(bl.FigureValue(node, g.name, v, "Mbit/s") for g in DEFAULT_GOALS),
+                                    bl.FigureValue(node, "PDR bounds (loss <= 0.5 %)", f"[{v}, 73.0] Mbit/s", "")]))
+    base = bl.load(path)
+    assert sorted(k.split(" :: ")[-1] for k in base.rate_samples()) == ["NDR", "PDR"]
+    c = bl.compare(base, [bl.FigureValue(node, "NDR", 71.2, "Mbit/s"), bl.FigureValue(node, "PDR", 60.0, "Mbit/s")],
+                   _env())
+    assert {r.label: r.verdict for r in c.rows} == {"NDR": "ok", "PDR": "regression"}

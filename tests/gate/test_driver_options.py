@@ -30,3 +30,18 @@ def test_bad_values_are_usage_errors(tmp_path, values, why):
     (tmp_path / "a.ko").write_bytes(b"a")
     with pytest.raises(pytest.UsageError, match=f"--driver '{values[-1]}': .*{why}"):
         parse_driver_options(values, tmp_path)
+
+
+def test_comparison_figures_are_checked_by_name():
+    """--compare-figures: the known names pass in order; an unknown, an empty or a repeated one
+    is refused naming it (compare_plugin turns the ValueError into a usage error)."""
+    from plugin.lab.build_comparison import KNOWN_FIGURES, check_figures
+
+    assert check_figures(["up", " pdr "]) == ("up", "pdr")
+    assert set(KNOWN_FIGURES) == {"up", "down", "pdr"}
+    with pytest.raises(ValueError, match="unknown comparison figure 'ndr'; known: up, down, pdr"):
+        check_figures(["up", "ndr"])
+    with pytest.raises(ValueError, match="no comparison figure named"):
+        check_figures(["", " "])
+    with pytest.raises(ValueError, match="named twice"):
+        check_figures(["pdr", "pdr"])
