@@ -107,6 +107,18 @@ class InterruptingHost:
         return call()
 
 
+def wrap_hosts(apps: dict, armed: Armed) -> None:
+    """Every appliance's host behind one :class:`InterruptingHost` sharing ``armed``."""
+    for a in apps.values():
+        a.host = InterruptingHost(a.host, armed)
+
+
+def unwrap_hosts(apps: dict) -> None:
+    for a in apps.values():
+        while isinstance(a.host, InterruptingHost):
+            a.host = a.host.inner
+
+
 # ------------------------------------------------------------- every step, by identity
 
 

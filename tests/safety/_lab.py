@@ -16,9 +16,11 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from pathlib import Path
 
 from lab_factory import TestLab
+from safety._inject import TEST_COMMAND
 
 PY = sys.executable
 
@@ -129,6 +131,24 @@ def restored_differences(lab: TestLab, apps: dict, before: dict, *, check_sas: b
 def assert_restored(lab: TestLab, apps: dict, before: dict, *, check_sas: bool = True) -> None:
     diffs = restored_differences(lab, apps, before, check_sas=check_sas)
     assert not diffs, "; ".join(diffs)
+
+
+def provision_and_test(apps: dict, plan: Any, config: Any, psk: str, run_id: str, log: list[str]) -> None:
+    """Bring the tunnel up, run the test body (_inject.TEST_COMMAND), tear it down; the
+    provisioner's log lines are appended to ``log`` whatever is raised."""
+    from plugin.lab.provision import TunnelProvisioner
+
+    prov = None
+    try:
+        prov = TunnelProvisioner(apps, plan, config, psk, run_id=run_id, initiate_timeout=10)
+        prov.up()
+        try:
+            apps[plan.local.host].host.run(TEST_COMMAND).check("test body")
+        finally:
+            prov.down()
+    finally:
+        if prov is not None:
+            log.extend(prov.log)
 
 
 def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float) -> tuple[str, list[str]]:

@@ -35,14 +35,14 @@ from typing import Any
 
 import pytest
 
-from safety._inject import (STEPS, TEST_COMMAND, Armed, InterruptingHost, Step, after_then_raise, at_step,
-                            cut_mid_command, describe, recorder, trigger)
-from safety._lab import PY, reaped, restored_differences, wait_for_line
+from safety._inject import (STEPS, Armed, Step, after_then_raise, at_step, cut_mid_command, describe, recorder,
+                            trigger, unwrap_hosts, wrap_hosts)
+from safety._lab import PY, provision_and_test, reaped, restored_differences, wait_for_line
 
 from plugin.lab.errors import LabError
 from plugin.lab.files import recover
 from plugin.lab.lock import ApplianceLock
-from plugin.lab.provision import TunnelPlan, TunnelProvisioner
+from plugin.lab.provision import TunnelPlan
 from plugin.lab.provision.plan import conn_name
 from plugin.lab.topology import TunnelConfig
 
@@ -59,38 +59,17 @@ EXHAUSTIVE = os.environ.get("SAFETY_EXHAUSTIVE") == "1"
 DRIVER = os.path.join(os.path.dirname(__file__), "_driver.py")
 
 
-def _wrap(apps: dict, armed: Armed) -> None:
-    for a in apps.values():
-        a.host = InterruptingHost(a.host, armed)
-
-
-def _unwrap(apps: dict) -> None:
-    for a in apps.values():
-        while isinstance(a.host, InterruptingHost):
-            a.host = a.host.inner
-
-
-def _provision(apps: dict, plan: TunnelPlan, config: TunnelConfig) -> list[str]:
-    """Bring up, run the test body, tear down; the provisioner's log."""
-    prov = TunnelProvisioner(apps, plan, config, secrets.token_hex(16), run_id=RUN_ID, initiate_timeout=10)
-    try:
-        prov.up()
-        try:
-            apps[plan.local.host].host.run(TEST_COMMAND).check("test body")
-        finally:
-            prov.down()
-    finally:
-        log = list(prov.log)
-    return log
+def _provision(apps: dict, plan: TunnelPlan, config: TunnelConfig) -> None:
+    provision_and_test(apps, plan, config, secrets.token_hex(16), RUN_ID, [])
 
 
 def _record(apps: dict, plan: TunnelPlan, config: TunnelConfig) -> list[Step]:
     steps: list[Step] = []
-    _wrap(apps, Armed(recorder(RUN_ID, steps), lambda *a: None))
+    wrap_hosts(apps, Armed(recorder(RUN_ID, steps), lambda *a: None))
     try:
         _provision(apps, plan, config)
     finally:
-        _unwrap(apps)
+        unwrap_hosts(apps)
     return steps
 
 
@@ -125,7 +104,7 @@ def _in_process(vlab, apps: dict, before: dict, plan: TunnelPlan, config: Tunnel
     for step in steps:
         match = at_step(RUN_ID, step)
         armed = Armed(match, action())
-        _wrap(apps, armed)
+        wrap_hosts(apps, armed)
         try:
             _provision(apps, plan, config)
             outcome = "the run was not interrupted"
@@ -134,7 +113,7 @@ def _in_process(vlab, apps: dict, before: dict, plan: TunnelPlan, config: Tunnel
         except BaseException as exc:  # noqa: BLE001 -- named in the failure, the next step still runs
             outcome = f"raised {type(exc).__name__}: {str(exc)[:200]}"
         finally:
-            _unwrap(apps)
+            unwrap_hosts(apps)
         if not armed.fired.is_set():
             outcome = f"the step was never reached (the recording and this run differ; {match.nearest()})"
         diffs = restored_differences(vlab, apps, before)
