@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, TypeVar
 
-from plugin.lab.errors import ParseError, ProvisionError
+from plugin.lab.errors import LabError, ParseError, ProvisionError, TransportError
 from plugin.lab.remote import Host
 
 log = logging.getLogger(__name__)
@@ -350,6 +350,11 @@ def recover(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float =
             done.append(b.describe())
         except Exception as e:  # noqa: BLE001 -- collect, then report all
             failed.append(f"{b.path}: {e}")
+    try:
+        done += [f"removed {p} (a backup or entry a killed run left unfinished; its file was not changed yet)"
+                 for p in _remove_unfinished(host, journal_dir, timeout)]
+    except Exception as e:  # noqa: BLE001 -- collect, then report all
+        failed.append(f"unfinished journal files: {e}")
     if failed:
         raise ProvisionError(f"{host.name}: recovery incomplete; restored {len(done)}, failed:\n  "
                              + "\n  ".join(failed))
@@ -357,6 +362,27 @@ def recover(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float =
         log.warning("%s: recovered %d change(s) a dead run left:\n  %s", host.name, len(done),
                     "\n  ".join(done))
     return done
+
+
+def _remove_unfinished(host: Host, journal_dir: str, timeout: float) -> list[str]:
+    """Remove what a run killed inside :func:`backup` or :func:`journal_undo` left: a copy
+    ``X.bak`` without its entry ``X.json`` (SIGKILL between the copy and the entry) and any
+    ``*.tmp`` entry never renamed into place. The original was not changed yet -- a caller
+    changes a file only after ``backup`` returned, a route only after ``journal_undo`` did
+    -- so there is nothing to restore, but the copy may hold a secret (a PSK) and no later
+    recovery would ever read it (found by tests/safety/test_every_step.py: SIGKILL at every
+    step). Call it holding the appliance lock, as :func:`recover` is."""
+    r = host.run(
+        f"j={_q(journal_dir)}\n"
+        + '[ -d "$j" ] || exit 0\n'
+        + 'for f in "$j"/*.bak "$j"/*.tmp; do\n'
+        + '  [ -f "$f" ] || continue\n'
+        + '  case "$f" in *.bak) [ -e "${f%.bak}.json" ] && continue ;; esac\n'
+        + '  rm -f "$f" && echo "$f"\n'
+        + 'done\n',
+        timeout=timeout,
+    ).check(f"remove unfinished journal files in {journal_dir}")
+    return [line for line in r.stdout.splitlines() if line]
 
 
 class Transaction:
@@ -387,7 +413,13 @@ class Transaction:
         return self
 
     def rollback(self) -> list[str]:
+        """Restore every backed-up file, newest first. What failed stays in ``backups``, so
+        calling it again does the rest (restore and discard are idempotent); the error is a
+        TransportError when a connection was lost (worth doing again on a new one), else a
+        ProvisionError."""
         failed: list[str] = []
+        left: list[Backup] = []
+        lost = False
         for b in reversed(self.backups):
             try:
                 restore(self.host, b, self.timeout)
@@ -395,10 +427,13 @@ class Transaction:
                 self.restored.append(b.describe())
             except Exception as e:  # noqa: BLE001 -- try every file, then report
                 failed.append(f"{b.path}: {e}")
-        self.backups = []
+                left.append(b)
+                lost = lost or isinstance(e, TransportError)
+        self.backups = left[::-1]
         if failed:
-            raise ProvisionError(f"{self.host.name}: rollback incomplete (journal kept for recover):\n  "
-                                 + "\n  ".join(failed))
+            error = TransportError if lost else ProvisionError
+            raise error(f"{self.host.name}: rollback incomplete (journal kept for recover):\n  "
+                        + "\n  ".join(failed))
         return self.restored
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
@@ -410,7 +445,7 @@ class Transaction:
             return
         try:
             self.rollback()
-        except ProvisionError:
+        except LabError:
             if exc is None:
                 raise
             log.error("%s: rollback failed while handling %s", self.host.name, type(exc).__name__,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.errors import LabError, ProvisionError
+from plugin.lab.errors import LabError, ProvisionError, TransportError
 from plugin.lab.provision.changes import Teardown
 
 
@@ -51,4 +51,17 @@ def test_a_lab_error_is_not_retried_and_fails_the_teardown():
     assert td.step("route", failing) is False and failing.calls == 1
     assert td.step("next", _Action("next done")) is True
     with pytest.raises(ProvisionError, match="teardown of conn incomplete: route: no route"):
+        td.finish("conn", lambda line: None)
+
+
+def test_a_lost_connection_is_retried_once_and_only_a_second_loss_fails():
+    td = Teardown()
+    again = _Action("route removed", TransportError("connection lost"))
+    assert td.step("route", again) is True and again.calls == 2
+    assert td.done == ["route removed (done again after the connection was lost)"]
+    assert td.finish("conn", lambda line: None) == td.done  # nothing to re-raise, no error
+    td = Teardown()
+    assert td.step("route", _Action("x", TransportError("lost"), TransportError("lost again")), kept=" (kept)") is False
+    assert td.errors == ["route: lost; again: lost again (kept)"]
+    with pytest.raises(ProvisionError, match="route: lost; again: lost again"):
         td.finish("conn", lambda line: None)

@@ -80,7 +80,9 @@ def main(argv: list[str]) -> int:
             lk.release()
         return 3
     try:
-        prov = TunnelProvisioner({a.name: a for a in ends}, plan, CONFIG, psk, run_id=run_id)
+        # initiate_timeout as _lab.provision_and_test: it is in the initiate command, so
+        # pause-at names that step the same as the recording did
+        prov = TunnelProvisioner({a.name: a for a in ends}, plan, CONFIG, psk, run_id=run_id, initiate_timeout=10)
         prov.up()
         try:
             say(f"UP {time.time():.3f}")

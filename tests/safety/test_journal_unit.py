@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.errors import ProvisionError
-from plugin.lab.files import backup, discard, journal_undo, pending, pending_undos, recover, restore
+from plugin.lab.errors import ProvisionError, TransportError
+from plugin.lab.files import Transaction, backup, discard, journal_undo, pending, pending_undos, recover, restore
 from plugin.lab.lock import ApplianceLock, LockHeld, LockInfo
 from plugin.lab.remote import LocalHost, argv
 
@@ -104,6 +104,55 @@ def test_restore_again_after_the_copy_was_discarded_is_a_no_op(host, tmp_path):
     f.write_bytes(b"changed again\n")
     with pytest.raises(ProvisionError, match="backup copy .* is missing"):
         restore(host, b)
+
+
+def test_recover_removes_what_a_run_killed_inside_backup_left(host, tmp_path):
+    """SIGKILL between the copy and its entry leaves X.bak alone (the original unchanged,
+    the copy holding its secrets), or an entry never renamed from .tmp: recover removes them
+    and says so; a complete backup beside them is restored as usual."""
+    j, f = tmp_path / "journal", tmp_path / "swanctl.conf"
+    f.write_bytes(b"original\n")
+    backup(host, str(f), str(j), run_id="complete")
+    f.write_bytes(b"changed\n")
+    (j / "1-killed-abc123-swanctl.conf.bak").write_bytes(b'secret = "psk"\n')
+    (j / "2-killed-def456.undo.tmp").write_text("{")
+    done = recover(host, str(j))
+    assert f.read_bytes() == b"original\n" and list(j.iterdir()) == []
+    removed = sorted(line for line in done if line.startswith("removed "))
+    assert len(removed) == 2 and "swanctl.conf.bak" in removed[0] and "undo.tmp" in removed[1], done
+
+
+class _LostOnce:
+    """A host whose first command matching ``needle`` is lost before it runs (TransportError)."""
+
+    def __init__(self, inner, needle: str):
+        self.inner, self.name, self.needle, self.fired = inner, inner.name, needle, False
+
+    def run(self, script, **kw):
+        if not self.fired and self.needle in script:
+            self.fired = True
+            raise TransportError(f"{self.name}: connection lost")
+        return self.inner.run(script, **kw)
+
+
+def test_a_rollback_that_lost_its_connection_keeps_what_is_left_for_the_next_try(host, tmp_path):
+    """The failed file stays in the transaction (a second rollback restores it); the error
+    is a TransportError, which a teardown step does once more."""
+    j = str(tmp_path / "journal")
+    a, b = tmp_path / "a.conf", tmp_path / "b.conf"
+    a.write_bytes(b"a\n")
+    b.write_bytes(b"b\n")
+    lossy = _LostOnce(host, "a.conf.restore-")
+    tx = Transaction(lossy, "r", j)
+    tx.backup(str(a))
+    tx.backup(str(b))
+    a.write_bytes(b"changed a\n")
+    b.write_bytes(b"changed b\n")
+    with pytest.raises(TransportError, match="rollback incomplete"):
+        tx.rollback()
+    assert b.read_bytes() == b"b\n" and a.read_bytes() == b"changed a\n" and [x.path for x in tx.backups] == [str(a)]
+    tx.rollback()
+    assert a.read_bytes() == b"a\n" and tx.backups == [] and pending(host, j) == []
 
 
 def _lock_record(path: Path, **kw) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from plugin.lab import files
-from plugin.lab.errors import LabError, ProvisionError
+from plugin.lab.errors import LabError, ProvisionError, TransportError
 from plugin.lab.provision.plan import EndPlan
 
 log = logging.getLogger(__name__)
@@ -74,10 +74,22 @@ class Teardown:
         after the step's command ran would otherwise skip what follows it -- the journal
         entry it drops, the reload after a restored file (found by
         tests/safety/test_every_step.py: Ctrl-C after each of 49 remote steps). A second
-        interrupt stops the step: ``label: interrupted``. ``kept`` tells what stays for the
-        next run."""
+        interrupt stops the step: ``label: interrupted``. A lost connection or a
+        failed command (TransportError, CommandFailed among them) is retried once the same
+        way, and fails the step only if the retry fails too. ``kept`` tells what stays for the next run."""
         try:
             text = action()
+        except TransportError as e:
+            # the connection was lost mid-step (the command may have run, its answer is
+            # lost): the step is done once more on a new connection, as after an interrupt
+            try:
+                text = action()
+            except BaseException as e2:  # noqa: BLE001 -- listed (an interrupt: kept as well)
+                if not isinstance(e2, Exception):
+                    self.interrupted.append(e2)
+                self.errors.append(f"{label}: {e}; again: {e2}{kept}")
+                return False
+            text = f"{text} (done again after the connection was lost)" if text else None
         except LabError as e:
             self.errors.append(f"{label}: {e}{kept}")
             return False
