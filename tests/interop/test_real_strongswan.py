@@ -38,6 +38,7 @@ import dataclasses
 import ipaddress
 import os
 import re
+import time
 import socket
 import sys
 
@@ -78,6 +79,20 @@ def apps_for(pair, topology, plan: TunnelPlan) -> dict[str, LinuxAppliance]:
 
 def states(pair) -> dict:
     return {s: pair[s].state() for s in ("a", "b")}
+
+
+def settled_states(pair, expected: dict, timeout: float = 20.0) -> tuple[dict, float]:
+    """Both gateways' state once it equals ``expected``, or the last read at ``timeout``;
+    and the seconds it took. Why wait: charon removes a deleted child's route from table
+    220 in its own job queue after the SA is gone from ``--list-sas``; with 1,024 children
+    on a loaded machine the routes outlived the teardown by a few seconds (CI, and 3 of 3
+    runs beside two busy loops) while every SA was already gone."""
+    t0 = time.monotonic()
+    while True:
+        now = states(pair)
+        if now == expected or time.monotonic() - t0 > timeout:
+            return now, time.monotonic() - t0
+        time.sleep(0.5)
 
 
 def expected_ts(plan: TunnelPlan, inner: str, end: str, port: int | None) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from plugin.lab.provision import TunnelPlan, TunnelProvisioner
 from plugin.lab.topology import MAX_CHILDREN, TunnelConfig
 
-from .test_real_strongswan import apps_for, check_installed, states
+from .test_real_strongswan import apps_for, check_installed, settled_states, states
 
 import pytest
 
@@ -37,4 +37,6 @@ def test_the_cap_of_children_establishes_and_restores(pair, topology, psk):
     print(f"{MAX_CHILDREN} children on real charon:",
           ", ".join(f"{k} {v:.2f} s" for k, v in prov.timings.items()),
           f"({prov.timings['initiate'] / MAX_CHILDREN * 1000:.1f} ms per child initiated)")
-    assert states(pair) == before
+    after, waited = settled_states(pair, before)
+    print(f"both gateways as before {waited:.1f} s after the teardown returned")
+    assert after == before
