@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from pathlib import Path
 
 from lab_factory import TestLab
 from safety._inject import TEST_COMMAND
@@ -149,6 +148,16 @@ def provision_and_test(apps: dict, plan: Any, config: Any, psk: str, run_id: str
     finally:
         if prov is not None:
             log.extend(prov.log)
+
+
+def terminate_and_reload(apps: dict, plan: Any, config: Any) -> None:
+    """What an operator does after a killed run: SAs it established stay until their peers
+    expire them (recovery restores files and routes), so terminate them and reload."""
+    from plugin.lab.provision.plan import conn_name
+
+    for app in apps.values():
+        app.swanctl_terminate(ike=conn_name(plan, config), timeout=5)
+        app.swanctl_load()
 
 
 def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float) -> tuple[str, list[str]]:

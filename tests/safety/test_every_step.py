@@ -37,13 +37,12 @@ import pytest
 
 from safety._inject import (STEPS, Armed, Step, after_then_raise, at_step, cut_mid_command, describe, recorder,
                             trigger, unwrap_hosts, wrap_hosts)
-from safety._lab import PY, provision_and_test, reaped, restored_differences, wait_for_line
+from safety._lab import PY, provision_and_test, reaped, restored_differences, terminate_and_reload, wait_for_line
 
 from plugin.lab.errors import LabError
 from plugin.lab.files import recover
 from plugin.lab.lock import ApplianceLock
 from plugin.lab.provision import TunnelPlan
-from plugin.lab.provision.plan import conn_name
 from plugin.lab.topology import TunnelConfig
 
 pytestmark = pytest.mark.needs_root
@@ -77,14 +76,6 @@ def _sample(steps: list[Step], k: int) -> list[Step]:
     return steps if EXHAUSTIVE or len(steps) <= k else sorted(random.Random(SEED).sample(steps, k), key=steps.index)
 
 
-def _clean_sas(apps: dict, plan: TunnelPlan, config: TunnelConfig) -> None:
-    """What an operator does after a killed run: SAs it established stay until their peers
-    expire them (recovery restores files and routes), so terminate them and reload."""
-    for app in apps.values():
-        app.swanctl_terminate(ike=conn_name(plan, config), timeout=5)
-        app.swanctl_load()
-
-
 def _next_run(apps: dict, plan: TunnelPlan, config: TunnelConfig) -> list[str]:
     """What the next run does before its tests (each end's lock, then files.recover), and
     then what an operator does about the SAs; the recovery's report lines."""
@@ -92,7 +83,7 @@ def _next_run(apps: dict, plan: TunnelPlan, config: TunnelConfig) -> list[str]:
     for name in ("dut3300", "peer3300"):
         with ApplianceLock(apps[name].host, "safety: next run", wait=5, poll=0.2):
             report += recover(apps[name].host)
-    _clean_sas(apps, plan, config)
+    terminate_and_reload(apps, plan, config)
     return report
 
 

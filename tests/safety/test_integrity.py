@@ -17,16 +17,14 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from safety._inject import Armed, after_then_raise, cut_mid_command, trigger, unwrap_hosts, wrap_hosts
-from safety._lab import PY, assert_restored, provision_and_test, reaped, wait_for_line
+from safety._lab import PY, assert_restored, provision_and_test, reaped, terminate_and_reload, wait_for_line
 
-from plugin.lab.errors import LabError, TransportError
+from plugin.lab.errors import LabError
 from plugin.lab.files import recover
 from plugin.lab.lock import ApplianceLock, LockHeld
 from plugin.lab.provision import TunnelPlan, TunnelProvisioner
@@ -127,9 +125,7 @@ def test_sigkill_then_next_run_recovers(vlab, ends, step):
         assert "/usr/local/etc/swanctl/swanctl.conf" in "\n".join(restored["dut3300"]), restored
     # SAs a killed run established stay until their peers expire them (files/routes are
     # what recovery restores): terminate them as an operator would, then compare.
-    for name in ("dut3300", "peer3300"):
-        apps[name].swanctl_terminate(ike="hil-lab-v4v6-gcm", timeout=5)
-        apps[name].swanctl_load()
+    terminate_and_reload(apps, TunnelPlan.from_topology(vlab.topo, "lab"), CONFIG)
     assert_restored(vlab, apps, before)
 
 
