@@ -41,7 +41,7 @@ from plugin.lab.errors import LabError
 from plugin.lab.hardware import REGISTRY, KnownIssue
 from plugin.lab.live_lab import Lab
 from plugin.lab.live_lab import build_appliances  # noqa: F401 -- the project's tests import it from here
-from plugin.lab.measure import Ledger, collect_checks, settle
+from plugin.lab.measure import Ledger, collect_checks, settle_all
 from plugin.lab.report import plot_iperf
 from plugin.lab.timeshare import STREAM, spent
 from plugin.lab.topology import Topology
@@ -296,9 +296,9 @@ def meter(record: TestRecord):
     @contextlib.contextmanager
     def measure(*apps: Appliance, title: str = "") -> Iterator[Metered]:
         box = Metered()
-        before = [settle(a) for a in apps]
+        before = settle_all(apps)
         yield box
-        after = [settle(a) for a in apps]
+        after = settle_all(apps)
         box.ledger = record.ledger(Ledger.from_snapshots(before, after, title=title))
 
     return measure

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
+import threading
+import time
 
 import pytest
 
@@ -18,6 +20,7 @@ from plugin.lab.measure import (
     expect_within,
     expect_zero,
     settle,
+    settle_all,
 )
 
 
@@ -79,6 +82,55 @@ def test_settle_times_out_naming_the_moving_counter():
     clock = FakeClock()
     with pytest.raises(SettleTimeout, match=r"dut: counters did not settle.*still moving: tx_encrypt$"):
         settle(Moving(), interval=0.5, timeout=2, sleep=clock.sleep, clock=clock)
+
+
+def test_settle_all_each_end_done_at_its_own_equal_pair():
+    quiet = ScriptedAppliance("dut", [snap("dut", 0, a=5)])
+    busy = ScriptedAppliance("peer", [snap("peer", i, b=v) for i, v in enumerate([1, 2, 3, 3, 9])])
+    clock = FakeClock()
+    got = settle_all([quiet, busy], interval=0.5, timeout=10, sleep=clock.sleep, clock=clock)
+    assert [s.appliance for s in got] == ["dut", "peer"]
+    assert got[1].counters["b"] == 3
+    assert (quiet.reads, busy.reads) == (2, 4)  # the settled end is not read again
+    assert clock.now == pytest.approx(1.5)
+
+
+def test_settle_all_reads_the_ends_concurrently():
+    """Two ends whose snapshot takes 0.3 s each: settled in about two reads' time, not four."""
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    class Slow:
+        def __init__(self, name):
+            self.name = name
+
+        def snapshot(self):
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(0.3)
+            with lock:
+                inside[0] -= 1
+            return snap(self.name, 0, a=1)
+
+    settle_all([Slow("a"), Slow("b")], interval=0.01)
+    assert most[0] == 2, "the two ends' snapshots never overlapped"
+
+
+def test_settle_all_timeout_names_only_the_moving_end():
+    class Moving:
+        name = "peer"
+        n = 0
+
+        def snapshot(self):
+            self.n += 1
+            return snap("peer", self.n, rx=self.n)
+
+    clock = FakeClock()
+    with pytest.raises(SettleTimeout) as err:
+        settle_all([ScriptedAppliance("dut", [snap("dut", 0, a=1)]), Moving()], interval=0.5, timeout=2,
+                   sleep=clock.sleep, clock=clock)
+    assert str(err.value).startswith("peer: counters did not settle") and "dut" not in str(err.value)
 
 
 def ledger() -> Ledger:
