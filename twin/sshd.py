@@ -198,6 +198,8 @@ class ApplianceSshServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 break
+            # small SSH messages must not wait for delayed ACKs (Nagle): ~40 ms per command
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._handshake, args=(conn,), daemon=True).start()
 
     def _handshake(self, conn: socket.socket) -> None:

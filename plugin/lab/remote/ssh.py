@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import socket
 import threading
 import time
 from pathlib import Path
@@ -28,6 +29,34 @@ from plugin.lab.remote.shell import SH_COMMAND, RunResult, close_quietly, decode
 log = logging.getLogger(__name__)
 
 _CHUNK = 65536
+
+
+def no_delay(sock: object) -> None:
+    """TCP_NODELAY on the connection's socket, when it is a TCP socket (a jump host's
+    channel is not: its transport's socket carries it).
+
+    Why: an SSH command is a handful of small messages each way (channel open, exec,
+    data, EOF, exit status, close); with Nagle's algorithm one of them waits for the
+    peer's delayed ACK -- measured on the virtual lab: 44 ms to open a channel, ~40 ms
+    more per command. OpenSSH sets TCP_NODELAY on interactive sessions for this reason.
+    """
+    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:  # a socket that refuses it works, only slower
+            log.debug("TCP_NODELAY refused: %r", exc)
+
+
+def send_all(chan: paramiko.Channel, data: bytes, chunk: int = 1 << 18) -> None:
+    """``chan.sendall(data)`` in linear time.
+
+    Why: paramiko's ``Channel.sendall`` loops ``s = s[sent:]``, copying the rest of the
+    data after every packet (<= 32 KiB): quadratic. Measured on the virtual lab: 16 MiB
+    of stdin in 1.2 s, 40 MiB (the XGS 136's jumbo every-size sweep, base64) in 22.4 s.
+    Slicing at most ``chunk`` bytes at a time keeps each copy small.
+    """
+    for off in range(0, len(data), chunk):
+        chan.sendall(data[off:off + chunk])
 
 
 class _RejectWithHint(paramiko.RejectPolicy):
@@ -148,6 +177,7 @@ class SshHost(SftpFiles):
             ) from e
         transport = client.get_transport()
         assert transport is not None
+        no_delay(transport.sock)
         if self.keepalive:
             transport.set_keepalive(self.keepalive)
         log.debug("%s: connected in %.3fs", self.name, time.monotonic() - t0)
@@ -242,7 +272,7 @@ class SshHost(SftpFiles):
         chan = self._open_session()
         try:
             chan.exec_command(SH_COMMAND)
-            chan.sendall(payload)
+            send_all(chan, payload)
             chan.shutdown_write()
             out, err, status = self._drain(chan, t0 + timeout, timeout)
         except CommandTimeout:
