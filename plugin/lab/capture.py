@@ -11,6 +11,8 @@ from __future__ import annotations
 import ipaddress
 import logging
 import shlex
+import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -89,7 +91,88 @@ class WirePacket:
 
 
 def packets(pcap: bytes) -> list[WirePacket]:
-    """Every IP packet in a pcap (Ethernet or raw), in order."""
+    """Every IP packet in a pcap (Ethernet, raw IP or Linux cooked), in order.
+
+    Read with :mod:`struct` for the link types and file formats tcpdump writes (classic
+    pcap, either byte order, micro- or nanosecond); anything else (pcapng, another link
+    type) goes through scapy's reader. Why not scapy always: it took 3.4 s for the ~8,900
+    packets of an every-size sweep on a 9,000-byte path (issue 15); this takes ~0.05 s.
+    tests/wire/test_pcap_reader.py compares the two readers packet for packet.
+    """
+    fast = _packets_struct(pcap)
+    return fast if fast is not None else _packets_scapy(pcap)
+
+
+_PCAP_MAGIC = {b"\xd4\xc3\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">",
+               b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\x3c\x4d": ">"}
+#: link type -> how to find the IP packet in a record: (header length, offset of the
+#: 16-bit ethertype or None when the header says nothing and IP follows at once)
+_LINK = {1: (14, 12), 101: (0, None), 12: (0, None), 14: (0, None), 113: (16, 14), 276: (20, 0)}
+_IPV6_EXT = (0, 43, 60)  # hop-by-hop, routing, destination options: skipped to the next header
+
+
+def _packets_struct(pcap: bytes) -> list[WirePacket] | None:
+    """The fast reader; None when the file is not one it knows (scapy reads it then)."""
+    order = _PCAP_MAGIC.get(pcap[:4])
+    if order is None or len(pcap) < 24:
+        return None
+    link = struct.unpack(order + "I", pcap[20:24])[0] & 0x0FFFFFFF
+    if link not in _LINK:
+        return None
+    head_len, type_at = _LINK[link]
+    out: list[WirePacket] = []
+    off = 24
+    while off + 16 <= len(pcap):
+        incl = struct.unpack(order + "I", pcap[off + 8:off + 12])[0]
+        rec = pcap[off + 16:off + 16 + incl]
+        off += 16 + incl
+        start = head_len
+        if type_at is not None:
+            if len(rec) < head_len:
+                continue
+            ethertype = struct.unpack("!H", rec[type_at:type_at + 2])[0]
+            if link == 1 and ethertype == 0x8100 and len(rec) >= 18:  # one 802.1Q tag
+                ethertype, start = struct.unpack("!H", rec[16:18])[0], 18
+            if ethertype not in (0x0800, 0x86DD):
+                continue
+        pkt = _ip_packet(rec[start:])
+        if pkt is not None:
+            out.append(pkt)
+    return out
+
+
+def _ip_packet(ip: bytes) -> WirePacket | None:
+    """One IPv4 or IPv6 packet (as captured, perhaps cut by the snap length) -> WirePacket."""
+    if len(ip) < 20:
+        return None
+    version = ip[0] >> 4
+    if version == 4:
+        ihl = (ip[0] & 0x0F) * 4
+        total, flags_frag, proto = struct.unpack("!H", ip[2:4])[0], struct.unpack("!H", ip[6:8])[0], ip[9]
+        offset, more = flags_frag & 0x1FFF, bool(flags_frag & 0x2000)
+        dport = _dport(ip, ihl) if proto == 17 and offset == 0 else None
+        return WirePacket(socket.inet_ntop(socket.AF_INET, ip[12:16]), socket.inet_ntop(socket.AF_INET, ip[16:20]),
+                          proto, total, dport, ip[:total], more or offset > 0)
+    if version == 6 and len(ip) >= 40:
+        plen, nh = struct.unpack("!H", ip[4:6])[0], ip[6]
+        src, dst = socket.inet_ntop(socket.AF_INET6, ip[8:24]), socket.inet_ntop(socket.AF_INET6, ip[24:40])
+        at, first_nh, frag, offset = 40, nh, False, 0
+        while nh in _IPV6_EXT and at + 2 <= len(ip):
+            nh, at = ip[at], at + (ip[at + 1] + 1) * 8
+        if nh == 44 and at + 8 <= len(ip):
+            frag, offset = True, struct.unpack("!H", ip[at + 2:at + 4])[0] >> 3
+            nh, at = ip[at], at + 8
+        dport = _dport(ip, at) if nh == 17 and offset == 0 else None
+        return WirePacket(src, dst, nh if frag else first_nh, plen + 40, dport, ip[:plen + 40], frag)
+    return None
+
+
+def _dport(ip: bytes, at: int) -> int | None:
+    return struct.unpack("!H", ip[at + 2:at + 4])[0] if at + 4 <= len(ip) else None
+
+
+def _packets_scapy(pcap: bytes) -> list[WirePacket]:
+    """scapy's reading of a pcap (any format scapy knows)."""
     import io
 
     from scapy.layers.inet import IP, UDP

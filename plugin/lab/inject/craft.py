@@ -13,6 +13,7 @@ frames were delivered, and how often, without trusting the appliance's counters.
 """
 from __future__ import annotations
 
+import ipaddress
 import secrets
 import struct
 from dataclasses import dataclass, field
@@ -50,6 +51,16 @@ class SaKeys(Protocol):
     auth_key: str | None
 
 
+def _checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) of ``data``."""
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
 def min_inner(family: str) -> int:
     """The smallest inner packet that carries a tag: IP + UDP headers + tag."""
     return IP_HEADER[family] + UDP_HEADER + TAG_LEN
@@ -67,13 +78,33 @@ class Inner:
     token: bytes = field(default_factory=lambda: secrets.token_bytes(4))
 
     def packet(self, index: int, size: int) -> bytes:
-        """An inner packet of exactly `size` bytes tagged with `index`."""
+        """An inner packet of exactly `size` bytes tagged with `index`: the bytes scapy's
+        ``IP(ttl=64)/UDP/payload`` (``IPv6(hlim=64)``) builds, packed directly.
+
+        Why not scapy here: building the packet through scapy cost ~370 us, two thirds of
+        a frame's crafting, and an every-size sweep on a 9,000-byte path is ~8,900
+        frames (issue 15). The ESP seal, the part under test, stays scapy's. The
+        payload is the tag and zeros, and zeros add nothing to a ones'-complement sum, so
+        the checksums cover the headers and the tag only; tests/wire compares the bytes
+        with scapy's for both families."""
         room = size - min_inner(self.family)
         if room < 0:
             raise InjectError(f"inner size {size}: the smallest tagged {self.family} packet is {min_inner(self.family)}")
-        payload = MAGIC + self.token + struct.pack("!I", index) + bytes(room)
-        ip = IP(src=self.src, dst=self.dst, ttl=64) if self.family == "ipv4" else IPv6(src=self.src, dst=self.dst, hlim=64)
-        return raw(ip / UDP(sport=self.port, dport=self.port) / payload)
+        tag = MAGIC + self.token + struct.pack("!I", index)
+        udp_len = UDP_HEADER + TAG_LEN + room
+        src, dst = ipaddress.ip_address(self.src).packed, ipaddress.ip_address(self.dst).packed
+        if self.family == "ipv4":
+            pseudo = src + dst + struct.pack("!BBH", 0, 17, udp_len)
+        else:
+            pseudo = src + dst + struct.pack("!IxxxB", udp_len, 17)
+        udp_sum = _checksum(pseudo + struct.pack("!HHH", self.port, self.port, udp_len) + tag) or 0xFFFF
+        udp = struct.pack("!HHHH", self.port, self.port, udp_len, udp_sum) + tag + bytes(room)
+        if self.family == "ipv4":
+            head = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + udp_len, 1, 0, 64, 17, 0, src, dst)
+            head = head[:10] + struct.pack("!H", _checksum(head)) + head[12:]
+        else:
+            head = struct.pack("!IHBB16s16s", 6 << 28, udp_len, 17, 64, src, dst)
+        return head + udp
 
 
 @dataclass(frozen=True)
