@@ -77,6 +77,7 @@ def test_esn_inbound_across_2_32(tunnel, wire, record):
     counters = {r: drop_counter(app.profile, offloaded, r) for r in ("replay", "auth")}
     with deltas(app) as d:
         got = wire.send(c, frames, B + w + 3)
+        record.traffic_seconds += got.paced_seconds  # the paced frames are traffic asked
     for (seq, _), f in zip(table, frames):
         record.figure(f"W={w}: 2^32{seq - B:+d} delivered", got.times(f))
     assert got.end_seen, f"{app.name}: the closing frame at 2^32{w + 3:+d} never arrived: nothing past 2^32 delivered"

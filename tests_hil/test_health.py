@@ -21,12 +21,14 @@ import pytest
 
 from plugin.lab.errors import TransportError
 from plugin.lab.health import HealthReport, HealthSnapshot, compare, take_snapshot
+from plugin.lab.timeshare import TRAFFIC, spent
 
 from ._health import POLICY, driver_scope
 
 pytestmark = [pytest.mark.tunnels(encap=[True, False], children="one")]
 
 PINGS = 500
+PING_INTERVAL = 0.01
 """Own pings through the tunnel between the snapshots: 1,000 packets per end, enough
 that a per-packet leak clears any slack of the policy, short (0.01 s apart)."""
 BACK_S = 600.0
@@ -46,9 +48,11 @@ def test_health_around_the_configuration(tunnel, record):
         before = {app.name: take_snapshot(app.host) for app in ends}
     lost = ""
     with allure.step(f"traffic: {PINGS} own pings each way"):
+        record.traffic_seconds += PINGS * PING_INTERVAL  # the pings are the traffic asked
         try:
-            r = tunnel.local.ping(tunnel.inner_address("remote"), size=200, count=PINGS, interval=0.01,
-                                  source=tunnel.inner_address("local"))
+            with spent(TRAFFIC, cap=PINGS * PING_INTERVAL):
+                r = tunnel.local.ping(tunnel.inner_address("remote"), size=200, count=PINGS, interval=PING_INTERVAL,
+                                      source=tunnel.inner_address("local"))
             record.figure("pings answered between the snapshots", f"{r.received}/{r.transmitted}")
         except TransportError as exc:  # the appliance went away under them: the snapshots say why
             lost = f"{tunnel.local.name}: the pings' SSH session was lost ({exc})"

@@ -41,6 +41,7 @@ from plugin.lab.appliance import Appliance, parser
 from plugin.lab.health import HealthSnapshot, compare, take_snapshot
 from plugin.lab.measure import expect_equal
 from plugin.lab.remote import argv
+from plugin.lab.timeshare import TRAFFIC, spent
 from plugin.lab.tunnel import ActiveTunnel
 
 from ._health import POLICY, driver_scope
@@ -224,12 +225,17 @@ class PingStream:
 
 
 @contextmanager
-def ping_stream(tunnel: ActiveTunnel, seconds: float, interval: float) -> Iterator[PingStream]:
-    """The local appliance's own echoes to the remote LAN address, for the block's length."""
+def ping_stream(tunnel: ActiveTunnel, seconds: float, interval: float, record) -> Iterator[PingStream]:
+    """The local appliance's own echoes to the remote LAN address, for the block's length.
+
+    The stream is the test's traffic: its seconds are added to the record's traffic asked,
+    and the block's time is "traffic" up to them (plugin.lab.timeshare)."""
     s = PingStream(tunnel.local, tunnel.inner_address("remote"), tunnel.inner_address("local"), seconds, interval)
+    record.traffic_seconds += seconds
     s.start()
     try:
-        yield s
+        with spent(TRAFFIC, cap=seconds):
+            yield s
     finally:
         if s._thread is not None:
             s._thread.join()
@@ -283,7 +289,7 @@ def test_rekey_under_load(tunnel, record, meter, traffic_seconds):
     counts_before = {a.name: sa_count(a) for a in engines}
     health_before = health_of(engines)
     with meter(dut, peer, title="own stream across a child rekey and an IKE rekey") as m:
-        with ping_stream(tunnel, max(9.0, traffic_seconds(9)), interval=0.01) as s:  # the rekey's overlap is protocol time: never scaled below it
+        with ping_stream(tunnel, max(9.0, traffic_seconds(9)), interval=0.01, record=record) as s:  # the rekey's overlap is protocol time: never scaled below it
             poll("the stream flowing through the child", flowing(dut, conn, start.packets_out), 10)
             ike_before = ike_spis(dut, conn)
             rekey(dut, "ike", conn)
@@ -358,7 +364,7 @@ def test_rekey_no_leak(tunnel, record, traffic_seconds):
     samples: list[EngineSample] = []
     seen: list[str] = []  # the installed outbound SPIs, in order: one more per rekey
     with ping_stream(tunnel, max((rekeys + 1) * life.rekey_time, traffic_seconds((rekeys + 1) * life.rekey_time)),
-                     interval=0.02) as s:  # rekeys happen in protocol time: --traffic-seconds never shortens it
+                     interval=0.02, record=record) as s:  # rekeys happen in protocol time: --traffic-seconds never shortens it
         while s.running():  # every rekey the stream spans, each engine read against its listing
             for app in engines:
                 kids, got = engine_sample(app, conn)
@@ -407,7 +413,7 @@ def test_life_time_expiry(tunnel, record, traffic_seconds):
     old = {a.name: tunnel.spis(a) for a in (dut, peer)}
     samples: list[EngineSample] = []
     carried: dict[str, tuple[int, int]] = {}  # re-created child's outbound SPI -> (packets out, in) last listed
-    with ping_stream(tunnel, max(life.life_time + 4, traffic_seconds(life.life_time + 4)), interval=0.02) as s:
+    with ping_stream(tunnel, max(life.life_time + 4, traffic_seconds(life.life_time + 4)), interval=0.02, record=record) as s:
         while s.running():  # watch every expiry the stream spans
             for app in engines or [dut]:
                 kids, got = engine_sample(app, conn)

@@ -57,6 +57,7 @@ def test_replay_window(tunnel, wire, record):
     counters = {r: drop_counter(app.profile, offloaded, r) for r in ("replay", "auth")}
     with deltas(app) as d:
         got = wire.send(c, frames, edge + 4 * w + 2)
+        record.traffic_seconds += got.paced_seconds  # the paced frames are traffic asked
     tag = f"W={w}{' ESN' if tunnel.esn else ''}"
     for (off, _), f in zip(table, frames):
         record.figure(f"{tag}: edge+{off} delivered", got.times(f))

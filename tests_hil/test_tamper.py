@@ -30,6 +30,7 @@ def test_tampered_frames_dropped(tunnel, wire, record):
     frames.append(c.frame(wire.inner, 99, base + 50, 100))  # ... and after
     with deltas(app) as d:
         got = wire.send(c, frames, base + 51)
+        record.traffic_seconds += got.paced_seconds  # the paced frames are traffic asked
     for f in frames:
         record.figure(f"delivered: {f.variant or 'genuine'} (seq base+{f.seq - base})", got.times(f))
     assert got.times(frames[0]) == 1 and got.times(frames[-1]) == 1, \

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from plugin.lab.remote.shell import Host, argv, random_token
+from plugin.lab.timeshare import TRAFFIC, spent
 
 from .craft import Frame, Inner, InjectError, min_inner
 from .scripts import RECEIVER, SENDER, UDP_SENDER
@@ -49,6 +50,11 @@ class Delivery:
     send_seconds: float
     seconds: float  # receiver start to result, wall time of the whole injection
     other: int = 0
+    paced_seconds: float = 0.0  # what the pacing asked the sending to take: traffic asked
+
+    """``paced_seconds`` is the batch's share of "traffic asked" (a test adds it to its
+    record's ``traffic_seconds``): the frames are on the wire at the paced rate for that
+    long, like an iperf3 stream's seconds (plugin.lab.timeshare)."""
 
     def times(self, frame: Frame) -> int:
         """How often the frame's inner packet came out on the far LAN."""
@@ -111,15 +117,20 @@ class _Receiver:
 
 
 def _run_batch(sender: Host, receiver: Host, inner: Inner, cap: float, program: str, args: list[str],
-               stdin: bytes | None, frames: list, what: str) -> Delivery:
-    """Start the receiver, run one sender program to its end, collect the receiver's count."""
+               stdin: bytes | None, frames: list, what: str, paced: float) -> Delivery:
+    """Start the receiver, run one sender program to its end, collect the receiver's count.
+
+    The sender's run is "traffic" in the run's breakdown for up to ``paced`` seconds (the
+    pacing's duration); the rest of it (the frames' transfer, the program's start) and
+    the receiver's start and answer are charged as usual (plugin.lab.timeshare)."""
     t0 = time.monotonic()
     rx = _Receiver(receiver, inner, cap)
     rx.start()
     try:
         path = f"{rx.base}-send.py"
         send = _program(path, program) + argv(PYTHON, path, *args) + f"\nst=$?; rm -f {path}; exit $st\n"
-        res = sender.run(send, stdin=stdin, timeout=cap + 30).check(f"wire sender on {sender.name}")
+        with spent(TRAFFIC, cap=paced):
+            res = sender.run(send, stdin=stdin, timeout=cap + 30).check(f"wire sender on {sender.name}")
         sent = json.loads(res.stdout.strip().splitlines()[-1])
         got = rx.answer()
     except (ValueError, IndexError) as exc:
@@ -129,7 +140,7 @@ def _run_batch(sender: Host, receiver: Host, inner: Inner, cap: float, program: 
     d = Delivery(frames=list(frames), counts={int(k): v for k, v in got["counts"].items()},
                  lengths={int(k): v for k, v in got["lengths"].items()}, end_seen=bool(got["end"]),
                  sent=int(sent["sent"]), failed=int(sent["failed"]), send_seconds=float(sent["seconds"]),
-                 seconds=time.monotonic() - t0, other=int(got.get("other", 0)))
+                 seconds=time.monotonic() - t0, other=int(got.get("other", 0)), paced_seconds=paced)
     log.info("%s %s -> %s: %d sent (%d failed, %d waits on a full local queue) in %.2fs, %d delivered, end %s",
              what, sender.name, inner.dst, d.sent, d.failed, int(sent.get("queue_full", 0)), d.send_seconds,
              len(d.delivered()), d.end_seen)
@@ -156,7 +167,7 @@ def inject(sender: Host, receiver: Host, path: WirePath, inner: Inner, frames: l
     cap = cap if cap is not None else paced + 10.0 + transfer
     return _run_batch(sender, receiver, inner, cap, SENDER,
                       [path.dst, path.src or "-", f"{pps:g}", f"{(rate_mbit or 0) * 1e6:g}"], blob, frames,
-                      "wire injection")
+                      "wire injection", paced)
 
 
 @dataclass(frozen=True)
@@ -180,4 +191,4 @@ def sweep_udp(sender: Host, receiver: Host, inner: Inner, sizes: range, *, pps: 
     paced = max(len(frames) / pps, sum(sizes) * 8 / (rate_mbit * 1e6) if rate_mbit else 0.0)
     return _run_batch(sender, receiver, inner, paced + 10.0, UDP_SENDER,
                       [inner.dst, str(inner.port), inner.src, inner.token.hex(), str(sizes.start), str(sizes[-1]),
-                       f"{pps:g}", f"{(rate_mbit or 0) * 1e6:g}"], None, frames, "outbound sweep")
+                       f"{pps:g}", f"{(rate_mbit or 0) * 1e6:g}"], None, frames, "outbound sweep", paced)
