@@ -39,6 +39,9 @@ def test_pmtu_finds_our_echo_in_a_ptb():
     inv[40] = 128
     inv[44:46] = (0xBEEF).to_bytes(2, "big")
     assert pmtu._echo_id_in(bytes(inv)) == 0xBEEF
+    inv[46:48] = (2).to_bytes(2, "big")
+    assert pmtu._echo_seq_in(bytes(inv), 0xBEEF) == 2  # which echo the PTB answers: the wait ends when all are
+    assert pmtu._echo_seq_in(bytes(inv), 0xBEEE) is None  # another probe's echo
     inv[40] = 129  # an echo reply is not our invoking packet
     assert pmtu._echo_id_in(bytes(inv)) is None
 

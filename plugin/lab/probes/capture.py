@@ -74,7 +74,7 @@ def main(argv: Sequence[str]) -> dict:
     from scapy.layers.inet import IP  # noqa: F401 -- binds the layers the capture dissects
     from scapy.layers.inet6 import IPv6  # noqa: F401
     from scapy.layers.ipsec import ESP  # noqa: F401
-    from scapy.layers.l2 import Ether  # noqa: F401
+    from scapy.layers.l2 import CookedLinux, Ether  # noqa: F401
     from scapy.sendrecv import sniff  # not scapy.all: ~1.2 s of CPU per probe (issue 15)
     from scapy.utils import wrpcap
 

@@ -149,8 +149,13 @@ def decrypt(packets, spi: int, sa: dict, max_list: int = 10000) -> dict:
 def main(argv: Sequence[str]) -> dict:
     a = parse_args(argv)
     sa = load_sa(a.sa_file)
-    from scapy.layers.l2 import Ether  # noqa: F401 -- binds the link layer rdpcap dissects
-    from scapy.utils import rdpcap  # not scapy.all: ~1.2 s of CPU per probe (issue 15)
+    # the layers rdpcap must dissect, bound before it reads (not scapy.all: ~1.2 s of CPU
+    # per probe, issue 15)
+    from scapy.layers.inet import IP, UDP  # noqa: F401
+    from scapy.layers.inet6 import IPv6  # noqa: F401
+    from scapy.layers.ipsec import ESP  # noqa: F401
+    from scapy.layers.l2 import CookedLinux, Ether  # noqa: F401
+    from scapy.utils import rdpcap
 
     out = decrypt(rdpcap(a.pcap), a.spi, sa, a.max_list)
     out["pcap"] = os.path.abspath(a.pcap)

@@ -10,6 +10,9 @@ that names our echo (the 000 page's forwarded-IPv6 gate: PTB at path MTU - 117/1
 the bench's own routing says -- the virtual lab's bench holds both LANs, so its kernel
 would deliver to the far LAN directly instead of through the appliance.
 
+The probe waits until every echo has its answer (a reply or a PTB naming it) or
+``--timeout`` has passed, whichever is first: a lost echo still waits the timeout out.
+
 ``--size`` is ping's data size (inner packet = 40 + 8 + size), so results compare with
 ``ping -s``. Output: {"dst", "size", "inner_len", "sent", "replies", "reply", "ptb_mtu",
 "ptb_count", "ptb_from", "iface"}.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import threading
 import time
 from typing import Sequence
 
@@ -74,7 +78,23 @@ def main(argv: Sequence[str]) -> dict:
         if not mac:
             raise RuntimeError(f"no neighbour answer from --via {a.via} on {iface}")
     ident = os.getpid() & 0xFFFF
-    sniffer = AsyncSniffer(iface=iface, filter="icmp6", store=True)
+    answered: set[int] = set()  # echo sequence numbers answered by a reply or a PTB
+    all_answered = threading.Event()
+
+    def note(c) -> None:
+        """Mark the echo a reply or a PTB answers, so the wait ends when every echo has
+        its answer instead of after the whole timeout (issue 15: the refused probe of
+        every forwarded-IPv6 test waited its 2 s out)."""
+        if ICMPv6EchoReply in c and c[ICMPv6EchoReply].id == ident:
+            answered.add(int(c[ICMPv6EchoReply].seq))
+        elif ICMPv6PacketTooBig in c:
+            seq = _echo_seq_in(bytes(c[ICMPv6PacketTooBig].payload), ident)
+            if seq is not None:
+                answered.add(seq)
+        if len(answered) >= a.count:
+            all_answered.set()
+
+    sniffer = AsyncSniffer(iface=iface, filter="icmp6", store=True, prn=note)
     sniffer.start()
     time.sleep(0.2)
     pkt = IPv6(dst=a.dst, **({"src": a.src} if a.src else {})) / ICMPv6EchoRequest(
@@ -87,7 +107,8 @@ def main(argv: Sequence[str]) -> dict:
         else:
             send(pkt, iface=iface, verbose=False)
         time.sleep(0.05)
-    time.sleep(a.timeout)
+    all_answered.wait(a.timeout)
+    time.sleep(0.05)  # a second PTB or reply for the same echo still counts
     captured = sniffer.stop() or []
     replies = 0
     ptbs: list[tuple[int, str]] = []
@@ -111,6 +132,13 @@ def main(argv: Sequence[str]) -> dict:
         "ptb_mtus": sorted({m for m, _ in ptbs}),
         "ptb_from": ptbs[0][1] if ptbs else None,
     }
+
+
+def _echo_seq_in(invoking: bytes, ident: int) -> int | None:
+    """The sequence number of our echo (identifier ``ident``) a PTB carries, else None."""
+    if _echo_id_in(invoking) == ident and len(invoking) >= 48:
+        return int.from_bytes(invoking[46:48], "big")
+    return None
 
 
 def _echo_id_in(invoking: bytes) -> int | None:
