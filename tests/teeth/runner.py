@@ -90,6 +90,7 @@ class MatrixResult:
     leftovers: list[str] = field(default_factory=list)
     """"after NODE TAG: host: ..." -- associations a tunnel's teardown left in an engine
     (the stepper flushed them before the next row; shown with any false alarm)."""
+    parts: int = 1  # subprocesses (each on its own lab) the rows were split among
 
     def covered(self, model: str) -> set[str]:
         """Functions of ``model`` with teeth: a non-setup cell broken as required on its node."""
@@ -189,6 +190,17 @@ def run_matrix(lab, resolved: Path, rows: tuple[Row, ...], workdir: Path, *, hea
     return cells, healthy, leftovers
 
 
+def merge_parts(rows: tuple[Row, ...], parts: list[tuple[list[CellOutcome], list[dict[str, NodeResult]], list[str]]]
+                ) -> tuple[list[CellOutcome], list[dict[str, NodeResult]], list[str]]:
+    """The results of several :func:`run_matrix` calls over disjoint rows as one: cells in
+    the rows' order, healthy run k of every part as one run, leftovers together."""
+    order = {r.name: i for i, r in enumerate(rows)}
+    cells = sorted((c for p in parts for c in p[0]), key=lambda c: order[c.row.name])
+    runs = max((len(p[1]) for p in parts), default=0)
+    healthy = [{name: res for p in parts if k < len(p[1]) for name, res in p[1][k].items()} for k in range(runs)]
+    return cells, healthy, [x for p in parts for x in p[2]]
+
+
 class Collection:
     """``pytest -m MARKER --collect-only tests_hil`` started now, read later: the matrix's
     own run does not wait for it (each collection is ~10 s of interpreter and imports)."""
@@ -267,5 +279,7 @@ def render(m: MatrixResult) -> str:
               f"- faults noticed by no test: {', '.join(unnoticed) if unnoticed else 'none'}",
               f"- faults the matrix does not run (not counted as noticed): "
               + (", ".join(f"{k} ({v})" for k, v in AWAITING_TEST.items()) or "none"),
-              f"- wall time: {m.seconds:.0f} s" + (f" (load average before: {m.load})" if m.load else ""), ""]
+              f"- wall time: {m.seconds:.0f} s" + (f", rows split among {m.parts} subprocesses on labs of their own"
+                                                    if m.parts > 1 else "")
+              + (f" (load average before: {m.load})" if m.load else ""), ""]
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 fault, passes without.
 
 Why one shard per model: the whole matrix is ~30 minutes of node runs (three healthy runs
-of every row, and its cells); two shards, each with its own lab and ONE pytest subprocess
-(tests/teeth/runner.py, tests/teeth/stepper.py), run on the two xdist workers at once.
+of every row, and its cells); two shards run on the two xdist workers at once, and each
+splits its rows by tunnel configuration among ``TEETH_PARTS`` (default 2) pytest
+subprocesses (tests/teeth/runner.py, tests/teeth/stepper.py), each on a lab of its own.
 Rows are per (function, model) already, so a model's coverage is decided by its shard
 alone. tests/teeth/test_fault_matrix_<model>.py each import this module and say which
 model they run (the ``matrix_model`` fixture).
@@ -23,12 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from lab_factory import lab_fixture
+from lab_factory import lab_fixture, start_lab
 
 from . import matrix, runner
 
@@ -65,30 +68,72 @@ def _rows(model: str) -> tuple[matrix.Row, ...]:
 teeth_lab = lab_fixture(name="teeth_lab")
 
 
+#: a node's tunnel case in its parameters: ``[lab-v4in4-gcm]``, ``[npu-v6in6-cbc-own]``, ``[many-v4in4-gcm-c6]``
+CASE_ID = re.compile(r"\[([A-Za-z0-9_]+-v[46]in[46]-(?:gcm|cbc)(?:-c\d+)?)")
+
+
+def split_rows(rows: tuple[matrix.Row, ...], parts: int, healthy_runs: int) -> list[tuple[matrix.Row, ...]]:
+    """``rows`` in ``parts`` groups of about equal work, whole tunnel configurations
+    together (the rows of one configuration share its bring-up in one subprocess); the
+    work of a row is its node runs (healthy runs + cells). Each group keeps the rows' order."""
+    by_case: dict[str, list[matrix.Row]] = {}
+    for r in rows:
+        m = CASE_ID.search(r.node)
+        by_case.setdefault(m.group(1) if m else r.node, []).append(r)
+    loads = [0] * parts
+    member: dict[str, int] = {}
+    for case, group in sorted(by_case.items(), key=lambda kv: -sum(healthy_runs + len(r.cells) for r in kv[1])):
+        k = loads.index(min(loads))
+        member[case] = k
+        loads[k] += sum(healthy_runs + len(r.cells) for r in group)
+    out: list[list[matrix.Row]] = [[] for _ in range(parts)]
+    for case, group in by_case.items():
+        out[member[case]].extend(group)
+    order = {r.name: i for i, r in enumerate(rows)}
+    return [tuple(sorted(g, key=lambda r: order[r.name])) for g in out if g]
+
+
 @pytest.fixture(scope="module")
 def result(matrix_model, teeth_lab, tmp_path_factory, request) -> runner.MatrixResult:
+    """The model's matrix, run in ``TEETH_PARTS`` (default 2) subprocesses at once, each on
+    a virtual lab of its own (the shard's lab and ``TEETH_PARTS - 1`` more), the rows split
+    by tunnel configuration; the results are merged before anything is judged.
+
+    Why parts: a node run waits far more than it computes (SSH round trips, the settles'
+    half-second pauses, rekey timers), so two subprocesses per model finish in little more
+    than half the time on two cores (issue 15: the own tests in 10 minutes)."""
     from twin.faults import REGISTRY
 
-    vl, lab = teeth_lab, teeth_lab.attach()
     work = (Path(os.environ["TEETH_WORK"]) / matrix_model if os.environ.get("TEETH_WORK")
             else tmp_path_factory.mktemp(f"teeth-{matrix_model}"))
     rows = _rows(matrix_model)
     if not rows:
         pytest.fail(f"the fault matrix has no row on {matrix_model} (TEETH_ONLY={os.environ.get('TEETH_ONLY', '')})")
+    healthy_runs = int(os.environ.get("TEETH_HEALTHY_RUNS", "3"))
+    parts = split_rows(rows, max(1, int(os.environ.get("TEETH_PARTS", "2"))), healthy_runs)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     t0 = time.monotonic()
-    collections = [runner.Collection(matrix_model, vl.resolved, REPO)]
+    collections = [runner.Collection(matrix_model, teeth_lab.resolved, REPO)]
     m = runner.MatrixResult(rows=rows, registry=tuple(REGISTRY), load=load)
+    labs = [teeth_lab]
     try:
-        m.cells, m.healthy, m.leftovers = runner.run_matrix(lab, vl.resolved, rows, work,
-                                               healthy_runs=int(os.environ.get("TEETH_HEALTHY_RUNS", "3")))
+        labs += [start_lab(tmp_path_factory) for _ in parts[1:]]
+        with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="teeth-part") as pool:
+            futures = [pool.submit(runner.run_matrix, lab.attach(), lab.resolved, part, work,
+                                   healthy_runs=healthy_runs, tag=f"matrix-part{i}")
+                       for i, (lab, part) in enumerate(zip(labs, parts), 1)]
+            done = [f.result() for f in futures]
+        m.cells, m.healthy, m.leftovers = runner.merge_parts(rows, done)
         m.selected = {c.marker: c.functions() for c in collections}
     finally:
         for c in collections:  # never leave a collection running past the fixture
             if c.proc.poll() is None:
                 c.proc.kill()
                 c.proc.wait()
+        for extra in labs[1:]:
+            extra.close()
     m.seconds = time.monotonic() - t0
+    m.parts = len(parts)
     text = runner.render(m)
     report = report_path(matrix_model)
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +146,7 @@ def result(matrix_model, teeth_lab, tmp_path_factory, request) -> runner.MatrixR
             tr.write_line("")
             for line in text.splitlines():
                 tr.write_line(line)
-            tr.write_line(f"(written to {report}; subprocess log and results in {work})")
+            tr.write_line(f"(written to {report}; subprocess logs and results in {work})")
     return m
 
 

@@ -200,3 +200,36 @@ def test_matrix_file_checked(tmp_path, entry, message):
     with pytest.raises(ValueError) as e:
         matrix.load_rows(path)
     assert message in str(e.value)
+
+
+def test_split_keeps_configurations_whole_and_balances_the_work():
+    """TEETH_PARTS: the rows of one tunnel configuration stay in one part (they share its
+    bring-up); the parts carry about equal node runs; nothing is lost or doubled."""
+    from .shard import CASE_ID, split_rows
+
+    for model in ("xgs136", "xgs3300"):
+        rows = matrix.rows(model)
+        parts = split_rows(rows, 2, healthy_runs=3)
+        assert sorted(r.name for p in parts for r in p) == sorted(r.name for r in rows)
+        case = {r.name: (CASE_ID.search(r.node).group(1) if CASE_ID.search(r.node) else r.node) for r in rows}
+        homes = {}
+        for i, p in enumerate(parts):
+            for r in p:
+                assert homes.setdefault(case[r.name], i) == i, f"{case[r.name]} split between parts"
+        work = [sum(3 + len(r.cells) for r in p) for p in parts]
+        assert len(parts) == 2 and max(work) <= 1.5 * min(work), f"{model}: parts of {work} node runs"
+
+
+def test_merged_parts_read_as_one_run():
+    rows = matrix.rows("xgs3300")
+    a, b = rows[: len(rows) // 2], rows[len(rows) // 2:]
+
+    def fake(part):
+        cells = [runner.CellOutcome(r, c, runner.NodeResult("failed"), True, "") for r in part for c in r.cells]
+        healthy = [{r.name: runner.NodeResult("passed") for r in part} for _ in range(3)]
+        return cells, healthy, [f"left {part[0].name}"]
+
+    cells, healthy, left = runner.merge_parts(rows, [fake(b), fake(a)])
+    assert [c.row.name for c in cells] == [r.name for r in rows for _ in r.cells]
+    assert len(healthy) == 3 and all(set(h) == {r.name for r in rows} for h in healthy)
+    assert left == [f"left {b[0].name}", f"left {a[0].name}"]
