@@ -128,10 +128,15 @@ def engine_profiler(lab: MiniLab, res: PathResult):
             seal = (c1[src] - c0[src]) / n * 1e6
             opened = (c1[dst] - c0[dst]) / n * 1e6
             cores = os.cpu_count() or 1
+            whole = (m1 - m0) / n * 1e6
+            rest = whole - seal - opened
+            busy = (m1 - m0) / max(w1 - w0, 1e-9)
             res.notes.append(
-                f"{direction}: {n} ESP packets; CPU per packet: sealing gateway {seal:.1f} us, opening gateway "
-                f"{opened:.1f} us (both engines' processes, TUN and socket system calls included); machine "
-                f"{(m1 - m0) / max(w1 - w0, 1e-9) * 100:.0f} % busy on {cores} cores")
+                f"{direction}: {n} ESP packets; CPU per packet: sealing engine {seal:.1f} us, opening engine "
+                f"{opened:.1f} us (their processes' own time; system calls included), everything else (iperf3 "
+                f"both ends, the kernel's forwarding, TUN and sockets in interrupt context) {rest:.1f} us, the "
+                f"machine {whole:.1f} us in all, {busy * 100:.0f} % busy on {cores} cores; at this cost "
+                f"all {cores} cores would carry {mbit / max(busy, 1e-9):.0f} Mbit/s")
         return mbit
 
     return profile
@@ -148,14 +153,26 @@ def plain(lab: MiniLab, seconds: int) -> PathResult:
             lab.run(gw, ["ip", "route", "del", dst, "via", via])
 
 
-def twin(lab: MiniLab, seconds: int, cipher: str) -> PathResult:
+def decoy_tunnels(lab: MiniLab, cipher: str, count: int) -> None:
+    """``count`` SA pairs the stream never uses (each its own TCP port of the same LANs,
+    below iperf3's 5201), installed BEFORE the measured pair: a lookup that walked the
+    table would pay for all of them on every packet (issue 15: the engine's per-packet
+    cost flat in the number of associations)."""
+    for i in range(count):
+        port = 1000 + i
+        lab.tunnel(cipher, "ipv4", local_ts=[f"{LAN['gA'][0]}[tcp/{port}]"], remote_ts=[f"{LAN['gB'][0]}[tcp/{port}]"],
+                   v6_routes=False)
+
+
+def twin(lab: MiniLab, seconds: int, cipher: str, sas: int = 1) -> PathResult:
     for gw in ("gA", "gB"):
         lab.start_engine(gw)
     try:
+        decoy_tunnels(lab, cipher, sas - 1)
         lab.tunnel(cipher, "ipv4")
         a0 = lab.call("gA", "counters")["driver"]
         b0 = lab.call("gB", "counters")["driver"]
-        res = PathResult(f"twin engine {cipher}")
+        res = PathResult(f"twin engine {cipher}" + (f", {sas} SA pairs" if sas > 1 else ""))
         both_ways(lab, res.name, seconds, profile=engine_profiler(lab, res), into=res)
         time.sleep(0.5)
         a1 = lab.call("gA", "counters")["driver"]
@@ -251,7 +268,7 @@ def strongswan(lab: MiniLab, seconds: int) -> PathResult:
         ss.stop()
 
 
-def run_layout(mtu: int, seconds: int) -> dict[str, PathResult]:
+def run_layout(mtu: int, seconds: int, sas: int = 1) -> dict[str, PathResult]:
     print(f"layout hostA|gwA|gwB|hostB, MTU {mtu}, one TCP stream, {seconds} s each way", flush=True)
     lab = MiniLab(mtu=mtu)
     lab.build(engines=False)
@@ -259,6 +276,8 @@ def run_layout(mtu: int, seconds: int) -> dict[str, PathResult]:
         out = {"plain": plain(lab, seconds)}
         out["twin_gcm"] = twin(lab, seconds, "aes-gcm-16")
         out["twin_cbc"] = twin(lab, seconds, "aes-cbc-hmac-sha256")
+        if sas > 1:
+            out["twin_gcm_many"] = twin(lab, seconds, "aes-gcm-16", sas=sas)
         out["strongswan"] = strongswan(lab, seconds)
         return out
     finally:
@@ -267,9 +286,13 @@ def run_layout(mtu: int, seconds: int) -> dict[str, PathResult]:
 
 def ratios(r: dict[str, PathResult]) -> dict[str, float]:
     g, c, s = r["twin_gcm"], r["twin_cbc"], r["strongswan"]
-    return {"twin/strongswan A->B": g.fwd / s.fwd, "twin/strongswan B->A": g.rev / s.rev,
-            "cbc/gcm A->B": c.fwd / g.fwd, "cbc/gcm B->A": c.rev / g.rev,
-            "twin/plain A->B": g.fwd / r["plain"].fwd}
+    out = {"twin/strongswan A->B": g.fwd / s.fwd, "twin/strongswan B->A": g.rev / s.rev,
+           "cbc/gcm A->B": c.fwd / g.fwd, "cbc/gcm B->A": c.rev / g.rev,
+           "twin/plain A->B": g.fwd / r["plain"].fwd}
+    if "twin_gcm_many" in r:
+        m = r["twin_gcm_many"]
+        out.update({"many SAs/one A->B": m.fwd / g.fwd, "many SAs/one B->A": m.rev / g.rev})
+    return out
 
 
 #: issue 15: the twin's engine at least this many times strongSwan kernel-libipsec, each way
@@ -315,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m twin.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--runs", type=int, default=3, help="measure every path this many times; medians reported")
+    ap.add_argument("--sas", type=int, default=1,
+                    help="also measure GCM with this many SA pairs installed (the stream's last): per-packet cost vs N")
     ap.add_argument("--mtu", type=int, default=1500)
     ap.add_argument("--jumbo", choices=("auto", "always", "never"), default="auto",
                     help=f"also measure at MTU 9000 (auto: when 1500 misses {TARGET_RATIO:g}x)")
@@ -325,13 +350,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.runs < 1:
         ap.error(f"--runs must be at least 1, got {args.runs}")
+    if not 1 <= args.sas <= 512:
+        ap.error(f"--sas must be 1..512, got {args.sas}")
 
     def measure(mtu: int) -> list[dict[str, PathResult]]:
         runs = []
         for i in range(1, args.runs + 1):
             if args.runs > 1:
                 print(f"-- run {i} of {args.runs} --", flush=True)
-            runs.append(run_layout(mtu, args.seconds))
+            runs.append(run_layout(mtu, args.seconds, args.sas))
         return runs
 
     results = {args.mtu: measure(args.mtu)}
