@@ -81,9 +81,13 @@ class _ExitWaiter:
             select.select([self.fd], [], [], timeout)
             if self.proc.poll() is None:
                 return False
-        os.close(self.fd)
-        self.fd = None
+        self.close()
         return True
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class ExecSession:
@@ -133,10 +137,13 @@ class ExecSession:
             t.start()
         try:
             waiter = _ExitWaiter(proc)
-            while not waiter.exited(0.2):
-                transport = chan.get_transport()
-                if chan.closed or transport is None or not transport.is_active():
-                    self.kill()
+            try:
+                while not waiter.exited(0.2):
+                    transport = chan.get_transport()
+                    if chan.closed or transport is None or not transport.is_active():
+                        self.kill()
+            finally:
+                waiter.close()
             proc.wait()
             deadline = time.monotonic() + OUTPUT_DRAIN_SECONDS
             for t in (t_out, t_err):
