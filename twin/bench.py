@@ -317,8 +317,8 @@ def report(mtu: int, runs: list[dict[str, PathResult]]) -> bool:
     r = median_run(runs)
     if len(runs) > 1:
         print(f"median of {len(runs)} runs at MTU {mtu} (Mbit/s):")
-        for p in r.values():
-            each = ", ".join(f"{x[k].fwd:.0f}/{x[k].rev:.0f}" for x in runs for k in x if x[k].name == p.name)
+        for key, p in r.items():
+            each = ", ".join(f"{x[key].fwd:.0f}/{x[key].rev:.0f}" for x in runs)
             print(f"  {p.name:<34} A->B {p.fwd:8.0f}  B->A {p.rev:8.0f}   (runs A->B/B->A: {each})")
     q = ratios(r)
     print(f"ratios at MTU {mtu}{' (medians)' if len(runs) > 1 else ''}:")

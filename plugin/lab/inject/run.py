@@ -50,11 +50,9 @@ class Delivery:
     send_seconds: float
     seconds: float  # receiver start to result, wall time of the whole injection
     other: int = 0
-    paced_seconds: float = 0.0  # what the pacing asked the sending to take: traffic asked
-
-    """``paced_seconds`` is the batch's share of "traffic asked" (a test adds it to its
-    record's ``traffic_seconds``): the frames are on the wire at the paced rate for that
-    long, like an iperf3 stream's seconds (plugin.lab.timeshare)."""
+    # what the pacing asked the sending to take: the batch's share of "traffic asked" (a
+    # test adds it to its record's traffic_seconds), like an iperf3 stream's seconds
+    paced_seconds: float = 0.0
 
     def times(self, frame: Frame) -> int:
         """How often the frame's inner packet came out on the far LAN."""
