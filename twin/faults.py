@@ -22,11 +22,15 @@ import json
 import os
 import sys
 import time
+from collections import namedtuple
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from twin.errors import FaultError
 from twin.runtime import HostDir, read_json, write_json_atomic
+
+TYPE_CHECKING = False  # typing is not imported at run time: the emulated commands import this module
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["REGISTRY", "Fault", "FaultError", "HostFaults", "JsonWatch", "Param", "active_faults",
            "clear_fault", "dfbit", "fault_params", "get_fault", "parse_kv", "registry_table",
@@ -35,14 +39,14 @@ __all__ = ["REGISTRY", "Fault", "FaultError", "HostFaults", "JsonWatch", "Param"
 _REQUIRED = object()
 
 
-class Param(NamedTuple):
-    """One parameter of a fault.  (NamedTuple, not a dataclass: the FreeBSD commands
-    import this module on every run and dataclasses costs them ~8 ms.)"""
+class Param(namedtuple("Param", "name type default help", defaults=(_REQUIRED, ""))):
+    """One parameter of a fault: name, type, default (``_REQUIRED`` when none), help.
 
-    name: str
-    type: type
-    default: Any = _REQUIRED
-    help: str = ""
+    (A collections.namedtuple, neither a dataclass nor typing's NamedTuple: the FreeBSD
+    commands import this module on every run, and dataclasses or typing cost each of them
+    ~8 ms of start-up; tests/twin_shell/test_command_imports.py keeps it so.)"""
+
+    __slots__ = ()
 
     @property
     def required(self) -> bool:
@@ -53,14 +57,11 @@ class Param(NamedTuple):
         return f"{self.name}:{self.type.__name__}={d}"
 
 
-class Fault(NamedTuple):
-    """A fault the twin can inject: where it acts, what it does, which test it breaks."""
+class Fault(namedtuple("Fault", "name layer params symptom breaks", defaults=((), "", ""))):
+    """A fault the twin can inject: its name, where it acts (layer: engine | ike | fbsd),
+    its parameters (a tuple of Param), what it does (symptom), which test it breaks."""
 
-    name: str
-    layer: str  # engine | ike | fbsd
-    params: tuple[Param, ...] = ()
-    symptom: str = ""
-    breaks: str = ""
+    __slots__ = ()
 
     def coerce(self, given: dict[str, Any]) -> dict[str, Any]:
         """Validate and type `given` (strings from the CLI are converted)."""

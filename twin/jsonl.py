@@ -18,12 +18,13 @@ import socket
 import socketserver
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from twin.errors import ControlSocketError
 
+TYPE_CHECKING = False  # typing is not imported at run time: swanctl, run per command, imports this module
 if TYPE_CHECKING:
     import asyncio
+    from typing import Any, Callable, Iterator
 
 MAX_LINE = 64 * 1024 * 1024
 """Longest line accepted (a list_sas of thousands of associations stays far below)."""

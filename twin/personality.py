@@ -39,9 +39,12 @@ does, for every model); a kernel-run association counts FreeBSD's espstat per re
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+
+TYPE_CHECKING = False  # neither typing nor dataclasses at run time: sysctl and vmstat import this per command
+if TYPE_CHECKING:
+    from typing import Any
 
 SA_COUNTERS = ("sa_count", "sa_inet", "sa_inet6")
 """Offloaded associations, all and per outer family (written by the control process)."""
@@ -52,64 +55,55 @@ ENGINE_WRITE_FAIL = "eng:rx_write_fail"
 """Engine-private: a decrypted packet esp0 refused, for drivers without such a counter."""
 
 
-@dataclass(frozen=True)
-class Counting:
+_COUNTING_FIELDS = ("tx_forwarded tx_own tx_own_output_step tx_fail rx_frame rx_no_sa rx_replay rx_bad "
+                    "rx_malformed rx_blocked rx_inner_v6 rx_delivered_v4 rx_delivered_v6 rx_refused")
+
+
+class Counting(namedtuple("Counting", _COUNTING_FIELDS)):
     """Which counter a driver moves for each event (names from the driver's own list,
-    or the kernel's/engine's `esp:`/`eng:` slots where the driver has none)."""
+    or the kernel's/engine's `esp:`/`eng:` slots where the driver has none).
 
-    tx_forwarded: tuple[str, ...]
-    tx_own: tuple[str, ...]
-    tx_own_output_step: tuple[str, ...]
-    tx_fail: str
-    rx_frame: str | None
-    rx_no_sa: str
-    rx_replay: str
-    rx_bad: str
-    rx_malformed: str
-    rx_blocked: str
-    rx_inner_v6: str | None
-    rx_delivered_v4: str
-    rx_delivered_v6: str
-    rx_refused: str
+    The tx_* fields that name several counters are tuples; rx_frame and rx_inner_v6 are
+    None where the driver has no such counter.  (Immutable namedtuples, neither dataclasses
+    nor typing's NamedTuple, here and below: the emulated sysctl and vmstat import this
+    module on every run, and those imports cost each of them ~10 ms;
+    tests/twin_shell/test_command_imports.py keeps it so.)"""
+
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class KernelFootprint:
+class KernelFootprint(namedtuple("KernelFootprint", "sa_zone pkt_zone attach_malloc sa_malloc")):
     """The driver's own kernel memory as `vmstat -z` / `vmstat -m` show it (twin.fbsd._kmem).
 
     Names and sizes are the twin's assumption (the drivers are not public): one UMA zone
     item and one `<driver>_sa` malloc allocation per offloaded association, one packet
     zone item per packet in the driver's queues, and a fixed attach-time allocation.
+
+    sa_zone: (zone name, item bytes): one item per offloaded association.
+    pkt_zone: (zone name, item bytes, limit): one item per packet queued in the driver.
+    attach_malloc: (malloc type, allocations, KiB, size classes) made at attach, freed at detach.
+    sa_malloc: (malloc type, size class): one allocation per offloaded association.
     """
 
-    sa_zone: tuple[str, int]
-    """(zone name, item bytes): one item per offloaded association."""
-    pkt_zone: tuple[str, int, int]
-    """(zone name, item bytes, limit): one item per packet queued in the driver."""
-    attach_malloc: tuple[str, int, int, tuple[int, ...]]
-    """(malloc type, allocations, KiB, size classes) made at attach, freed at detach."""
-    sa_malloc: tuple[str, int]
-    """(malloc type, size class): one allocation per offloaded association."""
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class Personality:
-    """One emulated appliance model."""
+class Personality(namedtuple("Personality", "model driver hw_model driver_counters cop_counters counting "
+                                            "replay_window offloads_ipv6_outer first_stream_issue footprint "
+                                            "offloads_udp_encap",
+                             defaults=(32, True, None, None, False))):
+    """One emulated appliance model.
 
-    model: str
-    driver: str
-    hw_model: str
-    driver_counters: tuple[str, ...]
-    cop_counters: tuple[str, ...]
-    counting: Counting
-    replay_window: int = 32
-    offloads_ipv6_outer: bool = True
-    first_stream_issue: int | None = None
-    footprint: KernelFootprint | None = None
-    offloads_udp_encap: bool = False
-    """Whether the driver takes UDP-encapsulated (NAT-T, RFC 3948) associations; if not,
-    the kernel runs them (its ESP counters move, the driver's stay still).  The twin's
-    assumption (octep yes, npuep no), to be checked on hardware."""
+    driver_counters / cop_counters: the names the driver exports under ipsec. / cop.;
+    counting: a Counting; replay_window (32); offloads_ipv6_outer (True);
+    first_stream_issue: the issue number of a slow first stream after boot (None);
+    footprint: a KernelFootprint (None);
+    offloads_udp_encap: whether the driver takes UDP-encapsulated (NAT-T, RFC 3948)
+    associations; if not, the kernel runs them (its ESP counters move, the driver's stay
+    still).  The twin's assumption (octep yes, npuep no), to be checked on hardware.
+    """
+
+    __slots__ = ()
 
     @property
     def module_file(self) -> str:
@@ -199,16 +193,12 @@ def for_driver(driver: str) -> Personality:
     return _lookup(BY_DRIVER, driver, "driver")
 
 
-@dataclass(frozen=True)
-class HostPersonality:
-    """A personality with one host's lab-file overrides applied (`hosts.X.profile`)."""
+class HostPersonality(namedtuple("HostPersonality", "base counters module_file replay_window "
+                                                    "offloads_ipv6_outer first_stream_issue")):
+    """A personality (``base``) with one host's lab-file overrides applied
+    (`hosts.X.profile`): counters is logical name -> OID."""
 
-    base: Personality
-    counters: dict[str, str]
-    module_file: str
-    replay_window: int
-    offloads_ipv6_outer: bool
-    first_stream_issue: int | None
+    __slots__ = ()
 
 
 _SCALARS = {"module_file": str, "replay_window": int, "accepts_ipv6_sa": bool,

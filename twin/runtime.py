@@ -24,15 +24,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from twin.errors import RuntimeLayoutError
 
+TYPE_CHECKING = False  # not typing's: each emulated command imports this module (tests/twin_shell/test_command_imports.py)
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any
 
 DEFAULT_BASE = Path("/run/ipsec-twin")
 """Where run dirs live unless the caller chooses one (one subdir per prefix)."""
@@ -52,6 +51,8 @@ def new_prefix() -> str:
     Random rather than counted so labs started by unrelated processes at the same
     time do not collide; callers still check for an existing namespace/run dir.
     """
+    import secrets  # here: the emulated commands never make a prefix
+
     return "tw" + secrets.token_hex(2)
 
 
@@ -103,11 +104,23 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any, mode: int = 0o644)
     write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), mode)
 
 
+def _exclusive_temp(p: Path) -> tuple[int, str]:
+    """``tempfile.mkstemp`` beside ``p`` without importing tempfile (random, shutil, hashlib:
+    the emulated commands write counters on every run and paid ~5 ms for the import)."""
+    for _ in range(100):
+        tmp = os.path.join(os.fspath(p.parent), f".{p.name}.{os.urandom(6).hex()}")
+        try:
+            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{p.parent}: no free temporary name for {p.name}")
+
+
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
     """Write bytes via a temp file in the same directory + fsync + rename."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=str(p.parent))
+    fd, tmp = _exclusive_temp(p)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

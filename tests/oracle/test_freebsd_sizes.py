@@ -85,7 +85,7 @@ def test_own_limit_is_what_the_engine_really_seals_for_every_mtu(cipher, outer):
 def test_counting_rules_name_counters_that_exist(model):
     """Every counter a driver's rules bump is one of its own or a kernel/engine slot."""
     p = PERSONALITIES[model]
-    for field, value in vars(p.counting).items():
+    for field, value in p.counting._asdict().items():
         for name in ((value,) if isinstance(value, str) else (value or ())):
             assert name in INDEX, f"{model}: counting.{field} names {name!r}, not a counter slot"
             assert ":" in name or name in p.counter_names, (

@@ -43,6 +43,6 @@ def test_every_counter_the_twin_counts_is_one_the_suite_knows(model):
     """The counting rules only name counters of the model (or kernel/engine slots)."""
     p = PERSONALITIES[model]
     suite = profile_for(model)
-    named = {n for f in vars(p.counting).values() for n in ((f,) if isinstance(f, str) else (f or ()))}
+    named = {n for f in p.counting._asdict().values() for n in ((f,) if isinstance(f, str) else (f or ()))}
     unknown = sorted(n for n in named if ":" not in n and n not in suite.counters)
     assert not unknown, f"{model}: the twin counts into {unknown}, which the suite's profile does not name"

@@ -7,10 +7,13 @@ Why a class over twin.jsonl: callers want the engine's own reading of an answer 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from twin.errors import ControlSocketError, EngineError
 from twin.jsonl import JsonlClient
+
+TYPE_CHECKING = False  # typing is not imported at run time: every emulated command pays for its imports
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["EngineClient", "EngineError", "engine_request"]
 

@@ -12,20 +12,21 @@ wrappers from it).  To add a command: a module here with `main(argv) -> int`, ru
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 
 
-class Command(NamedTuple):
-    """One emulated command."""
+class Command(namedtuple("Command", "module wrapper emulates")):
+    """One emulated command (a namedtuple, not typing's NamedTuple: importing typing cost
+    every command ~8 ms of start-up; tests/twin_shell/test_command_imports.py).
 
-    module: str
-    """Run as `python -m <module>`."""
-    wrapper: str
-    """`stdlib`: `python -S` with the repository on PYTHONPATH (no site-packages, ~0.1 s
+    module: run as `python -m <module>`.
+    wrapper: `stdlib`: `python -S` with the repository on PYTHONPATH (no site-packages, ~0.1 s
     faster per call; the module must import only the stdlib and twin's stdlib-only
-    modules); `full`: `python -m` with the caller's environment (needs site-packages)."""
-    emulates: str
-    """What of FreeBSD it answers for."""
+    modules); `full`: `python -m` with the caller's environment (needs site-packages).
+    emulates: what of FreeBSD it answers for.
+    """
+
+    __slots__ = ()
 
 
 COMMANDS: dict[str, Command] = {
@@ -45,7 +46,7 @@ COMMANDS: dict[str, Command] = {
     "shutdown": Command("twin.fbsd.shutdown", "stdlib", "shutdown(8) -r now: a reboot by the lab's supervisor"),
     "b64decode": Command("twin.fbsd.b64decode", "stdlib", "b64decode(1) -r"),
     "dmesg": Command("twin.fbsd.dmesg", "stdlib", "dmesg(8): the appliance's /var/log/dmesg.txt"),
-    "swanctl": Command("twin.ike.swanctl", "full", "strongSwan 5.9.8 swanctl (talks to twin.ike.daemon)"),
+    "swanctl": Command("twin.ike.swanctl", "stdlib", "strongSwan 5.9.8 swanctl (talks to twin.ike.daemon)"),
 }
 """Command name -> module and wrapper."""
 

@@ -10,11 +10,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from twin.errors import EngineError
 from twin.faults import HostFaults
 from twin.runtime import HostDir, read_json, write_json_atomic
+
+TYPE_CHECKING = False  # typing is not imported at run time: every emulated command pays for its imports
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["EngineError"]  # the commands catch c.EngineError
 

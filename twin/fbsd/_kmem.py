@@ -27,11 +27,15 @@ A reboot (new boot_time in state.json) starts a fresh ledger: leaked memory is f
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from collections import namedtuple
 
 from twin.fbsd import _common as c
 from twin.personality import for_driver
 from twin.runtime import HostDir, read_json, write_json_atomic
+
+TYPE_CHECKING = False  # typing is not imported at run time: every emulated command pays for its imports
+if TYPE_CHECKING:
+    from typing import Any
 
 RX_RING_PACKETS = 256
 """Packet-zone items the NIC receive rings hold on an idle box (real-fbsd14-amd64 capture)."""
@@ -52,34 +56,22 @@ SA_REQUESTS_AT_BOOT = 4
 so an SA zone's requests are this plus the associations present (never below `used`)."""
 
 
-class Zone(NamedTuple):
-    """One `vmstat -z` row."""
+class Zone(namedtuple("Zone", "name size limit used free requests")):
+    """One `vmstat -z` row (collections.namedtuple: typing's import costs every command)."""
 
-    name: str
-    size: int
-    limit: int
-    used: int
-    free: int
-    requests: int
+    __slots__ = ()
 
 
-class Malloc(NamedTuple):
-    """One `vmstat -m` row (KiB as printed)."""
+class Malloc(namedtuple("Malloc", "type in_use kib requests sizes")):
+    """One `vmstat -m` row (KiB as printed; sizes: the size classes)."""
 
-    type: str
-    in_use: int
-    kib: int
-    requests: int
-    sizes: tuple[int, ...]
+    __slots__ = ()
 
 
-class Traffic(NamedTuple):
+class Traffic(namedtuple("Traffic", "packets busy_sas offloaded_sas all_sas")):
     """What the engine says now: packets processed since boot, busy and offloaded SAs."""
 
-    packets: int
-    busy_sas: int
-    offloaded_sas: int
-    all_sas: int
+    __slots__ = ()
 
 
 def traffic(hd: HostDir, driver: str | None, sample: float = SAMPLE_SECONDS) -> Traffic:
@@ -136,10 +128,10 @@ def _accrue(led: dict[str, Any], fault: str, params: dict[str, Any] | None, pack
     return int(total)
 
 
-class KernelMemory(NamedTuple):
-    zones: list[Zone]
-    malloc: list[Malloc]
-    leaked: int
+class KernelMemory(namedtuple("KernelMemory", "zones malloc leaked")):
+    """Lists of Zone and Malloc rows, and the items leaked."""
+
+    __slots__ = ()
 
 
 def kernel_memory(hd: HostDir) -> KernelMemory:

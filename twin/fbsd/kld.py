@@ -17,9 +17,12 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 from twin.fbsd import _common as c
+
+TYPE_CHECKING = False  # typing is not imported at run time: every emulated command pays for its imports
+if TYPE_CHECKING:
+    from typing import Any
 
 MODULE_PATH = ("/boot/kernel", "/boot/modules")
 UNRESOLVED_RE = re.compile(rb"twin-unresolved-symbol=([A-Za-z0-9_]+)")

@@ -15,9 +15,12 @@ import ipaddress
 import json
 import os
 import subprocess
-from typing import Any
 
 from twin.runtime import read_json, write_json_atomic
+
+TYPE_CHECKING = False  # typing is not imported at run time: every emulated command pays for its imports
+if TYPE_CHECKING:
+    from typing import Any
 
 IP = next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if os.path.exists(p)), "/sbin/ip")
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
 
 from twin.fbsd import _common as c
 from twin.personality import PERSONALITIES
+
+TYPE_CHECKING = False  # typing is not imported at run time: every emulated command pays for its imports
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 PROG = "sysctl"
 

@@ -17,11 +17,14 @@ import errno
 import os
 import sys
 from functools import partial
-from typing import Any, Iterator
 
 from twin.errors import ControlSocketError, IkeError
 from twin.jsonl import JsonlClient
 from twin.runtime import HostDir
+
+TYPE_CHECKING = False  # typing is not imported at run time: every emulated command pays for its imports
+if TYPE_CHECKING:
+    from typing import Any, Iterator
 
 SWANCTL_CONF = "/usr/local/etc/swanctl/swanctl.conf"
 VICI_URI = "unix:///var/run/charon.vici"
