@@ -13,22 +13,31 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Sequence
-
-import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any, Sequence
 
 from plugin.lab.decision.compare import Comparison, Verdict
 from plugin.lab.decision.errors import bad
 from plugin.lab.decision.latency import LatencySummary
 from plugin.lab.decision.search import WARMUP, SearchResult
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def _figure(**kw: Any) -> "Figure":
+    """A new Figure. matplotlib is imported here, on the first plot: importing it costs
+    every pytest process that loads the suite ~0.3 s of CPU (issue 15), and most never plot."""
+    from matplotlib.figure import Figure
+
+    return Figure(**kw)
+
 VERDICT_COLOURS = {Verdict.REGRESSION: "#c0392b", Verdict.PROGRESSION: "#1e8449", Verdict.NO_CHANGE: "#34495e"}
 PARENT_COLOUR, CANDIDATE_COLOUR = "#2e86c1", "#e67e22"
 
 
-def _png(fig: Figure, path: Path | str | None) -> bytes:
+def _png(fig: "Figure", path: Path | str | None) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
@@ -42,7 +51,7 @@ def plot_comparisons(comparisons: Sequence[Comparison], path: Path | str | None 
     """One row per figure: left the trials in measurement order, right the ratio and interval."""
     if not comparisons:
         raise bad("comparisons", comparisons, "at least one Comparison")
-    fig = Figure(figsize=(10, 2.4 * len(comparisons)))
+    fig = _figure(figsize=(10, 2.4 * len(comparisons)))
     axes = fig.subplots(len(comparisons), 2, squeeze=False, gridspec_kw={"width_ratios": [3, 2]})
     for row, c in zip(axes, comparisons):
         trials_ax, ratio_ax = row
@@ -77,9 +86,11 @@ def plot_comparisons(comparisons: Sequence[Comparison], path: Path | str | None 
 
 def plot_search(result: SearchResult, path: Path | str | None = None, *, unit: str = "") -> bytes:
     """Offered load vs loss ratio of every trial; each goal's bounds as vertical lines."""
-    fig = Figure(figsize=(9, 5))
+    fig = _figure(figsize=(9, 5))
     ax = fig.subplots()
     phases = sorted({t.phase for t in result.trials if t.role != WARMUP})
+    import matplotlib
+
     cmap = matplotlib.colormaps["Blues"]
     for i, phase in enumerate(phases):
         ts = [t for t in result.trials if t.phase == phase and t.role != WARMUP]
@@ -116,7 +127,7 @@ def plot_latency(summaries: Sequence[LatencySummary], path: Path | str | None = 
     """Min, median and p99 latency (microseconds) per fraction of PDR."""
     if not summaries:
         raise bad("summaries", summaries, "at least one LatencySummary")
-    fig = Figure(figsize=(7, 4))
+    fig = _figure(figsize=(7, 4))
     ax = fig.subplots()
     labels = [f"{s.fraction:.0%}" for s in summaries]
     xs = list(range(len(summaries)))
