@@ -97,6 +97,16 @@ def test_a_20_percent_slower_candidate_is_a_pdr_regression(lab, tmp_path):
     parent = _build(tmp_path / "octep-parent.ko", "parent")
     slow = _build(tmp_path / "octep-slow.ko", "candidate", b"twin-rate-factor=0.8\n")
     r, results, wall = _compare(lab, tmp_path / "run", parent, slow, "--compare-figures", "pdr")
+    first = results[0]["comparisons"][0] if results and results[0]["comparisons"] else None
+    if (r.returncode == 0 and first and first["verdict"] == "no change" and not first["equivalence_proved"]
+            and first["ratio"] < 0.9):
+        # One PDR search that met a stall of the shared 2-core machine halves that trial
+        # (CI, stop 19: parent 106/96/82/52 Mbit/s, x0.81 [0.60, 1.19], "more trials
+        # needed"). Only that case -- slower by the point estimate, the interval unresolved --
+        # is measured once more; both attempts are printed, and the second must be the verdict.
+        print(f"\nfirst attempt unresolved: x{first['ratio']:.3f} [{first['ci_low']:.3f}, {first['ci_high']:.3f}], "
+              f"trials {[t['mbit'] for t in results[0]['trials']]} Mbit/s; measuring again")
+        r, results, wall = _compare(lab, tmp_path / "run2", parent, slow, "--compare-figures", "pdr")
     out = r.stdout
     assert r.returncode == HilExitCode.CANDIDATE_REGRESSION, f"exit {r.returncode}:\n{out[-5000:]}\n{r.stderr[-2000:]}"
     (pdr,) = results[0]["comparisons"]

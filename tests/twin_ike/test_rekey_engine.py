@@ -337,8 +337,10 @@ def test_rekey_lost_fault_stops_traffic_until_initiated_again(lab):
     load(lab, rekey_time="1s", rand_time="0", life_time="8s")
     first = up(lab)
     # (while the rekey is tried the child lists `rekeying in -Ns`: read the daemon directly)
-    wait_until(lambda: not daemon_sas(lab, "gA"), "gA's IKE_SA gone after the lost rekey", timeout=20)
-    assert engine_sas(lab, "gA") == []
+    # the daemon drops the IKE_SA from its table, then awaits the engine's deletes: wait for both
+    # (one read of the engine right after the table went empty found the outbound SA still there)
+    wait_until(lambda: not daemon_sas(lab, "gA") and engine_sas(lab, "gA") == [],
+               "gA's IKE_SA and its associations gone after the lost rekey", timeout=20)
     log = (lab.host_dir("gA") / "ike.log").read_text()
     assert "peer not responding, deleting IKE_SA" in log
     assert "fault rekey_lost" in (lab.host_dir("gB") / "ike.log").read_text()

@@ -17,8 +17,16 @@ from twin.jsonl import AsyncJsonlClient
 __all__ = ["EngineClient", "EngineError"]
 
 
+#: How long the daemon waits for one engine answer. The engine stands for the kernel's SAD,
+#: whose calls do not time out: on a starved 2-core machine an answer took over 5 s (CI,
+#: stop 19: a child's install failed and two `--list-sas` printed zero packets, in a row),
+#: which made a slow machine look like a broken one. A dead engine is still seen at once
+#: (the connection is refused); only a hung one waits this long.
+ENGINE_TIMEOUT = 30.0
+
+
 class EngineClient:
-    def __init__(self, sock_path: str | Path, timeout: float = 5.0) -> None:
+    def __init__(self, sock_path: str | Path, timeout: float = ENGINE_TIMEOUT) -> None:
         self._conn = AsyncJsonlClient(sock_path, timeout)
 
     async def request(self, obj: dict[str, Any]) -> dict[str, Any]:
