@@ -230,6 +230,11 @@ class HostDir:
         return self.path / "ike.sock"
 
     @property
+    def cmd_sock(self) -> Path:
+        """The appliance's command server (twin.cmdserver), while its SSH server runs."""
+        return self.path / "cmd.sock"
+
+    @property
     def faults_json(self) -> Path:
         return self.path / "faults.json"
 

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from twin.errors import SshdError
 from twin.runtime import HostDir, read_json, write_bytes_atomic
-from twin.sshd_exec import ExecSession
+from twin.sshd_exec import ExecSession, start_command_server, stop_command_server
 from twin.sshd_sftp import RootedSftp
 
 log = logging.getLogger("twin.sshd")
@@ -259,14 +259,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s twin.sshd %(message)s")
     host_dir = HostDir(args.host_dir)
+    commands = None
     try:
         server = ApplianceSshServer(
             host_dir, load_authorized_keys(args.authorized_key),
             port=args.port, bind=args.bind, netns=args.netns,
         )
+        # before the first thread: the command server is forked from this, the main, thread
+        commands = start_command_server(host_dir, server.netns)
         port = server.start()
     except (SshdError, OSError, ValueError) as exc:
         print(f"twin.sshd: {exc}", file=sys.stderr)
+        if commands is not None:
+            stop_command_server(commands, host_dir)
         return 1
     stop = threading.Event()
 
@@ -281,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     while not stop.wait(1.0):
         pass
     server.stop()
+    stop_command_server(commands, host_dir)
     log.info("stopped")
     return 0
 

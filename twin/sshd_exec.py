@@ -13,6 +13,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -20,7 +21,10 @@ from typing import TYPE_CHECKING
 import paramiko
 
 from twin import nsexec
-from twin.runtime import HostDir
+from twin.errors import SshdError
+from twin.fbsd.install import REPO_ROOT
+from twin.labprocs import child_setup
+from twin.runtime import HostDir, stop_process, wait_for_socket
 
 if TYPE_CHECKING:
     from twin.sshd import ApplianceSshServer
@@ -47,6 +51,38 @@ def appliance_env(host_dir: HostDir) -> dict[str, str]:
         "TWIN_HOST_DIR": str(host_dir.path),
         "LANG": "C.UTF-8",
     }
+
+
+COMMAND_SERVER_READY_SECONDS = 15.0
+
+
+def start_command_server(host_dir: HostDir, netns: str | None) -> subprocess.Popen:
+    """The appliance's command server (twin.cmdserver) in the appliance's namespaces, as a
+    command would run there: the DIR/bin wrappers hand their commands to it while its
+    socket exists. Started before any thread (PR_SET_PDEATHSIG: it dies with this
+    process); returns once it listens, SshdError (with its log) when it does not."""
+    sock = host_dir.cmd_sock
+    sock.unlink(missing_ok=True)
+    argv = nsexec.launcher_argv(host_dir.path, netns,
+                                [sys.executable, "-S", "-m", "twin.cmdserver", "--socket", str(sock)])
+    env = dict(appliance_env(host_dir), PYTHONPATH=str(REPO_ROOT))
+    host_dir.log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = host_dir.log_dir / "cmdserver.log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env,
+                                preexec_fn=child_setup, close_fds=True)
+    try:
+        wait_for_socket(sock, proc, "the command server", log_path, timeout=COMMAND_SERVER_READY_SECONDS)
+    except RuntimeError as exc:
+        stop_process(proc)
+        raise SshdError(f"{exc} (log {log_path})") from None
+    return proc
+
+
+def stop_command_server(proc: subprocess.Popen, host_dir: HostDir) -> None:
+    """SIGTERM, wait; the socket goes with it (a wrapper then runs its command itself)."""
+    stop_process(proc)
+    host_dir.cmd_sock.unlink(missing_ok=True)
 
 
 def exit_status_of(returncode: int) -> int:

@@ -26,14 +26,28 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 """Where the `twin` package lives; put on PYTHONPATH so the commands can skip site."""
 
 
+def client_code() -> str:
+    """`python -I -S -c` code that runs twin.cmdclient: imported, so from its cached
+    bytecode (a script file would be compiled on every command, ~5 ms)."""
+    return (f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); from twin import cmdclient; "
+            "sys.exit(cmdclient.main(sys.argv[1:]))")
+
+
 def wrapper_text(command: Command, host_dir: HostDir, python: str) -> str:
     """The wrapper script: sets TWIN_HOST_DIR when missing, then execs the module as the
-    registry says (`stdlib`: `python -S` with the repository on PYTHONPATH)."""
+    registry says (`stdlib`: `python -S` with the repository on PYTHONPATH). A `stdlib`
+    command goes to the appliance's command server while its socket exists (the SSH
+    server runs one, twin.cmdserver: the same run, without an interpreter's start-up);
+    without one -- a host dir used by hand, a lab without SSH -- the wrapper runs it."""
     lines = ["#!/bin/sh", f': "${{TWIN_HOST_DIR:={_dq(str(host_dir.path))}}}"', "export TWIN_HOST_DIR"]
     if command.wrapper == "stdlib":
-        root = shlex.quote(str(REPO_ROOT))
+        root, py = shlex.quote(str(REPO_ROOT)), shlex.quote(python)
         lines += [f'PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}}', "export PYTHONPATH",
-                  f'exec {shlex.quote(python)} -S -m {command.module} "$@"']
+                  f'if [ -S "$TWIN_HOST_DIR/{host_dir.cmd_sock.name}" ]; then',
+                  f'  exec {py} -I -S -c {shlex.quote(client_code())} "$TWIN_HOST_DIR/{host_dir.cmd_sock.name}" '
+                  f'{command.module} "$@"',
+                  "fi",
+                  f'exec {py} -S -m {command.module} "$@"']
     elif command.wrapper == "full":
         lines.append(f'exec {shlex.quote(python)} -m {command.module} "$@"')
     else:

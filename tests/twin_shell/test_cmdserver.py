@@ -1,0 +1,232 @@
+"""The appliance's command server (twin.cmdserver, twin.cmdclient): fewer interpreters, the
+same commands.
+
+Why these tests: the server changes how every emulated command starts (forked from a
+warm interpreter instead of `python -S -m`), never what it does. So each command must
+print the same bytes and exit with the same status both ways, see its own working
+directory and environment, die of the same signals and die when its SSH session is cut;
+and a wrapper whose server is gone must say so instead of hanging or running elsewhere.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from twin.cmdclient import EXIT_NOT_RUN, HEADER_SIZE, MAGIC, Request, decode_header, decode_request, encode_header, encode_request
+from twin.fbsd import COMMANDS
+from twin.fbsd.install import REPO_ROOT, client_code
+
+pytestmark = pytest.mark.needs_root
+
+RTT = re.compile(r"time=\d+\.\d+ ms|= \d+\.\d+/\d+\.\d+/\d+\.\d+/\d+\.\d+ ms")
+CASES: list[tuple[str, re.Pattern | None]] = [
+    ("sysctl dev.npuep.0.ipsec", None),
+    ("sysctl -n net.inet.ipsec.dfbit kern.ostype", None),
+    ("sysctl nosuch.oid", None),
+    ("netstat -s -p esp", None),
+    ("netstat -s -p esp --libxo json", None),
+    ("netstat -m", None),
+    ("vmstat -z", None),
+    ("vmstat -m", None),
+    ("setkey -D", re.compile(r"current: \w+ +\d+ [\d:]+ \d+|diff: \d+|pid=\d+")),  # now, and the process
+    ("setkey -DP", re.compile(r"pid=\d+")),
+    ("kldstat", None),
+    ("kldload /boot/modules/nosuch.ko", None),
+    ("kldunload nosuch", None),
+    ("md5 /boot/kernel/kernel", None),
+    ("cd /boot/kernel; md5 kernel ipsec.ko", None),  # the client's working directory
+    ("sha256 -q /boot/kernel/ipsec.ko", None),
+    ("ping -c 1 10.77.0.2", RTT),
+    ("ping6 -c 1 fd77::2", RTT),
+    ("ping -c 1 -D -s 1400 10.77.0.2", RTT),
+    ("ifconfig lan", None),
+    ("route get 10.77.0.2", None),
+    ("echo aGVsbG8K | b64decode -r", None),  # stdin: the shell's pipe, handed over
+    ("dmesg", None),
+    ("swanctl --list-sas", None),  # no IKE daemon here: swanctl's connect error and status
+    ("nosuchcmd", None),
+]
+NOT_COMPARED = {"shutdown": "reboots through the supervisor; test_fbsd_formats' "
+                            "test_shutdown_r_now_asks_the_supervisor runs it through the server"}
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+def _session_members(sid: int) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = p.joinpath("stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:
+                out.append(int(p.name))
+    return out
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            inodes.add(target)
+    return inodes
+
+
+def _wait_for(what: str, fn, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+def test_the_cases_cover_every_command():
+    names = {line.split(";")[-1].split("|")[-1].split()[0] for line, _ in CASES}
+    assert set(COMMANDS) - names == set(NOT_COMPARED)
+
+
+def test_every_command_prints_the_same_through_the_server_as_run_by_itself(appliance):
+    """Server first, then the same lines with the socket moved away (the wrapper then runs
+    `python -S -m MODULE` itself): stdout, stderr and status equal, round-trip times aside."""
+    sock = appliance.hd.cmd_sock
+    assert sock.is_socket()
+    served = [appliance.run(line) for line, _ in CASES]
+    aside = sock.with_name("cmd.sock.aside")
+    os.replace(sock, aside)
+    try:
+        direct = [appliance.run(line) for line, _ in CASES]
+    finally:
+        os.replace(aside, sock)
+    silent = [line for (line, _), r in zip(CASES, served) if not (r.out or r.err)]
+    assert silent == ["dmesg"], "every line but dmesg (an empty boot log here) prints something"
+    for (line, mask), s, d in zip(CASES, served, direct):
+        norm = (lambda t: mask.sub("<t>", t)) if mask else (lambda t: t)
+        assert (norm(s.out), norm(s.err), s.status) == (norm(d.out), norm(d.err), d.status), line
+
+
+def _start_ping(appliance) -> subprocess.Popen:
+    env = dict(os.environ, TWIN_HOST_DIR=str(appliance.hd.path), PATH=f"{appliance.hd.bin}:/usr/bin:/bin")
+    env.pop("PYTHONPATH", None)
+    return subprocess.Popen(["nsenter", f"--net=/run/netns/{appliance.ns}", str(appliance.hd.bin / "ping"),
+                             "-c", "300", "-i", "0.2", "10.77.0.2"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _served_command(appliance, before: set[int]) -> int:
+    server = appliance.commands.pid
+    (pid,) = _wait_for("the server forks the command", lambda: [p for p in _children(server) if p not in before])
+    return pid
+
+
+def test_a_command_killed_by_a_signal_kills_its_client_with_it(appliance):
+    before = set(_children(appliance.commands.pid))
+    client = _start_ping(appliance)
+    try:
+        command = _served_command(appliance, before)
+        _wait_for("ping's first reply", lambda: _session_members(command)[1:])
+        # what the command holds: its fds, none of the server's sockets
+        assert not _socket_inodes(command) & _socket_inodes(appliance.commands.pid)
+        os.kill(command, signal.SIGTERM)
+        assert client.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        client.kill()
+        client.wait()
+
+
+def test_a_cut_session_kills_the_command_and_what_it_started(appliance):
+    """twin.sshd_exec kills the shell's process group when a session is cut: the client
+    dies, the server sees the connection close and kills the command's whole session
+    (ping here runs the namespace's iputils ping)."""
+    before = set(_children(appliance.commands.pid))
+    client = _start_ping(appliance)
+    command = _served_command(appliance, before)
+    members = _wait_for("iputils ping under the command", lambda: _session_members(command)[1:] and _session_members(command))
+    assert len(members) >= 2
+    os.killpg(client.pid, signal.SIGHUP)
+    assert client.wait(timeout=5) == -signal.SIGHUP
+    _wait_for("the command's session gone", lambda: not _session_members(command), timeout=5)
+    assert command not in _children(appliance.commands.pid)
+
+
+def _client(sock: str | Path, module: str, *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-I", "-S", "-c", client_code(), str(sock), module, *args],
+                          capture_output=True, text=True, timeout=30, **kw)
+
+
+def test_an_unknown_module_is_refused_by_name(appliance):
+    r = _client(appliance.hd.cmd_sock, "os", "-c", "print(1)")
+    assert r.returncode == EXIT_NOT_RUN and r.stdout == ""
+    assert "'os' is no command of this appliance" in r.stderr and str(appliance.hd.cmd_sock) in r.stderr
+
+
+def test_a_malformed_request_is_answered_and_the_server_goes_on(appliance):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(appliance.hd.cmd_sock))
+        s.sendall(b"HTTP/1.0\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        answer = s.recv(4096)
+    assert answer.startswith(b"error bad request: header") and answer.endswith(b"\n")
+    assert appliance.run("kldstat").status == 0
+
+
+def test_a_dead_server_is_said_not_run_elsewhere(tmp_path):
+    """A socket file nobody listens on (the server died): exit 126 and the socket's name,
+    never the command run somewhere else."""
+    path = tmp_path / "cmd.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    s.close()
+    r = _client(path, "twin.fbsd.kldstat")
+    assert r.returncode == EXIT_NOT_RUN and r.stdout == ""
+    assert r.stderr == f"twin: command server {path}: not answering (Connection refused); the command did not run\n"
+
+
+def test_the_protocol_round_trips_and_names_what_is_malformed():
+    req = Request("twin.fbsd.sysctl", [b"-n", b"kern.ostype", b"\xff"], b"/root", {b"A": b"1=2", b"EMPTY": b""})
+    back = decode_request(encode_request(req))
+    assert (back.module, back.args, back.cwd, back.env) == (req.module, req.args, req.cwd, req.env)
+    assert decode_header(encode_header(123, [0, 2])) == (123, [0, 2])
+    with pytest.raises(ValueError, match="NUL"):
+        encode_request(Request("m", [b"a\0b"], b"/", {}))
+    with pytest.raises(ValueError, match="argc b'9' does not match the 1 field"):
+        decode_request(b"m\0/\x009\0a")
+    with pytest.raises(ValueError, match="not NAME=VALUE"):
+        decode_request(b"m\0/\x000\0NOEQUALS")
+    with pytest.raises(ValueError, match="is not b'TWC1'"):
+        decode_header(b"XXXX" + bytes(HEADER_SIZE - 4))
+    with pytest.raises(ValueError, match="more than"):
+        decode_header(MAGIC + (1 << 30).to_bytes(4, "big") + b"\x07")
+
+
+def test_the_client_imports_only_built_in_modules():
+    """The client runs on every command: a module loaded from a file (or a shared library)
+    would be paid each time. Only built-in and frozen modules, _socket and twin's two files."""
+    probe = (f"import sys; before = set(sys.modules); sys.path.insert(0, {str(REPO_ROOT)!r}); "
+             "from twin import cmdclient; "
+             "print(' '.join(f'{m}={sys.modules[m].__spec__.origin}' for m in sorted(set(sys.modules) - before)))")
+    new = dict(x.split("=", 1) for x in subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True,
+                                                       text=True, check=True).stdout.split())
+    assert new.pop("twin.cmdclient").endswith("twin/cmdclient.py") and new.pop("twin").endswith("twin/__init__.py")
+    new.pop("_socket")  # the one shared library it cannot do without (this pyenv build)
+    assert {m: origin for m, origin in new.items() if origin not in ("built-in", "frozen")} == {}

@@ -1,0 +1,316 @@
+"""An appliance's command server: its FreeBSD commands forked from a warm interpreter.
+
+`python -S -m twin.cmdserver --socket PATH` -- started by twin.sshd through twin.nsexec,
+so it lives in the appliance's network namespace and private mounts as a command would.
+
+Why: each emulated command (twin.fbsd.COMMANDS) started as a fresh `python -S -m MODULE`
+paid 45-65 ms of CPU for the interpreter and its imports; a whole own-test run spent 42 %
+of its busy CPU in such short-lived Python. This server imports every command module once;
+per request (twin.cmdclient, the protocol's home) it forks, and the child becomes what
+`python -S -m MODULE ARGS` would have been: the client's stdin/stdout/stderr as fds 0-2,
+its environment, working directory and argv, a session of its own, the module run fresh
+as `__main__` (runpy, as -m does), Python's exit handling (SystemExit codes, tracebacks,
+non-daemon threads joined, atexit, flushes). The command's exit status or fatal signal
+goes back to the client, which exits with it.
+
+Kill semantics: a client that goes away before its command ends (its SSH session was cut
+and the shell's process group killed) closes the connection; the server then sends the
+command's process group SIGHUP and, KILL_GRACE later, SIGKILL -- what twin.sshd_exec
+does to the shell.
+
+Single-threaded (fork from a threaded process is unsafe): one selector over the listening
+socket, the clients' connections and a pidfd per running command.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import runpy
+import selectors
+import signal
+import socket
+import sys
+import time
+import traceback
+
+from twin import cmdclient as proto
+from twin.fbsd import COMMANDS
+
+KILL_GRACE = 0.5
+"""Seconds between SIGHUP and SIGKILL for a command whose client went away."""
+READ_TIMEOUT = 5.0
+"""How long a connected client may take to send its whole request."""
+MODULES = frozenset(c.module for c in COMMANDS.values() if c.wrapper == "stdlib")
+"""What the server runs: the commands whose wrappers run them without site-packages, as
+this server runs (a `full` command needs the caller's environment at start-up)."""
+
+
+class _Running:
+    __slots__ = ("pid", "conn", "pidfd", "kill_at")
+
+    def __init__(self, pid: int, conn: socket.socket, pidfd: int) -> None:
+        self.pid, self.conn, self.pidfd = pid, conn, pidfd
+        self.kill_at: float | None = None
+
+
+def preload() -> None:
+    """Import every command module (not run: their `__main__` guards stay shut)."""
+    for module in sorted(MODULES):
+        importlib.import_module(module)
+
+
+def _exit_code(code: object) -> int:
+    """SystemExit's argument as the interpreter turns it into an exit status."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        print(code, file=sys.stderr)
+    except Exception:  # noqa: BLE001 -- as the interpreter: a failing stderr loses the text
+        pass
+    return 1
+
+
+def _finish_interpreter(code: int) -> int:
+    """What the interpreter does before it exits: join non-daemon threads, run atexit,
+    flush stdout and stderr (a flush that fails is exit status 120, as in CPython)."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+    import atexit
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None:
+            continue
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 -- CPython: "Exception ignored ..." and status 120
+            if code == 0:
+                code = 120
+    return code
+
+
+def run_as_main(module: str, args: list[str]) -> int:
+    """Run MODULE as `python -m MODULE ARGS` would (in this, the forked, process)."""
+    sys.modules.pop(module, None)  # run fresh as __main__, as -m does
+    sys.argv = [module, *args]  # runpy puts the module's file in argv[0]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        _finish_interpreter(1)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)  # CPython dies of the SIGINT it caught
+        code = 128 + signal.SIGINT
+    except BaseException:  # noqa: BLE001 -- an uncaught exception: traceback, status 1
+        traceback.print_exc()
+        code = 1
+    return _finish_interpreter(code)
+
+
+def _child(req: proto.Request, fds: list[int], received: list[int]) -> None:
+    """In the forked child: become the command. Never returns."""
+    code = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not the command's
+        os.setsid()
+        for target, fd in zip(fds, received):
+            os.dup2(fd, target)
+        for target in proto.STD_FDS:
+            if target not in fds:
+                os.close(target)  # closed in the client: closed in the command
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        try:
+            os.chdir(req.cwd)
+        except OSError:
+            os.chdir("/")
+        os.environ.clear()
+        os.environ.update({os.fsdecode(k): os.fsdecode(v) for k, v in req.env.items()})
+        code = run_as_main(req.module, [os.fsdecode(a) for a in req.args])
+    except BaseException:  # noqa: BLE001 -- whatever happens, the child never returns to the server loop
+        try:
+            traceback.print_exc()
+        finally:
+            os._exit(code or 1)
+    os._exit(code)
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = conn.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise ValueError(f"the client closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return buf
+
+
+def read_request(conn: socket.socket) -> tuple[proto.Request, list[int], list[int]]:
+    """(request, which std fds, the received descriptors); the descriptors are closed again
+    when the request is malformed (ValueError/OSError)."""
+    fds_space = socket.CMSG_SPACE(len(proto.STD_FDS) * 4)
+    header, anc, _flags, _addr = conn.recvmsg(proto.HEADER_SIZE, fds_space)
+    received: list[int] = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            received += [int.from_bytes(data[i:i + 4], sys.byteorder) for i in range(0, len(data) - len(data) % 4, 4)]
+    try:
+        if len(header) < proto.HEADER_SIZE:
+            header += _recv_exact(conn, proto.HEADER_SIZE - len(header))
+        length, fds = proto.decode_header(header)
+        if len(fds) != len(received):
+            raise ValueError(f"header names {len(fds)} descriptor(s), {len(received)} came")
+        req = proto.decode_request(_recv_exact(conn, length))
+        if req.module not in MODULES:
+            raise ValueError(f"{req.module!r} is no command of this appliance (twin.fbsd.COMMANDS)")
+        return req, fds, received
+    except BaseException:
+        for fd in received:
+            os.close(fd)
+        raise
+
+
+class CommandServer:
+    """Listens on one Unix socket; see the module docstring."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sel = selectors.DefaultSelector()
+        self.running: dict[int, _Running] = {}
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # bind under a temporary name, then rename: the socket appears when it is listening
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        self.listener.bind(tmp)
+        self.listener.listen(64)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+        self.sel.register(self.listener, selectors.EVENT_READ, ("accept", 0))
+
+    def serve_forever(self) -> None:
+        while True:
+            self.serve_once(1.0)
+
+    def serve_once(self, timeout: float) -> None:
+        due = [r.kill_at for r in self.running.values() if r.kill_at is not None]
+        if due:
+            timeout = max(0.0, min(timeout, min(due) - time.monotonic()))
+        for key, _ in self.sel.select(timeout):
+            what, pid = key.data
+            if what == "accept":
+                self._accept()
+            elif what == "exit":
+                self._reap(pid)
+            elif what == "conn":
+                self._client_event(pid)
+        now = time.monotonic()
+        for r in list(self.running.values()):
+            if r.kill_at is not None and now >= r.kill_at:
+                r.kill_at = None
+                _killpg(r.pid, signal.SIGKILL)
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        conn.settimeout(READ_TIMEOUT)
+        try:
+            req, fds, received = read_request(conn)
+        except (OSError, ValueError) as exc:
+            _answer(conn, f"error bad request: {exc}")
+            conn.close()
+            return
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # nothing of ours may reach the command's output
+        pid = os.fork()
+        if pid == 0:
+            _child(req, fds, received)
+        for fd in received:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        conn.setblocking(False)
+        self.running[pid] = _Running(pid, conn, pidfd)
+        self.sel.register(conn, selectors.EVENT_READ, ("conn", pid))
+        self.sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+
+    def _client_event(self, pid: int) -> None:
+        r = self.running[pid]
+        try:
+            data = r.conn.recv(64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            return  # the client says nothing after its request; ignore stray bytes
+        # the client went away: its session was cut; so goes the command
+        self.sel.unregister(r.conn)
+        r.conn.close()
+        r.conn = None  # type: ignore[assignment]
+        _killpg(pid, signal.SIGHUP)
+        r.kill_at = time.monotonic() + KILL_GRACE
+
+    def _reap(self, pid: int) -> None:
+        r = self.running.pop(pid)
+        self.sel.unregister(r.pidfd)
+        os.close(r.pidfd)
+        _, status = os.waitpid(pid, 0)
+        if r.conn is not None:
+            self.sel.unregister(r.conn)
+            if os.WIFSIGNALED(status):
+                line = f"signal {os.WTERMSIG(status)}"
+            else:
+                line = f"exit {os.waitstatus_to_exitcode(status)}"
+            r.conn.setblocking(True)
+            r.conn.settimeout(READ_TIMEOUT)
+            _answer(r.conn, line)
+            r.conn.close()
+
+    def close(self) -> None:
+        self.sel.close()
+        self.listener.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def _answer(conn: socket.socket, line: str) -> None:
+    try:
+        conn.sendall(line.encode(errors="replace") + b"\n")
+    except OSError:
+        pass  # the client left; nothing waits for the answer
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -S -m twin.cmdserver", description=__doc__.splitlines()[0])
+    ap.add_argument("--socket", required=True, help="the Unix socket to listen on (DIR/cmd.sock)")
+    a = ap.parse_args(argv)
+    preload()
+    server = CommandServer(a.socket)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.serve_forever()
+    finally:
+        server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
