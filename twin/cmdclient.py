@@ -14,11 +14,11 @@ exits with it; a command killed by a signal kills the client with that signal, s
 shell sees the same death. If the client itself dies (its SSH session was cut and the
 shell's process group killed), the server sees the connection close and kills the command.
 
-This file is also the protocol's one home (twin.cmdserver imports it): a 9-byte header --
-MAGIC, the payload's length (4 bytes, big-endian), a bit mask of which of fds 0/1/2 ride
-along -- sent with the descriptors, then the payload: NUL-separated fields (module, cwd,
-argc, the arguments, the environment's NAME=VALUE entries). The answer is one line:
-`exit N`, `signal N` or `error TEXT`.
+This file is also the protocol's one home (twin.cmdserver and twin.sshd_exec import it): a
+9-byte header -- MAGIC, the payload's length (4 bytes, big-endian), a bit mask of which of
+fds 0/1/2 ride along -- sent with the descriptors, then the payload: NUL-separated fields
+(kind, target, cwd, argc, the arguments, the environment's NAME=VALUE entries). The answer
+is one line: `exit N`, `signal N` or `error TEXT`; an EXEC request gets `pid N` first.
 
 Imports: built-in modules only (`socket` and `signal` would pull in enum, ~15 ms a command;
 `array`, a shared library, ~4 ms).
@@ -37,18 +37,25 @@ EXIT_NOT_RUN = 126
 STD_FDS = (0, 1, 2)
 
 
+RUN, EXEC = "run", "exec"
+"""Request kinds: RUN a command module as `python -m` would (the wrappers); EXEC a program
+the server allows (twin.sshd: the appliance's shell, so it starts in the appliance's
+namespaces without a launcher of its own). An EXEC is answered `pid N` at once too."""
+
+
 class Request:
-    """One command to run: the module (as for `python -m`), argv after the program name,
-    the working directory and the environment (bytes, as exec passes them)."""
+    """One thing to run: its kind (RUN, EXEC), target (the module; the program's path),
+    args (RUN: after the program name; EXEC: the whole argv), the working directory and the
+    environment (bytes, as exec passes them)."""
 
-    __slots__ = ("module", "args", "cwd", "env")
+    __slots__ = ("kind", "target", "args", "cwd", "env")
 
-    def __init__(self, module: str, args: "list[bytes]", cwd: bytes, env: "dict[bytes, bytes]") -> None:
-        self.module, self.args, self.cwd, self.env = module, args, cwd, env
+    def __init__(self, kind: str, target: str, args: "list[bytes]", cwd: bytes, env: "dict[bytes, bytes]") -> None:
+        self.kind, self.target, self.args, self.cwd, self.env = kind, target, args, cwd, env
 
 
 def encode_request(req: Request) -> bytes:
-    fields = [req.module.encode(), req.cwd, str(len(req.args)).encode(), *req.args,
+    fields = [req.kind.encode(), os.fsencode(req.target), req.cwd, str(len(req.args)).encode(), *req.args,
               *(k + b"=" + v for k, v in req.env.items())]
     for f in fields:
         if b"\0" in f:
@@ -59,20 +66,39 @@ def encode_request(req: Request) -> bytes:
 def decode_request(payload: bytes) -> Request:
     """The payload's fields; ValueError naming what is malformed."""
     fields = payload.split(b"\0")
-    if len(fields) < 3:
-        raise ValueError(f"request of {len(fields)} field(s), expected module, cwd and argc at least")
-    module, cwd, argc = fields[0].decode("ascii", "replace"), fields[1], fields[2]
-    if not argc.isdigit() or 3 + int(argc) > len(fields):
-        raise ValueError(f"argc {argc[:20]!r} does not match the {len(fields) - 3} field(s) after it")
+    if len(fields) < 4:
+        raise ValueError(f"request of {len(fields)} field(s), expected kind, target, cwd and argc at least")
+    kind, target, cwd, argc = fields[0].decode("ascii", "replace"), os.fsdecode(fields[1]), fields[2], fields[3]
+    if kind not in (RUN, EXEC):
+        raise ValueError(f"kind {kind[:20]!r}, expected {RUN!r} or {EXEC!r}")
+    if not argc.isdigit() or 4 + int(argc) > len(fields):
+        raise ValueError(f"argc {argc[:20]!r} does not match the {len(fields) - 4} field(s) after it")
     n = int(argc)
-    args = fields[3:3 + n]
+    args = fields[4:4 + n]
     env = {}
-    for entry in fields[3 + n:]:
+    for entry in fields[4 + n:]:
         name, eq, value = entry.partition(b"=")
         if not eq or not name:
             raise ValueError(f"environment entry {entry[:40]!r} is not NAME=VALUE")
         env[name] = value
-    return Request(module, args, cwd, env)
+    return Request(kind, target, args, cwd, env)
+
+
+def send_request(sock, req: Request, fds: "list[int]", send_as: "list[int]") -> None:
+    """Header and payload on a connected socket; the descriptors FDS become the
+    command's SEND_AS (a subset of 0, 1, 2, in order)."""
+    payload = encode_request(req)
+    sock.sendmsg([encode_header(len(payload), send_as)],
+                 [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
+    sock.sendall(payload)
+
+
+def parse_status(line: bytes) -> "tuple[str, int] | None":
+    """("exit", N) or ("signal", N) from an answer line; None for anything else."""
+    kind, _, value = line.strip().decode(errors="replace").partition(" ")
+    if kind in ("exit", "signal") and value.isdigit():
+        return kind, int(value)
+    return None
 
 
 def encode_header(length: int, fds: "list[int]") -> bytes:
@@ -117,34 +143,32 @@ def run(sock_path: str, module: str, args: "list[str]") -> int:
     except OSError as exc:
         return _fail(sock_path, f"not answering ({exc.strerror or exc}); the command did not run")
     fds = _open_std_fds()
+    env = {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()}  # os.environb costs a mapping more
+    req = Request(RUN, module, [os.fsencode(a) for a in args], os.getcwdb(), env)
     try:
-        env = {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()}  # os.environb costs a mapping more
-        payload = encode_request(Request(module, [os.fsencode(a) for a in args], os.getcwdb(), env))
-    except ValueError as exc:
-        return _fail(sock_path, str(exc))
-    try:
-        s.sendmsg([encode_header(len(payload), fds)],
-                  [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
-        s.sendall(payload)
+        send_request(s, req, fds, fds)
         reply = b""
         while not reply.endswith(b"\n"):
             chunk = s.recv(4096)
             if not chunk:
                 break
             reply += chunk
+    except ValueError as exc:
+        return _fail(sock_path, str(exc))
     except OSError as exc:
         return _fail(sock_path, f"connection lost ({exc.strerror or exc})")
-    kind, _, value = reply.strip().decode(errors="replace").partition(" ")
-    if kind == "exit" and value.isdigit():
-        return int(value)
-    if kind == "signal" and value.isdigit():
-        sig = int(value)
-        _signal.signal(sig, _signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        return 128 + sig  # a signal that does not kill (SIGCHLD...): the shell's number
-    if kind == "error":
-        return _fail(sock_path, value)
-    return _fail(sock_path, f"closed the connection without the command's status (answer {reply[:60]!r})")
+    status = parse_status(reply)
+    if status is None:
+        kind, _, text = reply.strip().decode(errors="replace").partition(" ")
+        if kind == "error":
+            return _fail(sock_path, text)
+        return _fail(sock_path, f"closed the connection without the command's status (answer {reply[:60]!r})")
+    kind, value = status
+    if kind == "signal":
+        _signal.signal(value, _signal.SIG_DFL)
+        os.kill(os.getpid(), value)
+        return 128 + value  # a signal that does not kill (SIGCHLD...): the shell's number
+    return value
 
 
 def main(argv: "list[str]") -> int:

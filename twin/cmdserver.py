@@ -1,7 +1,8 @@
 """An appliance's command server: its FreeBSD commands forked from a warm interpreter.
 
-`python -S -m twin.cmdserver --socket PATH` -- started by twin.sshd through twin.nsexec,
-so it lives in the appliance's network namespace and private mounts as a command would.
+`python -S -m twin.cmdserver --socket PATH [--exec PROGRAM]` -- started by twin.sshd through
+twin.nsexec, so it lives in the appliance's network namespace and private mounts as a
+command would; the SSH server's shells start here too (an EXEC request: fork, execve).
 
 Why: each emulated command (twin.fbsd.COMMANDS) started as a fresh `python -S -m MODULE`
 paid 45-65 ms of CPU for the interpreter and its imports; a whole own-test run spent 42 %
@@ -134,7 +135,16 @@ def _child(req: proto.Request, fds: list[int], received: list[int]) -> None:
             os.chdir("/")
         os.environ.clear()
         os.environ.update({os.fsdecode(k): os.fsdecode(v) for k, v in req.env.items()})
-        code = run_as_main(req.module, [os.fsdecode(a) for a in req.args])
+        if req.kind == proto.EXEC:
+            for name in ("SIGPIPE", "SIGXFSZ"):  # ignored by Python, default for a program (as Popen does)
+                signal.signal(getattr(signal, name), signal.SIG_DFL)
+            try:
+                os.execve(req.target, [os.fsdecode(a) for a in req.args], os.environ)
+            except OSError as exc:
+                sys.stderr.write(f"twin.cmdserver: exec {req.target}: {exc.strerror}\n")
+                sys.stderr.flush()
+                os._exit(127)
+        code = run_as_main(req.target, [os.fsdecode(a) for a in req.args])
     except BaseException:  # noqa: BLE001 -- whatever happens, the child never returns to the server loop
         try:
             traceback.print_exc()
@@ -153,9 +163,10 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return buf
 
 
-def read_request(conn: socket.socket) -> tuple[proto.Request, list[int], list[int]]:
+def read_request(conn: socket.socket, programs: frozenset[str]) -> tuple[proto.Request, list[int], list[int]]:
     """(request, which std fds, the received descriptors); the descriptors are closed again
-    when the request is malformed (ValueError/OSError)."""
+    when the request is malformed or not allowed (ValueError/OSError). PROGRAMS: what an
+    EXEC request may start."""
     fds_space = socket.CMSG_SPACE(len(proto.STD_FDS) * 4)
     header, anc, _flags, _addr = conn.recvmsg(proto.HEADER_SIZE, fds_space)
     received: list[int] = []
@@ -169,8 +180,11 @@ def read_request(conn: socket.socket) -> tuple[proto.Request, list[int], list[in
         if len(fds) != len(received):
             raise ValueError(f"header names {len(fds)} descriptor(s), {len(received)} came")
         req = proto.decode_request(_recv_exact(conn, length))
-        if req.module not in MODULES:
-            raise ValueError(f"{req.module!r} is no command of this appliance (twin.fbsd.COMMANDS)")
+        if req.kind == proto.RUN and req.target not in MODULES:
+            raise ValueError(f"{req.target!r} is no command of this appliance (twin.fbsd.COMMANDS)")
+        if req.kind == proto.EXEC and (req.target not in programs or not req.args):
+            raise ValueError(f"exec {req.target!r} with {len(req.args)} argument(s): this server starts "
+                             f"{', '.join(sorted(programs)) or 'no program'}, with argv[0] at least")
         return req, fds, received
     except BaseException:
         for fd in received:
@@ -181,8 +195,9 @@ def read_request(conn: socket.socket) -> tuple[proto.Request, list[int], list[in
 class CommandServer:
     """Listens on one Unix socket; see the module docstring."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, programs: frozenset[str] = frozenset()) -> None:
         self.path = path
+        self.programs = programs
         self.sel = selectors.DefaultSelector()
         self.running: dict[int, _Running] = {}
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -196,6 +211,7 @@ class CommandServer:
         self.listener.listen(64)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
+        self._inode = os.stat(path).st_ino
         self.sel.register(self.listener, selectors.EVENT_READ, ("accept", 0))
 
     def serve_forever(self) -> None:
@@ -224,7 +240,7 @@ class CommandServer:
         conn, _ = self.listener.accept()
         conn.settimeout(READ_TIMEOUT)
         try:
-            req, fds, received = read_request(conn)
+            req, fds, received = read_request(conn, self.programs)
         except (OSError, ValueError) as exc:
             _answer(conn, f"error bad request: {exc}")
             conn.close()
@@ -237,6 +253,8 @@ class CommandServer:
         for fd in received:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
+        if req.kind == proto.EXEC:
+            _answer(conn, f"pid {pid}")  # the SSH server kills the shell's group when its session is cut
         conn.setblocking(False)
         self.running[pid] = _Running(pid, conn, pidfd)
         self.sel.register(conn, selectors.EVENT_READ, ("conn", pid))
@@ -279,7 +297,8 @@ class CommandServer:
         self.sel.close()
         self.listener.close()
         try:
-            os.unlink(self.path)
+            if os.stat(self.path).st_ino == self._inode:  # not a newer server's socket
+                os.unlink(self.path)
         except FileNotFoundError:
             pass
 
@@ -301,9 +320,11 @@ def _killpg(pid: int, sig: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -S -m twin.cmdserver", description=__doc__.splitlines()[0])
     ap.add_argument("--socket", required=True, help="the Unix socket to listen on (DIR/cmd.sock)")
+    ap.add_argument("--exec", action="append", default=[], metavar="PROGRAM",
+                    help="a program an exec request may start (twin.sshd: the appliance's shell)")
     a = ap.parse_args(argv)
     preload()
-    server = CommandServer(a.socket)
+    server = CommandServer(a.socket, frozenset(a.exec))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server.serve_forever()

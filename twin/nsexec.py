@@ -139,10 +139,11 @@ def launcher_argv(
     argv0: str | None = None,
     python: str | None = None,
 ) -> list[str]:
-    """The argv that runs `argv` inside the appliance (used by twin.sshd).
+    """The argv that runs `argv` inside the appliance (twin.sshd: its command server,
+    which starts the shells and commands of every SSH request there).
 
-    This file is run directly with `-I -S` (stdlib only, no site): it runs once per SSH
-    command, and skipping site-packages saves most of Python's start-up time.
+    This file is run directly with `-I -S` (stdlib only, no site): importing nothing from
+    the twin package keeps what runs before the namespaces are entered small.
     """
     cmd = [python or sys.executable, "-I", "-S", os.path.abspath(__file__), "--host-dir", str(host_dir)]
     if netns:

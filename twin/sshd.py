@@ -26,6 +26,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass
@@ -175,6 +176,8 @@ class ApplianceSshServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self.commands: subprocess.Popen | None = None
+        """The appliance's command server: its shells and FreeBSD commands start there."""
 
     @property
     def port(self) -> int:
@@ -182,10 +185,18 @@ class ApplianceSshServer:
         return self._sock.getsockname()[1]
 
     def start(self) -> int:
+        """Start the command server (from the calling thread: it dies with that thread,
+        PR_SET_PDEATHSIG), then listen; returns the port."""
+        self.commands = start_command_server(self.host_dir, self.netns)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(self._bind)
-        sock.listen(64)
+        try:
+            sock.bind(self._bind)
+            sock.listen(64)
+        except OSError:
+            sock.close()
+            stop_command_server(self.commands, self.host_dir)
+            raise
         self._sock = sock
         self._thread = threading.Thread(target=self._accept_loop, name="twin-sshd-accept", daemon=True)
         self._thread.start()
@@ -246,6 +257,9 @@ class ApplianceSshServer:
                 log.info("closing a connection at stop: %r", exc)
         if self._thread is not None:
             self._thread.join(2)
+        if self.commands is not None:
+            stop_command_server(self.commands, self.host_dir)
+            self.commands = None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,19 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s twin.sshd %(message)s")
     host_dir = HostDir(args.host_dir)
-    commands = None
     try:
         server = ApplianceSshServer(
             host_dir, load_authorized_keys(args.authorized_key),
             port=args.port, bind=args.bind, netns=args.netns,
         )
-        # before the first thread: the command server is forked from this, the main, thread
-        commands = start_command_server(host_dir, server.netns)
         port = server.start()
     except (SshdError, OSError, ValueError) as exc:
         print(f"twin.sshd: {exc}", file=sys.stderr)
-        if commands is not None:
-            stop_command_server(commands, host_dir)
         return 1
     stop = threading.Event()
 
@@ -286,7 +295,6 @@ def main(argv: list[str] | None = None) -> int:
     while not stop.wait(1.0):
         pass
     server.stop()
-    stop_command_server(commands, host_dir)
     log.info("stopped")
     return 0
 

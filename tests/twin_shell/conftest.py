@@ -31,7 +31,6 @@ from twin.fbsd.install import install_bin
 from twin.jsonl import JsonlServer
 from twin.runtime import HostDir, write_json_atomic
 from twin.sshd import ApplianceSshServer, known_hosts_line, load_authorized_keys
-from twin.sshd_exec import start_command_server, stop_command_server
 
 GCM_KEY = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff01020304"
 CBC_KEY = "a0" * 32
@@ -127,8 +126,7 @@ class Appliance:
     known_hosts: Path
     pkey: paramiko.PKey
     commands: subprocess.Popen | None = None
-    """The appliance's command server (twin.cmdserver), as twin.sshd starts it (None: the
-    wrappers run each command themselves)."""
+    """The appliance's command server (twin.cmdserver), which the SSH server starts."""
 
     def run(self, command: str, stdin: bytes | None = None, timeout: float = 30) -> Result:
         chan = self.client.get_transport().open_session(timeout=timeout)
@@ -212,7 +210,7 @@ def appliance(tmp_path_factory):
     ns, peer = f"{prefix}-dut", f"{prefix}-peer"
     base = tmp_path_factory.mktemp("appliance")
     created: list[str] = []
-    server = engine = client = commands = None
+    server = engine = client = None
     try:
         for n in (ns, peer):
             _ip("netns", "add", n)
@@ -245,7 +243,6 @@ def appliance(tmp_path_factory):
         pkey, pub = new_client_key()
         (base / "id.pub").write_text(pub + " test\n")
         server = ApplianceSshServer(hd, load_authorized_keys(base / "id.pub"))
-        commands = start_command_server(hd, ns)
         port = server.start()
         kh = base / "known_hosts"
         kh.write_text(known_hosts_line(hd, port) + "\n")
@@ -254,14 +251,12 @@ def appliance(tmp_path_factory):
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         client.connect("127.0.0.1", port=port, username="root", pkey=pkey, allow_agent=False,
                        look_for_keys=False, timeout=10)
-        yield Appliance(hd, ns, peer, client, server, engine, kh, pkey, commands)
+        yield Appliance(hd, ns, peer, client, server, engine, kh, pkey, server.commands)
     finally:
         if client is not None:
             client.close()
         if server is not None:
             server.stop()
-        if commands is not None:
-            stop_command_server(commands, hd)
         if engine is not None:
             engine.close()
         for n in created:

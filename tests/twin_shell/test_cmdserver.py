@@ -20,9 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from twin.cmdclient import EXIT_NOT_RUN, HEADER_SIZE, MAGIC, Request, decode_header, decode_request, encode_header, encode_request
+from twin.cmdclient import (
+    EXEC, EXIT_NOT_RUN, HEADER_SIZE, MAGIC, RUN, Request, decode_header, decode_request, encode_header,
+    encode_request, send_request,
+)
 from twin.fbsd import COMMANDS
-from twin.fbsd.install import REPO_ROOT, client_code
+from twin.fbsd.install import NO_SERVER_ENV, REPO_ROOT, client_code, install_bin
+from twin.runtime import HostDir
 
 pytestmark = pytest.mark.needs_root
 
@@ -106,17 +110,11 @@ def test_the_cases_cover_every_command():
 
 
 def test_every_command_prints_the_same_through_the_server_as_run_by_itself(appliance):
-    """Server first, then the same lines with the socket moved away (the wrapper then runs
-    `python -S -m MODULE` itself): stdout, stderr and status equal, round-trip times aside."""
-    sock = appliance.hd.cmd_sock
-    assert sock.is_socket()
+    """Each line through the server, then with the wrappers told to run `python -S -m
+    MODULE` themselves: stdout, stderr and status equal, round-trip times aside."""
+    assert appliance.hd.cmd_sock.is_socket()
     served = [appliance.run(line) for line, _ in CASES]
-    aside = sock.with_name("cmd.sock.aside")
-    os.replace(sock, aside)
-    try:
-        direct = [appliance.run(line) for line, _ in CASES]
-    finally:
-        os.replace(aside, sock)
+    direct = [appliance.run(f"setenv {NO_SERVER_ENV} 1; {line}") for line, _ in CASES]
     silent = [line for (line, _), r in zip(CASES, served) if not (r.out or r.err)]
     assert silent == ["dmesg"], "every line but dmesg (an empty boot log here) prints something"
     for (line, mask), s, d in zip(CASES, served, direct):
@@ -190,29 +188,46 @@ def test_a_malformed_request_is_answered_and_the_server_goes_on(appliance):
     assert appliance.run("kldstat").status == 0
 
 
+def test_exec_starts_only_the_shell(appliance):
+    """The SSH server's shells start as EXEC requests; any other program is refused."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(appliance.hd.cmd_sock))
+        send_request(s, Request(EXEC, "/bin/sh", [b"sh", b"-c", b"true"], b"/", {}), [], [])
+        answer = s.recv(4096)
+    assert answer == b"error bad request: exec '/bin/sh' with 3 argument(s): this server starts /usr/bin/tcsh, with argv[0] at least\n"
+
+
 def test_a_dead_server_is_said_not_run_elsewhere(tmp_path):
-    """A socket file nobody listens on (the server died): exit 126 and the socket's name,
-    never the command run somewhere else."""
-    path = tmp_path / "cmd.sock"
+    """A socket file nobody listens on (the server died): the wrapper goes to it, and
+    says so -- exit 126 and the socket's name, never the command run somewhere else."""
+    hd = HostDir(tmp_path)
+    install_bin(hd)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(str(path))
+    s.bind(str(hd.cmd_sock))
     s.close()
-    r = _client(path, "twin.fbsd.kldstat")
+    env = {"PATH": "/usr/bin:/bin", "TWIN_HOST_DIR": str(hd.path)}
+    r = subprocess.run([str(hd.bin / "kldstat")], capture_output=True, text=True, timeout=30, env=env)
     assert r.returncode == EXIT_NOT_RUN and r.stdout == ""
-    assert r.stderr == f"twin: command server {path}: not answering (Connection refused); the command did not run\n"
+    assert r.stderr == f"twin: command server {hd.cmd_sock}: not answering (Connection refused); the command did not run\n"
+    r = subprocess.run([str(hd.bin / "kldstat")], capture_output=True, text=True, timeout=30,
+                       env=dict(env, **{NO_SERVER_ENV: "1"}))
+    assert r.returncode == 0 and r.stdout.startswith("Id Refs Address"), r.stderr
 
 
 def test_the_protocol_round_trips_and_names_what_is_malformed():
-    req = Request("twin.fbsd.sysctl", [b"-n", b"kern.ostype", b"\xff"], b"/root", {b"A": b"1=2", b"EMPTY": b""})
+    req = Request(RUN, "twin.fbsd.sysctl", [b"-n", b"kern.ostype", b"\xff"], b"/root", {b"A": b"1=2", b"EMPTY": b""})
     back = decode_request(encode_request(req))
-    assert (back.module, back.args, back.cwd, back.env) == (req.module, req.args, req.cwd, req.env)
+    assert (back.kind, back.target, back.args, back.cwd, back.env) == (RUN, req.target, req.args, req.cwd, req.env)
     assert decode_header(encode_header(123, [0, 2])) == (123, [0, 2])
     with pytest.raises(ValueError, match="NUL"):
-        encode_request(Request("m", [b"a\0b"], b"/", {}))
+        encode_request(Request(RUN, "m", [b"a\0b"], b"/", {}))
     with pytest.raises(ValueError, match="argc b'9' does not match the 1 field"):
-        decode_request(b"m\0/\x009\0a")
+        decode_request(b"run\0m\0/\x009\0a")
     with pytest.raises(ValueError, match="not NAME=VALUE"):
-        decode_request(b"m\0/\x000\0NOEQUALS")
+        decode_request(b"exec\0/bin/sh\0/\x000\0NOEQUALS")
+    with pytest.raises(ValueError, match="kind 'spawn', expected 'run' or 'exec'"):
+        decode_request(b"spawn\0m\0/\x000")
     with pytest.raises(ValueError, match="is not b'TWC1'"):
         decode_header(b"XXXX" + bytes(HEADER_SIZE - 4))
     with pytest.raises(ValueError, match="more than"):

@@ -62,7 +62,7 @@ def engine_appliance(tmp_path_factory):
         client.load_host_keys(str(kh))
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         client.connect("127.0.0.1", port=port, username="root", pkey=pkey, allow_agent=False, look_for_keys=False)
-        yield lab, sas, Appliance(hd, lab.ns("gA"), lab.ns("gB"), client, server, None, kh, pkey)
+        yield lab, sas, Appliance(hd, lab.ns("gA"), lab.ns("gB"), client, server, None, kh, pkey, server.commands)
     finally:
         if client is not None:
             client.close()

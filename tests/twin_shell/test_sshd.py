@@ -18,7 +18,7 @@ import pytest
 from twin.sshd import SshdError, load_authorized_keys
 from twin.sshd_exec import exit_status_of
 
-from .conftest import new_client_key
+from .conftest import build_host_dir, new_client_key
 
 pytestmark = pytest.mark.needs_root
 
@@ -209,11 +209,14 @@ def test_authorized_key_file_errors_name_the_line(tmp_path):
 
 
 def test_sshd_cli_writes_port_file_and_stops_on_sigterm(appliance, tmp_path):
+    """An appliance of its own (one SSH server per appliance: its command server owns the
+    host dir's cmd.sock); its command server goes with it."""
+    hd = build_host_dir(tmp_path / "dut", appliance.ns)
     pub = tmp_path / "id.pub"
     _, text = new_client_key()
     pub.write_text(text + "\n")
     port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "twin.sshd", "--host-dir", str(appliance.hd.path),
+    proc = subprocess.Popen([sys.executable, "-m", "twin.sshd", "--host-dir", str(hd.path),
                              "--authorized-key", str(pub), "--port", "0", "--port-file", str(port_file)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -223,10 +226,12 @@ def test_sshd_cli_writes_port_file_and_stops_on_sigterm(appliance, tmp_path):
         port = int(port_file.read_text())
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             assert s.recv(64).startswith(b"SSH-2.0-")
+        assert hd.cmd_sock.is_socket()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        assert not hd.cmd_sock.exists()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -255,3 +260,12 @@ def test_large_streams_both_ways(appliance):
     assert status == 0
     assert out.startswith(digest + b"  -\n") and len(out) == len(digest) + 4 + 3000000
     assert len(err) == 3000000
+
+
+def test_a_pipeline_writer_dies_of_sigpipe_quietly(appliance):
+    """OpenSSH starts the shell with SIGPIPE at its default, so `yes | head -1` ends with
+    `yes` killed by the signal, which tcsh's pipeline status reports (128 + 13). Started
+    from a Python launcher, the shell inherited an ignored SIGPIPE: `yes: standard output:
+    Broken pipe` on stderr and status 1."""
+    r = appliance.run("yes | head -1")
+    assert (r.out, r.err, r.status) == ("y\n", "", 128 + signal.SIGPIPE)

@@ -26,6 +26,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 """Where the `twin` package lives; put on PYTHONPATH so the commands can skip site."""
 
 
+NO_SERVER_ENV = "TWIN_NO_COMMAND_SERVER"
+"""Set to 1 in the appliance shell: the wrappers start their commands themselves."""
+
+
 def client_code() -> str:
     """`python -I -S -c` code that runs twin.cmdclient: imported, so from its cached
     bytecode (a script file would be compiled on every command, ~5 ms)."""
@@ -38,12 +42,13 @@ def wrapper_text(command: Command, host_dir: HostDir, python: str) -> str:
     registry says (`stdlib`: `python -S` with the repository on PYTHONPATH). A `stdlib`
     command goes to the appliance's command server while its socket exists (the SSH
     server runs one, twin.cmdserver: the same run, without an interpreter's start-up);
-    without one -- a host dir used by hand, a lab without SSH -- the wrapper runs it."""
+    without one -- a host dir used by hand, a lab without SSH -- or with NO_SERVER_ENV=1 (to
+    profile one command, or compare), the wrapper runs it."""
     lines = ["#!/bin/sh", f': "${{TWIN_HOST_DIR:={_dq(str(host_dir.path))}}}"', "export TWIN_HOST_DIR"]
     if command.wrapper == "stdlib":
         root, py = shlex.quote(str(REPO_ROOT)), shlex.quote(python)
         lines += [f'PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}}', "export PYTHONPATH",
-                  f'if [ -S "$TWIN_HOST_DIR/{host_dir.cmd_sock.name}" ]; then',
+                  f'if [ "${{{NO_SERVER_ENV}:-}}" != 1 ] && [ -S "$TWIN_HOST_DIR/{host_dir.cmd_sock.name}" ]; then',
                   f'  exec {py} -I -S -c {shlex.quote(client_code())} "$TWIN_HOST_DIR/{host_dir.cmd_sock.name}" '
                   f'{command.module} "$@"',
                   "fi",
