@@ -108,13 +108,15 @@ class ServedShell:
     the server answers the shell's pid at once (its process group is what a cut session
     kills) and its exit status or fatal signal when it ends -- on the connection, which
     wakes this side the moment the shell exits. Popen-like: pid, stdin/stdout/stderr,
-    returncode (negative: the signal), poll(), wait(), plus exited(timeout).
+    returncode (negative: the signal), poll(), plus exited(timeout). Its session thread
+    and a server stopping (kill) may ask at once: one reads the connection at a time.
     """
 
     def __init__(self, sock: Path, argv: list[str], env: dict[str, str], cwd: str) -> None:
         self.returncode: int | None = None
         self.pid = 0
         self._rest = b""
+        self._reading = threading.Lock()
         pipes = [os.pipe() for _ in range(3)]
         far = [pipes[0][0], pipes[1][1], pipes[2][1]]
         self.stdin = os.fdopen(pipes[0][1], "wb")
@@ -155,6 +157,16 @@ class ServedShell:
         """Wait up to TIMEOUT for the shell's end; True once its status is in returncode."""
         if self.returncode is not None:
             return True
+        if not self._reading.acquire(timeout=timeout):
+            return self.returncode is not None
+        try:
+            return self._read_status(timeout)
+        finally:
+            self._reading.release()
+
+    def _read_status(self, timeout: float) -> bool:
+        if self.returncode is not None:
+            return True
         if b"\n" not in self._rest:
             ready, _, _ = select.select([self.conn], [], [], timeout)
             if not ready:
@@ -171,12 +183,6 @@ class ServedShell:
 
     def poll(self) -> int | None:
         self.exited(0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if not self.exited(1e9 if timeout is None else timeout):
-            raise subprocess.TimeoutExpired(SHELL, timeout or 0)
-        assert self.returncode is not None
         return self.returncode
 
 
