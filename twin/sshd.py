@@ -195,7 +195,7 @@ class ApplianceSshServer:
             sock.listen(64)
         except OSError:
             sock.close()
-            stop_command_server(self.commands, self.host_dir)
+            stop_command_server(self.commands)
             raise
         self._sock = sock
         self._thread = threading.Thread(target=self._accept_loop, name="twin-sshd-accept", daemon=True)
@@ -258,7 +258,7 @@ class ApplianceSshServer:
         if self._thread is not None:
             self._thread.join(2)
         if self.commands is not None:
-            stop_command_server(self.commands, self.host_dir)
+            stop_command_server(self.commands)
             self.commands = None
 
 

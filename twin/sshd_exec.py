@@ -87,7 +87,7 @@ def start_command_server(host_dir: HostDir, netns: str | None) -> subprocess.Pop
     return proc
 
 
-def stop_command_server(proc: subprocess.Popen, host_dir: HostDir) -> None:
+def stop_command_server(proc: subprocess.Popen) -> None:
     """SIGTERM, wait; the server removes its socket on the way out (a wrapper then runs its
     command itself). One SSH server per appliance: a second one's server takes the socket."""
     stop_process(proc)
