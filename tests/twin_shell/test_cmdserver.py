@@ -28,6 +28,8 @@ from twin.fbsd import COMMANDS
 from twin.fbsd.install import NO_SERVER_ENV, REPO_ROOT, client_code, install_bin
 from twin.runtime import HostDir
 
+from tests.twin_ike.waiting import wait_until
+
 pytestmark = pytest.mark.needs_root
 
 RTT = re.compile(r"time=\d+\.\d+ ms|= \d+\.\d+/\d+\.\d+/\d+\.\d+/\d+\.\d+ ms")
@@ -94,16 +96,6 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def _wait_for(what: str, fn, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
-
-
 def test_the_cases_cover_every_command():
     names = {line.split(";")[-1].split("|")[-1].split()[0] for line, _ in CASES}
     assert set(COMMANDS) - names == set(NOT_COMPARED)
@@ -132,7 +124,7 @@ def _start_ping(appliance) -> subprocess.Popen:
 
 def _served_command(appliance, before: set[int]) -> int:
     server = appliance.commands.pid
-    (pid,) = _wait_for("the server forks the command", lambda: [p for p in _children(server) if p not in before])
+    (pid,) = wait_until(lambda: [p for p in _children(server) if p not in before], "the server forks the command", 5.0)
     return pid
 
 
@@ -141,7 +133,7 @@ def test_a_command_killed_by_a_signal_kills_its_client_with_it(appliance):
     client = _start_ping(appliance)
     try:
         command = _served_command(appliance, before)
-        _wait_for("ping's first reply", lambda: _session_members(command)[1:])
+        wait_until(lambda: _session_members(command)[1:], "ping's first reply", 5.0)
         # what the command holds: its fds, none of the server's sockets
         assert not _socket_inodes(command) & _socket_inodes(appliance.commands.pid)
         os.kill(command, signal.SIGTERM)
@@ -158,11 +150,11 @@ def test_a_cut_session_kills_the_command_and_what_it_started(appliance):
     before = set(_children(appliance.commands.pid))
     client = _start_ping(appliance)
     command = _served_command(appliance, before)
-    members = _wait_for("iputils ping under the command", lambda: _session_members(command)[1:] and _session_members(command))
+    members = wait_until(lambda: _session_members(command)[1:] and _session_members(command), "iputils ping under the command", 5.0)
     assert len(members) >= 2
     os.killpg(client.pid, signal.SIGHUP)
     assert client.wait(timeout=5) == -signal.SIGHUP
-    _wait_for("the command's session gone", lambda: not _session_members(command), timeout=5)
+    wait_until(lambda: not _session_members(command), "the command's session gone", 5.0)
     assert command not in _children(appliance.commands.pid)
 
 
