@@ -224,6 +224,9 @@ class Appliance(ShellCommands):
         self.host = host
         self.profile = profile
         self.command_timeout = command_timeout
+        #: (time.monotonic() when it came back, the snapshot): the last counter read, from
+        #: which measure.settle_all may start instead of reading and waiting again.
+        self.last_read: tuple[float, Snapshot] | None = None
 
     def __repr__(self) -> str:
         return f"Appliance({self.name!r}, model={getattr(self.profile, 'model', '?')!r})"
@@ -277,7 +280,9 @@ class Appliance(ShellCommands):
         if sec.get("netstat-stderr.arg", "0") != "0":
             raise TransportError(f"{self.name}: netstat -s -p esp failed: {sec.get('netstat-stderr', '').strip()}")
         esp = parser("netstat_esp").parse(sec["netstat"])
-        return Snapshot(self.name, t, counters, _esp_counts(esp), bool(esp.loaded))
+        snap = Snapshot(self.name, t, counters, _esp_counts(esp), bool(esp.loaded))
+        self.last_read = (time.monotonic(), snap)
+        return snap
 
     def esp_stats(self) -> Any:
         """``netstat -s -p esp --libxo json`` -> parsers.netstat_esp EspStats."""

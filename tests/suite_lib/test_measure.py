@@ -133,6 +133,57 @@ def test_settle_all_timeout_names_only_the_moving_end():
     assert str(err.value).startswith("peer: counters did not settle") and "dut" not in str(err.value)
 
 
+class Remembering(ScriptedAppliance):
+    """A scripted appliance that keeps its last read as Appliance.snapshot does."""
+
+    def __init__(self, name: str, seq: list[Snapshot], clock: "FakeClock", last: tuple[float, Snapshot] | None):
+        super().__init__(name, seq)
+        self.clock = clock
+        self.last_read = last
+
+    def snapshot(self) -> Snapshot:
+        s = super().snapshot()
+        self.last_read = (self.clock(), s)
+        return s
+
+
+def test_settle_all_starts_from_a_read_older_than_the_interval():
+    """The previous meter's settled read, 2 s old, equals the first read: settled at once."""
+    clock = FakeClock()
+    clock.now = 10.0
+    app = Remembering("dut", [snap("dut", 1, a=5)], clock, (8.0, snap("dut", 0, a=5)))
+    got = settle_all([app], interval=0.5, timeout=10, sleep=clock.sleep, clock=clock)
+    assert got[0].counters["a"] == 5
+    assert app.reads == 1 and clock.now == 10.0
+
+
+def test_settle_all_waits_out_the_rest_of_the_interval_after_a_recent_read():
+    clock = FakeClock()
+    clock.now = 10.0
+    app = Remembering("dut", [snap("dut", 1, a=5)], clock, (9.8, snap("dut", 0, a=5)))
+    settle_all([app], interval=0.5, timeout=10, sleep=clock.sleep, clock=clock)
+    assert app.reads == 1 and clock.now == pytest.approx(10.3)
+
+
+def test_settle_all_an_old_read_that_differs_is_only_the_first_of_the_series():
+    """Counters moved since the remembered read: the usual pair of equal reads decides."""
+    clock = FakeClock()
+    app = Remembering("dut", [snap("dut", i, a=v) for i, v in enumerate([7, 8, 8])], clock,
+                      (-5.0, snap("dut", 0, a=5)))
+    got = settle_all([app], interval=0.5, timeout=10, sleep=clock.sleep, clock=clock)
+    assert got[0].counters["a"] == 8
+    assert app.reads == 3 and clock.now == pytest.approx(1.0)
+
+
+def test_settle_all_mixes_remembered_and_fresh_ends():
+    clock = FakeClock()
+    old = Remembering("dut", [snap("dut", 1, a=5)], clock, (-3.0, snap("dut", 0, a=5)))
+    new = ScriptedAppliance("peer", [snap("peer", 0, b=1)])
+    got = settle_all([old, new], interval=0.5, timeout=10, sleep=clock.sleep, clock=clock)
+    assert [s.appliance for s in got] == ["dut", "peer"]
+    assert (old.reads, new.reads) == (1, 2) and clock.now == pytest.approx(0.5)
+
+
 def ledger() -> Ledger:
     before = [snap("dut3300", 0, esp_in=0, tx_encrypt=100, out_taken=100, rx_bad=0),
               snap("peer3300", 0, esp_in=50, tx_encrypt=0)]

@@ -8,6 +8,7 @@ with files.Transaction, settle/Ledger/expect_*, iperf_run.
 from __future__ import annotations
 
 import secrets
+import time
 
 import pytest
 
@@ -40,8 +41,10 @@ def test_appliance_answers_typed(lab):
     assert k.osrelease and k.version.startswith("FreeBSD")
     wan = dut.interface("wan10g")
     assert [a.address for a in wan.inet] == ["192.0.2.1"] and wan.mtu == 1500
+    t0 = time.monotonic()
     snap = dut.snapshot()
     assert set(snap.counters) == set(dut.profile.counters)
+    assert dut.last_read is not None and dut.last_read[1] is snap and dut.last_read[0] >= t0  # settle's start
     assert "received-packets" in snap.esp
     from plugin.lab.report import hardware_info
 
