@@ -23,7 +23,7 @@ import pytest
 from plugin.lab.decision.latency import latency_profile
 from plugin.lab.decision.plot import plot_latency, plot_search
 from plugin.lab.decision.search import search
-from plugin.lab.udp_load import rtt_probe, udp_trial
+from plugin.lab.udp_load import RTT_LOAD_SECONDS, rtt_probe, udp_trial
 
 pytestmark = [pytest.mark.throughput, pytest.mark.forwarded]
 
@@ -51,6 +51,7 @@ def test_ndr_pdr(tunnel, record, bench_route, search_settings, pytestconfig):
     result = search(udp_trial(bench, tunnel.remote, target, size=DATAGRAM, bind=src), max_rate=1.1 * link,
                     min_rate=0.02 * link, goals=s.goals, final_duration=s.final_duration,
                     initial_duration=s.initial_duration)
+    record.traffic_seconds += sum(t.result.duration for t in result.trials)  # every trial's load is traffic asked
     plots = Path(pytestconfig.rootpath) / "reports" / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     safe = "".join(ch if ch.isalnum() else "_" for ch in tunnel.name)
@@ -72,6 +73,7 @@ def test_ndr_pdr(tunnel, record, bench_route, search_settings, pytestconfig):
     pdr = result.goal("PDR").lower_bound
     summaries = latency_profile(rtt_probe(bench, tunnel.remote, target, size=DATAGRAM, bind=src), pdr,
                                 s.latency_fractions)
+    record.traffic_seconds += RTT_LOAD_SECONDS * len(summaries)  # each probe's load is traffic asked
     for lat in summaries:
         record.figure(f"round trip at {100 * lat.fraction:g} % of PDR ({lat.offered:.1f} Mbit/s)",
                       f"min {1000 * lat.min:.2f} / median {1000 * lat.median:.2f} / p99 {1000 * lat.p99:.2f} ms, "

@@ -10,6 +10,10 @@ are Mbit/s of UDP payload, as iperf3 counts them.
 Latency: round trips of ``ping`` from the bench to the far end while iperf3 offers the
 load (a timestamped probe on one clock; a round trip, stated as such on the page).
 
+In the run's breakdown (plugin.lab.timeshare) a trial's duration and a probe's seconds
+of load are "traffic", like an iperf3 stream's seconds, and the one-off server around
+them "stream start/stop"; the test adds the same seconds to its record's traffic asked.
+
 Library code: no pytest.
 """
 
@@ -25,8 +29,12 @@ from plugin.lab.decision.latency import ProbeSample
 from plugin.lab.decision.search import TrialResult
 from plugin.lab.errors import LabError
 from plugin.lab.remote import argv
+from plugin.lab.timeshare import STREAM, TRAFFIC, spent
 
 RTT_RE = re.compile(r"icmp_seq=(\d+) .*time=([0-9.]+) ms")
+
+#: Seconds of load each latency probe offers (:func:`rtt_probe`): its traffic asked.
+RTT_LOAD_SECONDS = 3
 
 
 class LoadError(LabError):
@@ -66,10 +74,12 @@ def udp_trial(bench: Any, server: Any, addr: str, *, size: int = 1200, bind: str
     """``trial(load_mbit, duration)`` for :func:`plugin.lab.decision.search.search`:
     a one-off iperf3 server on ``server``, the UDP client on the bench."""
 
+    @spent(STREAM)
     def once(cmd: list[str | int], duration: float, load_mbit: float) -> TrialResult:
         srv = server.iperf3_server(port=port)
         try:
-            r = bench.host.run(argv(*cmd), timeout=duration + 60)
+            with spent(TRAFFIC, cap=duration):
+                r = bench.host.run(argv(*cmd), timeout=duration + 60)
         finally:
             srv.stop()
         return parse_udp_json(r.stdout, load_mbit, duration)
@@ -102,17 +112,19 @@ def handshake_lost(exc: LoadError) -> bool:
 
 
 def rtt_probe(bench: Any, server: Any, addr: str, *, size: int = 1200, bind: str | None = None, port: int = 5201,
-              count: int = 20, seconds: int = 3) -> Callable[[float], list[ProbeSample]]:
+              count: int = 20, seconds: int = RTT_LOAD_SECONDS) -> Callable[[float], list[ProbeSample]]:
     """``probe(load_mbit)`` for :func:`plugin.lab.decision.latency.latency_profile`: ``count``
     pings (0.05 s apart) while iperf3 offers ``load_mbit``; each reply a ProbeSample of its
     round trip (sent 0, received rtt), each missing reply a lost probe."""
 
+    @spent(STREAM)
     def probe(load_mbit: float) -> list[ProbeSample]:
         load = argv(*client_argv(addr, load_mbit, seconds=seconds, size=size, bind=bind, port=port))
         ping = argv("ping", "-n", "-c", count, "-i", "0.05", *(["-I", bind] if bind else []), addr)
         srv = server.iperf3_server(port=port)
         try:
-            r = bench.host.run(f"{load} >/dev/null 2>&1 &\nsleep 0.5\n{ping}\nwait\n", timeout=seconds + 60)
+            with spent(TRAFFIC, cap=seconds):
+                r = bench.host.run(f"{load} >/dev/null 2>&1 &\nsleep 0.5\n{ping}\nwait\n", timeout=seconds + 60)
         finally:
             srv.stop()
         rtts = {int(m.group(1)): float(m.group(2)) / 1000 for m in RTT_RE.finditer(r.stdout)}

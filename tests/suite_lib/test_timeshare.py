@@ -264,3 +264,28 @@ def test_a_real_shell_command_counts_as_ssh():
     LocalHost().run("sleep 0.05").check("sleep")
     b = timeshare.SHARE.snapshot()
     assert 0.05 <= b.seconds[SSH] <= b.wall and b.calls[SSH] == 1
+
+
+def test_a_udp_trial_and_a_latency_probe_are_traffic_for_their_seconds(scripted_share, clock):
+    """The NDR/PDR search's trials and the latency probes offer load for the seconds asked:
+    "traffic" up to them, their one-off server and the rest "stream start/stop"."""
+    import json
+
+    from plugin.lab.udp_load import RTT_LOAD_SECONDS, rtt_probe, udp_trial
+
+    class UdpHost(ScriptedHost):
+        def run(self, script, *, timeout=None, stdin=None):
+            r = super().run(script, timeout=timeout, stdin=stdin)
+            if "iperf3 -c" in script and "ping" not in script:
+                udp = {"end": {"sum_sent": {"packets": 100}, "sum_received": {"packets": 100, "lost_packets": 0}}}
+                return type(r)(json.dumps(udp), "", 0, 0.0, self.name)
+            return r
+
+    host = UdpHost(clock, {"iperf3 -s": 0.3, "ping": RTT_LOAD_SECONDS + 0.4, "iperf3 -c": 2.25, "kill": 0.1})
+    bench = BenchHost("bench", host)
+    assert udp_trial(bench, bench, "192.0.2.2")(50.0, 2.0).sent == 100
+    rtt_probe(bench, bench, "192.0.2.2")(50.0)
+    b = scripted_share.snapshot()
+    assert b.seconds[TRAFFIC] == pytest.approx(2.0 + RTT_LOAD_SECONDS)
+    assert b.seconds[STREAM] == pytest.approx(0.25 + 0.4 + 2 * (0.3 + 0.1))
+    assert SSH not in b.seconds
