@@ -16,6 +16,7 @@ from typing import Any
 from twin import netns as tn
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -93,6 +94,14 @@ def _reap(pid: int) -> None:
 def child_setup() -> None:  # runs in the forked child before exec
     os.setsid()
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def become_subreaper() -> None:
+    """Make this process the init of its descendants: an orphan among them is reparented
+    here, not to PID 1 (twin.cmdserver, an appliance's init, reaps it at once)."""
+    if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
 
 
 def kill_netns_processes(ns_names: list[str]) -> None:

@@ -158,6 +158,24 @@ def test_a_cut_session_kills_the_command_and_what_it_started(appliance):
     assert command not in _children(appliance.commands.pid)
 
 
+def _ppid(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^PPid:\s+(\d+)", status, re.M).group(1))
+
+
+def test_an_orphan_is_adopted_and_reaped_by_the_server(appliance):
+    """What a command leaves in the background outlives its shell: the server adopts it as
+    the appliance's init (a child subreaper) and reaps it when it exits, so a `kill -0`
+    loop waiting for it to stop sees it gone (under this VM's PID 1 the zombie lingered
+    1-2 s, and every wire capture waited for it)."""
+    r = appliance.run("/bin/sh -c 'sleep 1 > /dev/null 2>&1 < /dev/null & echo $!'")
+    assert r.status == 0, r.err
+    orphan = int(r.out.split()[-1])
+    assert _ppid(orphan) == appliance.commands.pid
+    wait_until(lambda: not Path(f"/proc/{orphan}").exists(), "the orphan exited and reaped", 5.0)
+    assert appliance.run("kldstat").status == 0  # and the server goes on serving
+
+
 def _client(sock: str | Path, module: str, *args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-I", "-S", "-c", client_code(), str(sock), module, *args],
                           capture_output=True, text=True, timeout=30, **kw)
