@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from plugin.lab import ping_argv
 from plugin.lab.errors import CommandTimeout, LabError, ParseError, ProfileError, TransportError
-from plugin.lab.measure import Snapshot
+from plugin.lab.measure import Snapshot, unchanged_since
 from plugin.lab.remote import RunResult, argv
 
 T = TypeVar("T")
@@ -224,8 +224,9 @@ class Appliance(ShellCommands):
         self.host = host
         self.profile = profile
         self.command_timeout = command_timeout
-        #: (time.monotonic() when it came back, the snapshot): the last counter read, from
-        #: which measure.settle_all may start instead of reading and waiting again.
+        #: (time.monotonic() since when, the snapshot): the last counter read and since when
+        #: its values were read unchanged (measure.unchanged_since), from which
+        #: measure.settle_all may start instead of reading and waiting again.
         self.last_read: tuple[float, Snapshot] | None = None
 
     def __repr__(self) -> str:
@@ -281,7 +282,7 @@ class Appliance(ShellCommands):
             raise TransportError(f"{self.name}: netstat -s -p esp failed: {sec.get('netstat-stderr', '').strip()}")
         esp = parser("netstat_esp").parse(sec["netstat"])
         snap = Snapshot(self.name, t, counters, _esp_counts(esp), bool(esp.loaded))
-        self.last_read = (time.monotonic(), snap)
+        self.last_read = unchanged_since(self.last_read, snap, time.monotonic())
         return snap
 
     def esp_stats(self) -> Any:

@@ -25,11 +25,11 @@ import contextvars
 import csv
 import io
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, Union
 
 from plugin.lab.errors import InvariantError, LabError
+from plugin.lab.remote.together import each_at_once
 from plugin.lab.timeshare import SETTLE, spent
 
 ESP_PREFIX = "esp."
@@ -57,6 +57,17 @@ class Snapshot:
 
     def same_values(self, other: "Snapshot") -> bool:
         return self.values() == other.values()
+
+
+def unchanged_since(last: tuple[float, Snapshot] | None, snap: Snapshot, now: float) -> tuple[float, Snapshot]:
+    """What an appliance keeps as its last read (``Appliance.last_read``) after reading
+    ``snap`` at ``now``: ``(since, snap)``, ``since`` the time of the first of the reads
+    that all showed these values (``now`` if they changed). :func:`settle_all` starts
+    from it, so a meter right after another settles with one read: the previous meter's
+    settled pair already spans the interval, and an equal read now extends it."""
+    if last is not None and last[1].same_values(snap):
+        return last[0], snap
+    return now, snap
 
 
 class _Snapshots(Protocol):
@@ -97,12 +108,13 @@ def settle_all(
     end after the other). Each appliance is done at its own first pair of equal reads at
     least ``interval`` apart; the others are read again. Snapshots in the order given.
 
-    An appliance's last read (its ``last_read``: ``(clock() when it came back, snapshot)``,
-    kept by ``Appliance.snapshot``) is the first of the pair when there is one: a meter
-    that starts where the previous one settled then costs one read, not two reads and the
-    interval (issue 15: half of a run's settle time). The rule is unchanged -- the counters
-    are monotonic, so two equal reads at least ``interval`` apart mean nothing moved
-    between them however long ago the first was.
+    An appliance's last read (its ``last_read``, kept by ``Appliance.snapshot`` with
+    :func:`unchanged_since`: the snapshot and since when -- clock() at the end of the
+    first read -- its values were read unchanged) is the first of the pair when there is
+    one: a meter that starts where the previous one settled then costs one read, not two
+    reads and the interval (issue 15). The rule is unchanged -- the counters are
+    monotonic, so two equal reads at least ``interval`` apart mean nothing moved between
+    them however long ago the first was.
     """
     apps = list(appliances)
     if not apps:
@@ -149,10 +161,7 @@ def settle_all(
 
 def _read_all(apps: Sequence[_Snapshots]) -> list[Snapshot]:
     """One snapshot of each appliance, read concurrently when there are several."""
-    if len(apps) == 1:
-        return [apps[0].snapshot()]
-    with ThreadPoolExecutor(max_workers=len(apps), thread_name_prefix="hil-snapshot") as pool:
-        return list(pool.map(lambda a: a.snapshot(), apps))
+    return each_at_once(lambda a: a.snapshot(), apps, name="hil-snapshot")
 
 
 # --------------------------------------------------------------------------- deltas

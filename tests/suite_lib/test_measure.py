@@ -21,6 +21,7 @@ from plugin.lab.measure import (
     expect_zero,
     settle,
     settle_all,
+    unchanged_since,
 )
 
 
@@ -143,8 +144,26 @@ class Remembering(ScriptedAppliance):
 
     def snapshot(self) -> Snapshot:
         s = super().snapshot()
-        self.last_read = (self.clock(), s)
+        self.last_read = unchanged_since(self.last_read, s, self.clock())
         return s
+
+
+def test_the_last_read_keeps_since_when_its_values_held():
+    a, b, c = snap("dut", 0, a=5), snap("dut", 1, a=5), snap("dut", 2, a=6)
+    assert unchanged_since(None, a, 1.0) == (1.0, a)
+    assert unchanged_since((1.0, a), b, 2.0) == (1.0, b)  # equal: the run goes on since 1.0
+    assert unchanged_since((1.0, b), c, 3.0) == (3.0, c)  # moved: a new run
+
+
+def test_a_meter_right_after_another_settles_with_one_read_and_no_wait():
+    """The previous settle's equal pair already spans the interval; one equal read now
+    extends it (before: one more read and the interval's wait)."""
+    clock = FakeClock()
+    app = Remembering("dut", [snap("dut", i, a=v) for i, v in enumerate([1, 2, 2, 2])], clock, None)
+    settle_all([app], interval=0.5, timeout=10, sleep=clock.sleep, clock=clock)
+    assert (app.reads, clock.now) == (3, pytest.approx(1.0))
+    settle_all([app], interval=0.5, timeout=10, sleep=clock.sleep, clock=clock)
+    assert (app.reads, clock.now) == (4, pytest.approx(1.0))
 
 
 def test_settle_all_starts_from_a_read_older_than_the_interval():
