@@ -20,7 +20,8 @@ import allure
 import pytest
 
 from plugin.lab.errors import TransportError
-from plugin.lab.health import HealthReport, HealthSnapshot, compare, take_snapshot
+from plugin.lab.health import HealthReport, HealthSnapshot, compare, take_snapshot, take_snapshots
+from plugin.lab.remote.together import each_at_once
 from plugin.lab.timeshare import TRAFFIC, spent
 
 from ._health import POLICY, driver_scope
@@ -45,7 +46,7 @@ def test_health_around_the_configuration(tunnel, record):
     """Both ends' health before and after traffic through the configuration: no change."""
     ends = (tunnel.local, tunnel.remote)
     with allure.step("health before"):
-        before = {app.name: take_snapshot(app.host) for app in ends}
+        before = dict(zip((app.name for app in ends), take_snapshots([app.host for app in ends])))
     lost = ""
     with allure.step(f"traffic: {PINGS} own pings each way"):
         record.traffic_seconds += PINGS * PING_INTERVAL  # the pings are the traffic asked
@@ -59,8 +60,9 @@ def test_health_around_the_configuration(tunnel, record):
             record.figure("pings answered between the snapshots", lost)
     reports: list[HealthReport] = []
     with allure.step("health after"):
-        for app in ends:
-            report = compare(before[app.name], snapshot_when_back(app, BACK_S), POLICY, driver=driver_scope(app))
+        after = each_at_once(lambda app: snapshot_when_back(app, BACK_S), ends, name="hil-health")
+        for app, snap in zip(ends, after):
+            report = compare(before[app.name], snap, POLICY, driver=driver_scope(app))
             table = report.table()
             record.ledgers.append(table)
             allure.attach(table, name=f"health {app.name}", attachment_type=allure.attachment_type.TEXT)

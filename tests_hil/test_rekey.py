@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import pytest
 
 from plugin.lab.appliance import Appliance, parser
-from plugin.lab.health import HealthSnapshot, compare, take_snapshot
+from plugin.lab.health import HealthSnapshot, compare, take_snapshots
 from plugin.lab.measure import expect_equal
 from plugin.lab.remote import argv
 from plugin.lab.timeshare import TRAFFIC, spent
@@ -256,8 +256,8 @@ def flowing(app: Appliance, conn: str, floor: int) -> Callable[[], ChildView | N
 
 
 def health_of(engines: list[Appliance]) -> dict[str, HealthSnapshot]:
-    """One health snapshot per offloading end (netstat -m among it), each one round trip."""
-    return {app.name: take_snapshot(app.host) for app in engines}
+    """One health snapshot per offloading end (netstat -m among it), read at once."""
+    return dict(zip((app.name for app in engines), take_snapshots([app.host for app in engines])))
 
 
 def mbufs_around(record, engines: list[Appliance], before: dict[str, HealthSnapshot],

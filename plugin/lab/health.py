@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, fields
-from typing import Callable, Mapping, Optional, TypeVar
+from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
 from plugin.lab.errors import LabError, ParseError
 from plugin.lab.parsers import boottime, dmesg, kldstat, netstat_m, vmstat_m, vmstat_z
@@ -33,6 +33,7 @@ from plugin.lab.parsers.netstat_m import MbufStats
 from plugin.lab.parsers.vmstat_m import MallocTypes
 from plugin.lab.parsers.vmstat_z import UmaZones
 from plugin.lab.remote import Host
+from plugin.lab.remote.together import each_at_once
 
 T = TypeVar("T")
 
@@ -231,6 +232,14 @@ def take_snapshot(host: Host, *, libxo_json: bool = True, timeout: Optional[floa
         mbufs=parsed["netstat_m"], zones=parsed["vmstat_z"], malloc=parsed["vmstat_m"],  # type: ignore[arg-type]
         dmesg=parsed["dmesg"], outputs=tuple((n, s.stdout) for n, s in sections.items()),  # type: ignore[arg-type]
     )
+
+
+def take_snapshots(hosts: Sequence[Host], *, libxo_json: bool = True,
+                   timeout: Optional[float] = None) -> list[HealthSnapshot]:
+    """:func:`take_snapshot` of every host at once (plugin.lab.remote.together): both
+    ends' health in one end's round trip."""
+    return each_at_once(lambda h: take_snapshot(h, libxo_json=libxo_json, timeout=timeout), hosts,
+                        name="hil-health")
 
 
 # --------------------------------------------------------------------------- compare
