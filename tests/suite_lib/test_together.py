@@ -55,6 +55,6 @@ def test_the_wait_is_ssh_or_the_phase_around_it():
     with spent(SETTLE):
         each_at_once(lambda s: time.sleep(s), [0.05, 0.05])
     b = timeshare.SHARE.snapshot()
-    assert 0.05 <= b.seconds[SSH] < 0.1 + 0.05  # one wait, not the sum, and not "other"
+    assert 0.05 <= b.seconds[SSH] <= b.wall  # the wait is ssh, not "other" (the overlap: the first test)
     assert 0.05 <= b.seconds[SETTLE]
     timeshare.SHARE.restart()

@@ -5,8 +5,6 @@ appliance cannot decrypt because of the suite's sealing would read as a driver d
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
-
 import pytest
 from scapy.compat import raw
 from scapy.layers.inet import IP
@@ -15,15 +13,7 @@ from scapy.layers.ipsec import ESP, SecurityAssociation, _ESPPlain
 
 from plugin.lab.inject.craft import Crafter, Inner, InjectError, min_inner
 
-
-@dataclass(frozen=True)
-class Sa:
-    spi: int
-    src: str
-    dst: str
-    cipher: str
-    enc_key: str
-    auth_key: str | None
+from .sa_keys import Sa
 
 
 def sa_for(cipher: str, outer: str = "ipv4", key_bytes: int = 16) -> Sa:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
 
 import pytest
 
@@ -16,24 +15,13 @@ from plugin.lab.remote.local import LocalHost
 from twin.engine.minilab import ADDR
 
 from .conftest import needs_root, settle
+from .sa_keys import Sa
 from .test_window import reference
 
 pytestmark = needs_root
 
 HA = {"ipv4": ADDR["hA"]["lan"][0].split("/")[0], "ipv6": ADDR["hA"]["lan"][1].split("/")[0]}
 HB = {"ipv4": ADDR["hB"]["lan"][0].split("/")[0], "ipv6": ADDR["hB"]["lan"][1].split("/")[0]}
-
-
-@dataclass(frozen=True)
-class Sa:
-    """The inbound association of gwA as setkey -D would show it (SadEntry's fields)."""
-
-    spi: int
-    src: str
-    dst: str
-    cipher: str
-    enc_key: str
-    auth_key: str | None
 
 
 def install(lab, cipher="aes-gcm-16", outer="ipv4", window=32, esn=False, offload=True) -> Sa:

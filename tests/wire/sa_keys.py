@@ -1,0 +1,15 @@
+"""An association as the crafter reads it (plugin.lab.inject.craft.SaKeys: SadEntry's
+fields), for the wire tests that build one without `setkey -D`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sa:
+    spi: int
+    src: str
+    dst: str
+    cipher: str
+    enc_key: str
+    auth_key: str | None
