@@ -413,14 +413,23 @@ def test_life_time_expiry(tunnel, record, traffic_seconds):
             f"the child expires in {c.expires_in} s, expected at most life_time {life.life_time} s"
     old = {a.name: tunnel.spis(a) for a in (dut, peer)}
     samples: list[EngineSample] = []
-    carried: dict[str, tuple[int, int]] = {}  # re-created child's outbound SPI -> (packets out, in) last listed
+    # re-created child's outbound SPI -> the most (packets out, in) it was listed with: a child
+    # listed again while it is being deleted (its own expiry, when a loaded machine stretches
+    # the stream) no longer shows what it carried (CI: {'d5bf9117': (0, 0), ...} after it had)
+    carried: dict[str, tuple[int, int]] = {}
+    timeline: list[str] = []  # the DUT's listings over the stream, shown when the traffic check fails
     with ping_stream(tunnel, max(life.life_time + 4, traffic_seconds(life.life_time + 4)), interval=0.02, record=record) as s:
+        t0 = time.monotonic()
         while s.running():  # watch every expiry the stream spans
             for app in engines or [dut]:
                 kids, got = engine_sample(app, conn)
                 if app is dut:
-                    carried.update({c.spi_out: (c.packets_out, c.packets_in) for c in kids
-                                    if c.spi_out not in {k.spi_out for k in first}})
+                    for c in kids:
+                        if c.spi_out not in {k.spi_out for k in first}:
+                            was = carried.get(c.spi_out, (0, 0))
+                            carried[c.spi_out] = (max(was[0], c.packets_out), max(was[1], c.packets_in))
+                    timeline.append(f"{time.monotonic() - t0:5.1f} s: " + ", ".join(
+                        f"{c.spi_out} {c.state} out {c.packets_out} in {c.packets_in}" for c in kids))
                 if got is not None:
                     samples.append(got)
             time.sleep(POLL_S)
@@ -440,7 +449,9 @@ def test_life_time_expiry(tunnel, record, traffic_seconds):
     # both ends re-create at their own hard expiry, so there may be two children, one
     # carrying each direction: traffic flows when the re-created ones carry both
     assert sum(o for o, _ in carried.values()) > 0 and sum(i for _, i in carried.values()) > 0, \
-        f"traffic flows again through the re-created child(ren) (packets out/in per outbound SPI: {carried})"
+        (f"traffic flows again through the re-created child(ren) (packets out/in per outbound SPI: {carried}; "
+         f"first {[c.spi_out for c in first]}; {dut.name}'s listings over the stream:\n" + "\n".join(timeline)
+         + f"\nstream: {s.result.transmitted} sent, {s.lost()} lost)")
     # both ends re-create at their own expiry (up to two children per expiry): the gap is
     # reported over the whole stream, with the number of children re-created
     record.figure("children re-created during the stream (both ends re-create)", len(carried))
