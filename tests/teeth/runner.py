@@ -272,7 +272,7 @@ def render(m: MatrixResult) -> str:
     lines += [f"- not covered: {', '.join(m.uncovered()) or 'none'}"
               + "".join(f"\n  - {k}: declared gap: {v}" for k, v in gaps.items() if k in m.uncovered()),
               f"- false alarms on the healthy lab: {len(fa)} in {len(m.healthy)} run(s) of {len(m.rows)} nodes"
-              + "".join(f"\n  - run {i}: {node}: {res.outcome}: {res.first_line()}" for i, node, res in fa),
+              + "".join(f"\n  - run {i}: {node}: {res.outcome}: {res.first_line(width=1500)}" for i, node, res in fa),
               f"- associations a tunnel's teardown left in an engine (flushed before the next row): "
               + (str(len(m.leftovers)) if m.leftovers else "none") + "".join(f"\n  - {x}" for x in m.leftovers),
               f"- healthy runs that skipped (declared gaps, not passes): {', '.join(m.declared_skips()) or 'none'}",

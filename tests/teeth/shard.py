@@ -176,7 +176,7 @@ def test_no_false_alarm_on_the_healthy_lab(result):
     alarms = result.false_alarms()
     assert len(result.healthy) >= 1
     assert not alarms, "healthy lab, no fault on, yet:\n" + "\n".join(
-        f"run {i}: {node}: {res.outcome}: {res.first_line()}" for i, node, res in alarms) + "".join(
+        f"run {i}: {node}: {res.outcome}: {res.message.strip()[:3000]}" for i, node, res in alarms) + "".join(
         f"\n(lab leftover {x})" for x in result.leftovers)
 
 
