@@ -165,14 +165,20 @@ class ChildSAs:
         except EngineError as exc:
             self.d.log(f"engine del_sa {spi:08x}: {exc}")
 
-    async def engine_entry(self, spi: int, direction: str) -> dict[str, Any]:
-        """The engine's listing of one association (counters, offloaded), {} if absent."""
+    async def _engine_sas(self) -> list[dict[str, Any]]:
         try:
-            sas = await self.engine.list_sas()
+            return await self.engine.list_sas()
         except EngineError as exc:
             self.d.log(f"engine list_sas: {exc}")
-            return {}
+            return []
+
+    @staticmethod
+    def _entry(sas: list[dict[str, Any]], spi: int, direction: str) -> dict[str, Any]:
         return next((s for s in sas if s["spi"] == spi and s["direction"] == direction), {})
+
+    async def engine_entry(self, spi: int, direction: str) -> dict[str, Any]:
+        """The engine's listing of one association (counters, offloaded), {} if absent."""
+        return self._entry(await self._engine_sas(), spi, direction)
 
     async def remove(self, sa: IkeSA, child: ChildSA, direction: str, keep_counters: bool = True) -> dict:
         """One association of a child out of the engine; returns (and with keep_counters
@@ -189,11 +195,21 @@ class ChildSAs:
         return last
 
     async def uninstall(self, sa: IkeSA, child: ChildSA) -> None:
-        """Whatever of the child's two associations is still in the engine, out of it."""
+        """Whatever of the child's two associations is still in the engine, out of it.
+
+        The counters they had stay on the child (one engine listing for both), as charon
+        keeps a child's last usestats when the kernel no longer has its SAs (child_sa.c
+        update_usebytes): a child still listed while it is deleted -- DELETING after its
+        hard expiry -- shows what it carried, not zeros (it showed zeros until a test
+        reading the last listing took that for a child that carried nothing)."""
         child.pending_out = None
-        for direction, installed in (("in", child.in_installed), ("out", child.out_installed)):
-            if installed:
-                await self.remove(sa, child, direction, keep_counters=False)
+        live = [d for d, installed in (("in", child.in_installed), ("out", child.out_installed)) if installed]
+        sas = await self._engine_sas() if live else []
+        for direction in live:
+            last = self._entry(sas, child.spi_in if direction == "in" else child.spi_out, direction)
+            if last:
+                child.last_counters[direction] = last
+            await self.remove(sa, child, direction, keep_counters=False)
         self.d.config.reqids.give_back(child.uid)
 
     async def uninstall_all(self, sa: IkeSA) -> None:
