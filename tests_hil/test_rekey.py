@@ -414,8 +414,9 @@ def test_life_time_expiry(tunnel, record, traffic_seconds):
     old = {a.name: tunnel.spis(a) for a in (dut, peer)}
     samples: list[EngineSample] = []
     # re-created child's outbound SPI -> the most (packets out, in) it was listed with: a child
-    # listed again while it is being deleted (its own expiry, when a loaded machine stretches
-    # the stream) no longer shows what it carried (CI: {'d5bf9117': (0, 0), ...} after it had)
+    # listed while it is being deleted (its own expiry, when a loaded machine stretches the
+    # stream) shows only what charon last read of its SAs (the twin showed zeros then, and a
+    # CI run read {'d5bf9117': (0, 0), ...} for a child that had carried the stream)
     carried: dict[str, tuple[int, int]] = {}
     timeline: list[str] = []  # the DUT's listings over the stream, shown when the traffic check fails
     with ping_stream(tunnel, max(life.life_time + 4, traffic_seconds(life.life_time + 4)), interval=0.02, record=record) as s:
