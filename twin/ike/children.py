@@ -176,15 +176,13 @@ class ChildSAs:
     def _entry(sas: list[dict[str, Any]], spi: int, direction: str) -> dict[str, Any]:
         return next((s for s in sas if s["spi"] == spi and s["direction"] == direction), {})
 
-    async def engine_entry(self, spi: int, direction: str) -> dict[str, Any]:
-        """The engine's listing of one association (counters, offloaded), {} if absent."""
-        return self._entry(await self._engine_sas(), spi, direction)
-
-    async def remove(self, sa: IkeSA, child: ChildSA, direction: str, keep_counters: bool = True) -> dict:
-        """One association of a child out of the engine; returns (and with keep_counters
-        keeps on the child) the engine's last reading of its counters."""
+    async def remove(self, sa: IkeSA, child: ChildSA, direction: str,
+                     listing: list[dict[str, Any]] | None = None) -> dict:
+        """One association of a child out of the engine; returns and keeps on the child the
+        engine's last reading of its counters (from ``listing`` when the caller read the
+        engine once for several removals)."""
         spi, dst = (child.spi_in, sa.local) if direction == "in" else (child.spi_out, sa.remote)
-        last = await self.engine_entry(spi, direction) if keep_counters else {}
+        last = self._entry(await self._engine_sas() if listing is None else listing, spi, direction)
         if last:
             child.last_counters[direction] = last
         await self._del(spi, dst)
@@ -204,12 +202,9 @@ class ChildSAs:
         reading the last listing took that for a child that carried nothing)."""
         child.pending_out = None
         live = [d for d, installed in (("in", child.in_installed), ("out", child.out_installed)) if installed]
-        sas = await self._engine_sas() if live else []
+        listing = await self._engine_sas() if live else []
         for direction in live:
-            last = self._entry(sas, child.spi_in if direction == "in" else child.spi_out, direction)
-            if last:
-                child.last_counters[direction] = last
-            await self.remove(sa, child, direction, keep_counters=False)
+            await self.remove(sa, child, direction, listing)
         self.d.config.reqids.give_back(child.uid)
 
     async def uninstall_all(self, sa: IkeSA) -> None:
