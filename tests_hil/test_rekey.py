@@ -419,6 +419,7 @@ def test_life_time_expiry(tunnel, record, traffic_seconds):
     # CI run read {'d5bf9117': (0, 0), ...} for a child that had carried the stream)
     carried: dict[str, tuple[int, int]] = {}
     timeline: list[str] = []  # the DUT's listings over the stream, shown when the traffic check fails
+    first_out = {k.spi_out for k in first}
     with ping_stream(tunnel, max(life.life_time + 4, traffic_seconds(life.life_time + 4)), interval=0.02, record=record) as s:
         t0 = time.monotonic()
         while s.running():  # watch every expiry the stream spans
@@ -426,7 +427,7 @@ def test_life_time_expiry(tunnel, record, traffic_seconds):
                 kids, got = engine_sample(app, conn)
                 if app is dut:
                     for c in kids:
-                        if c.spi_out not in {k.spi_out for k in first}:
+                        if c.spi_out not in first_out:
                             was = carried.get(c.spi_out, (0, 0))
                             carried[c.spi_out] = (max(was[0], c.packets_out), max(was[1], c.packets_in))
                     timeline.append(f"{time.monotonic() - t0:5.1f} s: " + ", ".join(
