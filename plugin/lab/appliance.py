@@ -150,14 +150,24 @@ class ShellCommands:
 
         Echoes go :data:`PING_INTERVAL` apart unless ``interval`` says otherwise: the
         programs' default of one second made three echoes cost two seconds of waiting
-        (issue 15); root may ping faster on FreeBSD and Linux alike."""
+        (issue 15); root may ping faster on FreeBSD and Linux alike.
+
+        A ping killed by a signal before its statistics raises TransportError, as a lost
+        session does: a reboot's SIGTERM may end the ping before it ends the SSH session,
+        and the truncated output is the appliance going away, not a parser's matter."""
         if interval is None and count > 1:
             interval = PING_INTERVAL
         deadline = int(timeout if timeout is not None else count * (interval or 1.0) + 3)
         req = ping_argv.PingRequest(dst, family or _family_of(dst), count, deadline, size, dont_fragment, source,
                                     interval)
         r = self._run(argv(*self.ping_argv(req)), timeout=deadline + 15)
-        return parser("ping").parse(r.stdout, r.stderr, r.status)
+        try:
+            return parser("ping").parse(r.stdout, r.stderr, r.status)
+        except ParseError as exc:
+            if r.status > 128:  # sh's 128 + signal: killed before its statistics, as a shutdown does
+                raise TransportError(f"{self.name}: ping was killed by signal {r.status - 128} before its "
+                                     f"statistics (the appliance shutting down under it?): {exc}") from exc
+            raise
 
     def ping_argv(self, req: ping_argv.PingRequest) -> list[str | int]:
         """FreeBSD's ping (the appliances); the bench overrides it with iputils'."""

@@ -93,6 +93,35 @@ class _RecordingHost:
         return RunResult("", "ping: cannot resolve x: Unknown host\n", 68, 0.0, self.name)
 
 
+class _AnsweringHost(_RecordingHost):
+    """A Host whose ping printed two replies and then ended with ``status``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__()
+        self.status = status
+
+    def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None):
+        from plugin.lab.remote import RunResult
+
+        self.scripts.append(script)
+        out = ("PING 198.51.100.65 (198.51.100.65): 56 data bytes\n"
+               "64 bytes from 198.51.100.65: icmp_seq=0 ttl=64 time=0.390 ms\n"
+               "64 bytes from 198.51.100.65: icmp_seq=1 ttl=64 time=0.410 ms\n")
+        return RunResult(out, "", self.status, 0.0, self.name)
+
+
+def test_a_ping_killed_before_its_statistics_is_the_appliance_going_away():
+    """A reboot's SIGTERM can end the ping before the SSH session (CI: the silent_reboot
+    cell of the health test got a ParseError instead of the test's own REBOOTED row)."""
+    from plugin.lab.appliance import Appliance
+    from plugin.lab.errors import ParseError, TransportError
+
+    with pytest.raises(TransportError, match="killed by signal 15 before its statistics"):
+        Appliance("a", _AnsweringHost(128 + 15), None).ping("198.51.100.65", count=5)
+    with pytest.raises(ParseError, match="output ended before the statistics"):  # not killed: the parser's finding
+        Appliance("a", _AnsweringHost(0), None).ping("198.51.100.65", count=5)
+
+
 def _argv_of(pinger, **kw) -> list[str]:
     import shlex
 
