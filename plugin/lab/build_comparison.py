@@ -23,6 +23,7 @@ Library code: no pytest. The caller holds the tunnel (and with it both appliance
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,8 +50,21 @@ FIGURES = ("up", "down")
 #: ~10x a stream per trial.
 PDR = "pdr"
 KNOWN_FIGURES = FIGURES + (PDR,)
-#: 0.5 % loss (the PDR's definition); width 2 %, well inside the verdict rule's 5 %
-PDR_GOAL = Goal("PDR", 0.005, width=0.02)
+#: 0.5 % loss (the PDR's definition); width 2 %, well inside the verdict rule's 5 %.
+#: Each load is judged on two final trials' time with an exceed ratio of 0.5 (the draft's
+#: goal exceed ratio, for a SUT with rare loss episodes the load did not cause): a load that
+#: passes once is met, one that fails is measured again and missed only if it fails twice.
+#: With one trial deciding, a single stall of a shared machine set the upper bound of a
+#: whole search: a CI run's parent searched 96/20/103/99 Mbit/s, and the 20 % slower
+#: candidate's verdict was "no change (unresolved)" at x0.92 [0.69, 1.90].
+PDR_LOSS, PDR_WIDTH, PDR_EXCEED, PDR_TRIALS_PER_LOAD = 0.005, 0.02, 0.5, 2
+
+
+def pdr_goal(seconds: float) -> Goal:
+    """The comparison's PDR goal for final trials of ``seconds``."""
+    return Goal("PDR", PDR_LOSS, width=PDR_WIDTH, exceed_ratio=PDR_EXCEED, duration_sum=PDR_TRIALS_PER_LOAD * seconds)
+
+
 PDR_DATAGRAM = 1200  # bytes of UDP payload, as tests_hil/test_ndr_pdr.py: below every inner limit
 PDR_MAX_TRIALS = 40
 
@@ -116,7 +130,9 @@ class BuildComparison:
 
 def figure_name(figure: str, seconds: float) -> str:
     if figure == PDR:
-        return (f"PDR (loss <= {100 * PDR_GOAL.loss_ratio:g} %, width {100 * PDR_GOAL.width:g} %), "
+        missed_when = math.floor(PDR_EXCEED * PDR_TRIALS_PER_LOAD) + 1  # trials over the loss that miss a load
+        return (f"PDR (loss <= {100 * PDR_LOSS:g} %, width {100 * PDR_WIDTH:g} %, a load missed when "
+                f"{missed_when} of {PDR_TRIALS_PER_LOAD} trials exceed it), "
                 f"{PDR_DATAGRAM}-byte UDP, {seconds:g} s final trials")
     return f"1 TCP stream {figure}, {seconds:g} s"
 
@@ -143,11 +159,11 @@ def _measure_pdr(active: Any, seconds: float) -> float:
     link = active.floor(via_bench=True).link_mbit
     try:
         result = search(udp_trial(active.bench, active.remote, target, size=PDR_DATAGRAM, bind=src),
-                        max_rate=1.1 * link, min_rate=0.02 * link, goals=(PDR_GOAL,), final_duration=seconds,
+                        max_rate=1.1 * link, min_rate=0.02 * link, goals=(pdr_goal(seconds),), final_duration=seconds,
                         phases=0, max_trials=PDR_MAX_TRIALS)
     except LabError as exc:
         raise ComparisonError(f"{active.name}: PDR search: {exc}") from exc
-    goal = result.goal(PDR_GOAL.name)
+    goal = result.goal("PDR")
     if goal.lower_bound is None:
         raise ComparisonError(f"{active.name}: PDR search proved no lower bound down to {0.02 * link:.1f} Mbit/s "
                               f"in {result.trial_count} trials ({goal.note or 'no note'})")
