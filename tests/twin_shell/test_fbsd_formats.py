@@ -250,6 +250,23 @@ def test_ping_ipv4_reply_format_and_parse(appliance):
         assert (res.family, res.transmitted, res.received, res.data_bytes) == ("ipv4", 2, 2, 56)
 
 
+def test_a_ping_stream_keeps_the_format_and_freebsds_pacing_flags(appliance):
+    """A stream (>= STREAM_COUNT echoes, -i from 0.01 s) runs iputils with a preload of 2 so
+    it keeps FreeBSD's rate (twin.fbsd.ping.linux_argv); its output stays FreeBSD's: one
+    line per echo in order, no iputils 'pipe' remark. A few -D probes get no preload."""
+    from twin.fbsd import ping as tping
+
+    r = appliance.run("ping -c 40 -i 0.01 -s 200 10.77.0.2")
+    lines = r.out.splitlines()
+    assert r.status == 0 and "pipe" not in r.out, r.out
+    assert [int(re.search(r"icmp_seq=(\d+)", x).group(1)) for x in lines[1:41]] == list(range(40)), lines[:42]
+    assert "40 packets transmitted, 40 packets received, 0.0% packet loss" in lines
+    argv = lambda args: tping.linux_argv(4, 56, True, tping.parse("ping", args.split()), "10.77.0.2")  # noqa: E731
+    stream, probe, slow = argv("-c 500 -i 0.01 10.77.0.2"), argv("-c 3 -D -s 1400 10.77.0.2"), argv("-c 30 10.77.0.2")
+    assert stream[stream.index("-l") + 1] == "2"
+    assert "-l" not in probe and "-l" not in slow  # few echoes; one a second (iputils keeps 1 s well)
+
+
 def test_ping6_format_emsgsize_and_exit_codes(appliance):
     r = appliance.run("ping6 -c 2 -i 0.2 fd77::2")
     lines = r.out.splitlines()

@@ -227,19 +227,7 @@ def main_for(prog: str, argv: list[str]) -> int:
     too_big_for_buffer = fam == 6 and sockbuf_check(prog, size, o)
     hd = c.host_dir()
     fragment = not o.dont_fragment or "own_too_big_fragmented" in c.active_faults(hd)
-    cmd = [LINUX_PING, "-n", f"-{fam}", "-s", str(size), "-M", "dont" if fragment else "do",
-           "-i", f"{o.interval:g}"]
-    if o.count is not None:
-        cmd += ["-c", str(o.count)]
-    if o.wait_ms is not None:
-        cmd += ["-W", f"{max(o.wait_ms, 1) / 1000.0:g}"]
-    # FreeBSD's -t is a hard stop after N s (summary printed as on SIGINT); iputils' -w
-    # would instead keep sending past -c until enough replies came: run_ping times it.
-    if o.src:
-        cmd += ["-I", o.src]
-    if o.ttl is not None:
-        cmd += ["-t", str(o.ttl)]
-    cmd.append(addr)
+    cmd = linux_argv(fam, size, fragment, o, addr)
     out = sys.stdout
     if fam == 4:
         frm = f" from {o.src}" if o.src else ""
@@ -255,6 +243,41 @@ def main_for(prog: str, argv: list[str]) -> int:
         if port is not None:
             return every_send_fails(prog, hostname, addr, size, o, "Network is down")
     return run_ping(prog, fam, hostname, addr, size, o, cmd)
+
+
+STREAM_COUNT = 20
+"""From this many echoes a ping is a stream, whose rate the tests divide by (lost / rate)."""
+
+
+def linux_argv(fam: int, size: int, fragment: bool, o: Opts, addr: str) -> list[str]:
+    """The iputils command line for FreeBSD's ``ping`` options ``o``.
+
+    Pacing: FreeBSD's ping sends each echo ``-i`` after the previous one (sbin/ping/ping.c:
+    pselect until last + intvl). iputils 20221126 keeps that schedule below 10 ms, but from
+    10 ms on it waits in a blocking recvmsg() with SO_RCVTIMEO and slips about a jiffy per
+    echo: measured on loopback, 200 echoes at -i 0.01 took 3.26 s (16.3 ms each), at 0.02
+    24 ms each, at 0.009 exactly 9 ms. A stream there (the health test's 500 echoes at
+    0.01, the rekey tests' 900) then ran 1.6x as long as FreeBSD's, and a test's blocked
+    time (lost / offered rate) under-counted by as much. With a preload of 2, iputils'
+    token bucket lets it catch up (same loopback: 10.2 ms per echo at 0.01, 20.06 at
+    0.02); only streams get it, so a few -D probes keep FreeBSD's one-at-a-time start.
+    """
+    cmd = [LINUX_PING, "-n", f"-{fam}", "-s", str(size), "-M", "dont" if fragment else "do",
+           "-i", f"{o.interval:g}"]
+    if o.count is not None:
+        cmd += ["-c", str(o.count)]
+    if 0.01 <= o.interval < 1.0 and (o.count is None or o.count >= STREAM_COUNT):
+        cmd += ["-l", "2"]
+    if o.wait_ms is not None:
+        cmd += ["-W", f"{max(o.wait_ms, 1) / 1000.0:g}"]
+    # FreeBSD's -t is a hard stop after N s (summary printed as on SIGINT); iputils' -w
+    # would instead keep sending past -c until enough replies came: run_ping times it.
+    if o.src:
+        cmd += ["-I", o.src]
+    if o.ttl is not None:
+        cmd += ["-t", str(o.ttl)]
+    cmd.append(addr)
+    return cmd
 
 
 def ifdisabled_egress(hd, addr: str) -> str | None:
