@@ -15,13 +15,14 @@ from plugin.lab.decision.search import Goal, TrialResult, search
 KNEE = 100.0  # Mbit/s: no loss at or below, 5 % above
 
 
-def _dut_with_one_stall():
-    """A sharp knee; the first final-duration trial at a load the DUT carries loses half its packets."""
+def _dut(stall: bool = True):
+    """A sharp knee; with ``stall`` the first final-duration trial at a load the DUT carries
+    loses half its packets. Returns the trial function and the stalled load (a list)."""
     stalled: list[float] = []
 
     def trial(load: float, duration: float) -> TrialResult:
         sent = int(load * 1000 * duration)
-        if not stalled and duration == 2.0 and load <= KNEE:
+        if stall and not stalled and duration == 2.0 and load <= KNEE:
             stalled.append(load)
             return TrialResult(load, sent, sent // 2, duration)
         return TrialResult(load, sent, sent if load <= KNEE else int(sent * 0.95), duration)
@@ -30,7 +31,7 @@ def _dut_with_one_stall():
 
 
 def _search(goal: Goal):
-    trial, stalled = _dut_with_one_stall()
+    trial, stalled = _dut()
     # as build_comparison._measure_pdr: 2 % .. 1.1 x the link, no intermediate phase
     result = search(trial, max_rate=1.1 * 110, min_rate=0.02 * 110, goals=(goal,), final_duration=2.0,
                     phases=0, max_trials=40)
@@ -58,13 +59,8 @@ def test_the_one_trial_rule_is_what_the_stall_broke():
 
 def test_a_load_that_loses_twice_is_missed():
     """A real knee still ends the search: above it both trials lose."""
-    trial, _ = _dut_with_one_stall()
-
-    def no_stall(load: float, duration: float) -> TrialResult:
-        sent = int(load * 1000 * duration)
-        return TrialResult(load, sent, sent if load <= KNEE else int(sent * 0.95), duration)
-
-    result = search(no_stall, max_rate=121.0, min_rate=2.2, goals=(pdr_goal(2.0),), final_duration=2.0,
+    trial, _ = _dut(stall=False)
+    result = search(trial, max_rate=121.0, min_rate=2.2, goals=(pdr_goal(2.0),), final_duration=2.0,
                     phases=0, max_trials=40)
     pdr = result.goal("PDR")
     assert pdr.lower_bound <= KNEE < pdr.upper_bound and pdr.width_reached, pdr.summary()
