@@ -442,12 +442,14 @@ def test_life_time_expiry(tunnel, record, traffic_seconds):
         # polled: a stream the machine stretched can end at the re-created child's own hard
         # expiry, and between its delete and the next re-create nothing is listed (CI read
         # "now []" 13 s into a 6 s life_time); a child that never comes back still fails
-        end = time.monotonic() + life.life_time + 10
-        while not ((now := tunnel.spis(app)) and not now & old[app.name]) and time.monotonic() < end:
-            time.sleep(POLL_S)
-        assert now and not now & old[app.name], (f"{app.name}: new SPIs after the expiry (old "
-                                                 f"{sorted(map(hex, old[app.name]))}, now {sorted(map(hex, now))}, "
-                                                 f"waited up to {life.life_time + 10} s)")
+        def renewed(app: Appliance = app) -> set[int] | None:
+            now = tunnel.spis(app)
+            return now if now and not now & old[app.name] else None
+        try:
+            poll(f"{app.name}: new SPIs after the expiry", renewed, life.life_time + 10)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc} (old {sorted(map(hex, old[app.name]))}, "
+                                 f"now {sorted(map(hex, tunnel.spis(app)))})") from None
     for app in engines:
         mine = [x for x in samples if x.app == app.name]
         record.figure(f"{app.name}: associations held, first / last", f"{mine[0].held} / {mine[-1].held}" if mine else "-")

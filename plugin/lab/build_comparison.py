@@ -157,13 +157,14 @@ def _measure_pdr(active: Any, seconds: float) -> float:
     lower bound (nothing met 0.5 % loss down to 2 % of the link) is a failed trial."""
     target, src = active.inner_address("remote"), active.bench_inner_address("local")
     link = active.floor(via_bench=True).link_mbit
+    wanted = pdr_goal(seconds)
     try:
         result = search(udp_trial(active.bench, active.remote, target, size=PDR_DATAGRAM, bind=src),
-                        max_rate=1.1 * link, min_rate=0.02 * link, goals=(pdr_goal(seconds),), final_duration=seconds,
+                        max_rate=1.1 * link, min_rate=0.02 * link, goals=(wanted,), final_duration=seconds,
                         phases=0, max_trials=PDR_MAX_TRIALS)
     except LabError as exc:
         raise ComparisonError(f"{active.name}: PDR search: {exc}") from exc
-    goal = result.goal("PDR")
+    goal = result.goal(wanted.name)
     if goal.lower_bound is None:
         raise ComparisonError(f"{active.name}: PDR search proved no lower bound down to {0.02 * link:.1f} Mbit/s "
                               f"in {result.trial_count} trials ({goal.note or 'no note'})")

@@ -247,6 +247,8 @@ def main_for(prog: str, argv: list[str]) -> int:
 
 STREAM_COUNT = 20
 """From this many echoes a ping is a stream, whose rate the tests divide by (lost / rate)."""
+IPUTILS_SLIPS_FROM = 0.01
+"""iputils' MININTERVAL (10 ms): from this interval on it waits with SO_RCVTIMEO and slips."""
 
 
 def linux_argv(fam: int, size: int, fragment: bool, o: Opts, addr: str) -> list[str]:
@@ -266,7 +268,7 @@ def linux_argv(fam: int, size: int, fragment: bool, o: Opts, addr: str) -> list[
            "-i", f"{o.interval:g}"]
     if o.count is not None:
         cmd += ["-c", str(o.count)]
-    if 0.01 <= o.interval < 1.0 and (o.count is None or o.count >= STREAM_COUNT):
+    if IPUTILS_SLIPS_FROM <= o.interval < 1.0 and (o.count is None or o.count >= STREAM_COUNT):
         cmd += ["-l", "2"]
     if o.wait_ms is not None:
         cmd += ["-W", f"{max(o.wait_ms, 1) / 1000.0:g}"]
