@@ -177,8 +177,13 @@ def scratch_rootdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     for name in CHECKOUT_LINKS:
         link = path / name
-        if not link.is_symlink():
+        try:
             link.symlink_to(REPO / name)
+        except FileExistsError:
+            # made already: by an earlier run in this rootdir, or at the same moment by a
+            # parallel part of the fault matrix sharing it (a CI run failed on that race)
+            if not (link.is_symlink() and link.resolve() == (REPO / name).resolve()):
+                raise
     return path
 
 
