@@ -203,8 +203,10 @@ class HostPersonality(namedtuple("HostPersonality", "base counters module_file r
 
 _SCALARS = {"module_file": str, "replay_window": int, "accepts_ipv6_sa": bool,
             "first_stream_issue": (int, type(None)), "unit": int}
-_SUITE_ONLY = ("kernel_esp_worst_case_block", "floor_margin")
-"""Profile keys that describe the suite's expectations, not the appliance: ignored here."""
+_SUITE_ONLY = ("kernel_esp_worst_case_block", "floor_margin", "rekey_blocked_ms", "counter_lag_s")
+"""Profile keys that describe the suite's expectations, not the appliance: ignored here
+(the twin's counters are live whatever ``counter_lag_s`` says: the loops write each
+packet's count into the shared block, twin.engine.counters)."""
 
 
 def for_host(model: str, overrides: Mapping[str, Any] | None, where: str = "profile") -> HostPersonality:

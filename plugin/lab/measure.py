@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, Union
 
 from plugin.lab.errors import InvariantError, LabError
+from plugin.lab.quiet import settle_interval
 from plugin.lab.remote.together import each_at_once
 from plugin.lab.timeshare import SETTLE, spent
 
@@ -79,7 +80,7 @@ class _Snapshots(Protocol):
 @spent(SETTLE)
 def settle(
     appliance: _Snapshots,
-    interval: float = 0.5,
+    interval: float | None = None,
     timeout: float = 10.0,
     *,
     sleep: Callable[[float], None] = time.sleep,
@@ -96,7 +97,7 @@ def settle(
 @spent(SETTLE)
 def settle_all(
     appliances: Sequence[_Snapshots],
-    interval: float = 0.5,
+    interval: float | None = None,
     timeout: float = 10.0,
     *,
     sleep: Callable[[float], None] = time.sleep,
@@ -115,10 +116,15 @@ def settle_all(
     reads and the interval (issue 15). The rule is unchanged -- the counters are
     monotonic, so two equal reads at least ``interval`` apart mean nothing moved between
     them however long ago the first was.
+
+    ``interval`` None: :func:`plugin.lab.quiet.settle_interval` -- the appliances'
+    counter lag, or a load's tail while a load ended less than that long ago.
     """
     apps = list(appliances)
     if not apps:
         return []
+    if interval is None:
+        interval = settle_interval(apps, clock=clock)
     start = clock()
     prev: dict[int, Snapshot] = {}
     due = start  # when the next read may start: ``interval`` after the newest first read

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 from plugin.lab import ping_argv
 from plugin.lab.appliance import IperfServer, ShellCommands
 from plugin.lab.errors import LabError
+from plugin.lab.quiet import load_ended
 from plugin.lab.remote import argv
 from plugin.lab.timeshare import PROBES, STREAM, TRAFFIC, spent
 
@@ -180,6 +181,7 @@ def iperf_run(
                     server_addr, port=port, seconds=seconds, streams=streams, reverse=reverse, bind=bind
                 )
         finally:
+            load_ended()  # a settle right after keeps the load's tail (plugin.lab.quiet)
             srv.stop()
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from plugin.lab.decision.latency import ProbeSample
 from plugin.lab.decision.search import TrialResult
 from plugin.lab.errors import LabError
+from plugin.lab.quiet import load_ended
 from plugin.lab.remote import argv
 from plugin.lab.timeshare import STREAM, TRAFFIC, spent
 
@@ -81,6 +82,7 @@ def udp_trial(bench: Any, server: Any, addr: str, *, size: int = 1200, bind: str
             with spent(TRAFFIC, cap=duration):
                 r = bench.host.run(argv(*cmd), timeout=duration + 60)
         finally:
+            load_ended()  # a settle right after keeps the load's tail (plugin.lab.quiet)
             srv.stop()
         return parse_udp_json(r.stdout, load_mbit, duration)
 
@@ -126,6 +128,7 @@ def rtt_probe(bench: Any, server: Any, addr: str, *, size: int = 1200, bind: str
             with spent(TRAFFIC, cap=seconds):
                 r = bench.host.run(f"{load} >/dev/null 2>&1 &\nsleep 0.5\n{ping}\nwait\n", timeout=seconds + 60)
         finally:
+            load_ended()
             srv.stop()
         rtts = {int(m.group(1)): float(m.group(2)) / 1000 for m in RTT_RE.finditer(r.stdout)}
         if not rtts and r.status not in (0, 1):

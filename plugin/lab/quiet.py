@@ -1,0 +1,64 @@
+"""How far apart a settle's two equal reads must be: the counters' lag, or a load's tail.
+
+Why two causes, not one constant (issue 15: "settles that wait longer than the counters
+need"): :func:`plugin.lab.measure.settle_all` calls the counters settled when two reads
+at least an interval apart are equal. What may still move them after a block of work
+depends on the work:
+
+- **a load** (an iperf3 stream, TCP or UDP): the engines' queues drain after the client
+  exits (the virtual lab's receive buffer holds a whole TCP window) and TCP sends late
+  segments (Linux's smallest retransmission timeout is 200 ms). Reads :data:`LOAD_TAIL_S`
+  apart span one backed-off retransmission -- the rule every meter used before;
+- **anything else** (pings waited out to their replies or their timeout, injected frames
+  up to the END frame the receiver saw): every packet has crossed the engines before the
+  action returned, so the only thing between a packet and its count is the counters' own
+  lag -- the appliance's ``counter_lag_s`` (plugin.lab.hardware: 0.5 s unless a lab file
+  states what its appliances do).
+
+:func:`load_ended` is called by whatever runs a load (plugin.lab.traffic.iperf_run, the
+UDP trials of plugin.lab.udp_load); a settle that starts within :data:`LOAD_TAIL_S` of
+the last one's end keeps the load's interval. Per process: an xdist worker drives its
+own appliances.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from plugin.lab.hardware import DEFAULT_COUNTER_LAG_S
+
+LOAD_TAIL_S = 0.5
+"""Seconds of equal reads after a load: queues drained, TCP's late segments (RTO >= 200 ms) seen."""
+
+_lock = threading.Lock()
+_last_load_end = float("-inf")
+
+
+def load_ended(at: float | None = None) -> None:
+    """Note that a load (iperf3 TCP or UDP) ended now (``time.monotonic()``) or ``at``."""
+    global _last_load_end
+    t = time.monotonic() if at is None else at
+    with _lock:
+        _last_load_end = max(_last_load_end, t)
+
+
+def last_load_end() -> float:
+    """When the last load of this process ended (``-inf``: none yet)."""
+    return _last_load_end
+
+
+def counter_lag(apps: Iterable[Any]) -> float:
+    """The largest ``profile.counter_lag_s`` of ``apps`` (the default for one without a profile)."""
+    lags = [getattr(getattr(a, "profile", None), "counter_lag_s", DEFAULT_COUNTER_LAG_S) for a in apps]
+    return max(lags, default=DEFAULT_COUNTER_LAG_S)
+
+
+def settle_interval(apps: Iterable[Any], *, clock: Callable[[], float] = time.monotonic) -> float:
+    """The spacing a settle of ``apps`` starting now needs: their counter lag, and at
+    least :data:`LOAD_TAIL_S` while a load ended less than that long ago."""
+    lag = counter_lag(apps)
+    if clock() - _last_load_end < LOAD_TAIL_S:
+        return max(lag, LOAD_TAIL_S)
+    return lag
