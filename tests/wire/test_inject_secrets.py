@@ -27,6 +27,10 @@ class Recording:
         self.seen += [script.encode(), stdin or b""]
         return self.host.run(script, timeout=timeout, stdin=stdin)
 
+    def run_file(self, path, *, stdin, timeout=None):
+        self.seen += [path.encode(), stdin]
+        return self.host.run_file(path, timeout=timeout, stdin=stdin)
+
 
 def leaked(sa: Sa, blobs: list[bytes]) -> list[str]:
     secrets_ = forms(sa.enc_key) | (forms(sa.auth_key) if sa.auth_key else set())

@@ -25,8 +25,8 @@ from .scripts import RECEIVER, SENDER, UDP_SENDER
 log = logging.getLogger(__name__)
 PYTHON = "python3"
 TRANSFER_BPS = 250_000
-"""A floor for how fast a batch reaches the sender over its shell (bytes/s; the virtual
-lab's Python sshd on a loaded 2-core machine), used only to size the waits."""
+"""A floor for how fast a batch reaches the sender over its SSH channel (bytes/s; the
+virtual lab's Python sshd on a loaded 2-core machine), used only to size the waits."""
 
 
 @dataclass(frozen=True)
@@ -124,15 +124,34 @@ def _run_batch(sender: Host, receiver: Host, inner: Inner, cap: float, program: 
     t0 = time.monotonic()
     rx = _Receiver(receiver, inner, cap)
     rx.start()
+    path, runner = f"{rx.base}-send.py", f"{rx.base}-send.sh"
+    run_line = argv(PYTHON, path, *args) + f"\nst=$?; rm -f {path} {runner}; exit $st\n"
     try:
-        path = f"{rx.base}-send.py"
-        send = _program(path, program) + argv(PYTHON, path, *args) + f"\nst=$?; rm -f {path}; exit $st\n"
-        with spent(TRAFFIC, cap=paced):
-            res = sender.run(send, stdin=stdin, timeout=cap + 30).check(f"wire sender on {sender.name}")
+        if stdin is None:
+            with spent(TRAFFIC, cap=paced):
+                res = sender.run(_program(path, program) + run_line, timeout=cap + 30)
+        else:
+            # the frames stream into the sender as it paces them (Host.run_file), instead of
+            # a here-document the sender could only start after (1.9 s for 40 MB)
+            sender.run(_program(path, program) + _program(runner, run_line), timeout=30).check(
+                f"wire sender's program on {sender.name}")
+            with spent(TRAFFIC, cap=paced):
+                res = sender.run_file(runner, stdin=stdin, timeout=cap + 30)
+        res.check(f"wire sender on {sender.name}")
         sent = json.loads(res.stdout.strip().splitlines()[-1])
+        if stdin is not None and (sent.get("cut") or int(sent["sent"]) + int(sent["failed"]) != len(frames) + 1):
+            raise InjectError(f"wire sender on {sender.name}: {sent['sent']} sent + {sent['failed']} failed of "
+                              f"{len(frames) + 1} frames (its stdin ended early{' inside a frame' if sent.get('cut') else ''})")
         got = rx.answer()
-    except (ValueError, IndexError) as exc:
-        raise InjectError(f"wire injection: unreadable answer ({exc})") from None
+    except BaseException as exc:
+        if stdin is not None:  # the runner removes both itself when it ran to its end
+            try:
+                sender.run(f"rm -f {path} {runner}\n", timeout=30)
+            except Exception as cleanup:  # noqa: BLE001 -- the injection's own error is the one to raise
+                log.warning("%s: could not remove %s: %s", sender.name, runner, cleanup)
+        if isinstance(exc, (ValueError, IndexError, KeyError)):
+            raise InjectError(f"wire injection: unreadable answer ({exc})") from None
+        raise
     finally:
         rx.remove()
     d = Delivery(frames=list(frames), counts={int(k): v for k, v in got["counts"].items()},
@@ -159,7 +178,7 @@ def inject(sender: Host, receiver: Host, path: WirePath, inner: Inner, frames: l
     """
     batch = [*frames, end]
     blob = _blob(batch)
-    # the frames travel base64 in the sender's script: a jumbo path's sweep is ~40 MB
+    # the frames travel on the sender's stdin while it sends: a jumbo path's sweep is ~40 MB
     transfer = len(blob) / TRANSFER_BPS
     paced = max(len(batch) / pps, len(blob) * 8 / (rate_mbit * 1e6) if rate_mbit else 0.0)
     cap = cap if cap is not None else paced + 10.0 + transfer

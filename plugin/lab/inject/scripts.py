@@ -6,13 +6,16 @@ key: the sender reads ready-made ESP frames from stdin (2-byte length, frame), t
 receiver only counts tags.
 
 SENDER argv: DST [SRC] [PPS] [BPS] -- one raw IPPROTO_ESP socket (the kernel adds the outer
-header), frames paced to PPS and BPS bits/s (0: no byte limit; the ports' queues are not
-the subject: a jumbo sweep at 4,000 frames/s overruns a 100 Mbit/s port), DF set
+header), frames read from stdin as they arrive (the first leaves while a jumbo sweep's
+40 MB are still being sent), paced to PPS and BPS bits/s (0: no byte limit; the ports'
+queues are not the subject: a jumbo sweep at 4,000 frames/s overruns a 100 Mbit/s port);
+a schedule more than 20 ms behind (a stall) starts again from now, never a burst; DF set
 where the OS allows it so a frame over the path MTU fails instead of fragmenting.
 A full local interface queue (ENOBUFS, EAGAIN) is this host's, not the path's: the frame
 is sent again after a backoff (1 ms doubling, about half a second in all), counted in
 "queue_full"; only a frame that still cannot go counts as failed.
-Prints {"sent": n, "failed": n, "errors": {errno: n}, "queue_full": n, "seconds": s}.
+Prints {"sent": n, "failed": n, "errors": {errno: n}, "queue_full": n, "seconds": s, "cut": 0|1}
+("cut": stdin ended inside a frame).
 
 UDP_SENDER argv: DST PORT SRC TOKEN_HEX FIRST LAST PPS BPS -- the outbound sweep: one UDP
 socket bound to SRC (the appliance's own LAN address, or the bench's behind it), one
@@ -44,12 +47,16 @@ else:
 _PACED = r'''
 sent = failed = nbytes = queue_full = 0
 errs = {}
-t0 = time.monotonic()
+t0 = start = time.monotonic()
 for frame in frames():
     due = t0 + max(sent / pps, nbytes * 8 / bps if bps else 0.0)
     now = time.monotonic()
     if due > now:
         time.sleep(due - now)
+    elif now - due > 0.02:
+        # a stall (the next frame still on its way, a busy machine): start the pacing again
+        # from now instead of catching up in a burst the ports would have to queue
+        t0 += now - due
     backoff = 0.001
     while True:
         try:
@@ -70,7 +77,7 @@ for frame in frames():
             errs[name] = errs.get(name, 0) + 1
             break
 print(json.dumps({"sent": sent, "failed": failed, "errors": errs, "queue_full": queue_full,
-                  "seconds": round(time.monotonic() - t0, 3)}))
+                  "seconds": round(time.monotonic() - start, 3), "cut": cut}))
 '''
 
 SENDER = r'''
@@ -85,17 +92,25 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
 ''' + _DONT_FRAGMENT + r'''
 if src:
     s.bind((src, 0))
-data = sys.stdin.buffer.read()
+inp = sys.stdin.buffer
 addr = (dst, 0, 0, 0) if fam == socket.AF_INET6 else (dst, 0)
 hdr = 40
+cut = 0
 
 
 def frames():
-    off = 0
-    while off < len(data):
-        (n,) = struct.unpack_from("!H", data, off)
-        yield data[off + 2:off + 2 + n]
-        off += 2 + n
+    """Frames as they arrive on stdin: the first leaves while the rest are still on their way."""
+    global cut
+    while True:
+        head = inp.read(2)
+        if not head:
+            return
+        (n,) = struct.unpack("!H", head) if len(head) == 2 else (1 << 16,)
+        frame = inp.read(n)
+        if len(frame) < n:
+            cut = 1  # the stream ended inside a frame
+            return
+        yield frame
 ''' + _PACED
 
 UDP_SENDER = r'''
@@ -110,6 +125,7 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
 s.bind((src, port))
 addr = (dst, port, 0, 0) if fam == socket.AF_INET6 else (dst, port)
 MAGIC, END = b"HILW", 0xFFFFFFFF
+cut = 0
 
 
 def frames():

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from plugin.lab.errors import CommandTimeout, TransportError
-from plugin.lab.remote.shell import RunResult, decode_output, random_token, wrap_script
+from plugin.lab.remote.shell import RunResult, decode_output, random_token, script_file_command, wrap_script
 from plugin.lab.timeshare import SSH, spent
 
 log = logging.getLogger(__name__)
@@ -38,29 +38,40 @@ class LocalHost:
     def __repr__(self) -> str:
         return f"LocalHost({self.name!r}, netns={self.netns!r})"
 
-    def _cmd(self) -> list[str]:
-        sh = ["/bin/sh", "-s"]
-        return ["ip", "netns", "exec", self.netns, *sh] if self.netns else sh
+    def _argv(self, *sh: str) -> list[str]:
+        """``sh`` run here, inside the host's network namespace if it has one."""
+        if not self.netns:
+            return list(sh)
+        if not os.path.exists(f"/run/netns/{self.netns}"):
+            # else `ip netns exec` exits 255, indistinguishable from the script's own status
+            raise TransportError(f"{self.name}: network namespace {self.netns!r} does not exist "
+                                 f"(/run/netns/{self.netns} missing; is the lab up?)")
+        return ["ip", "netns", "exec", self.netns, *sh]
 
     @spent(SSH, within_phase=True)
     def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
         """Run a POSIX sh script on this machine. Counted as "ssh" like SshHost's (the
         virtual lab's bench is local, a real one is not: the same command, the same row)."""
+        return self._communicate(self._argv("/bin/sh", "-s"), wrap_script(script, stdin), timeout,
+                                 f"sh script ({script.count(chr(10)) + 1} lines)")
+
+    @spent(SSH, within_phase=True)
+    def run_file(self, path: str, *, stdin: bytes, timeout: float | None = None) -> RunResult:
+        """SshHost.run_file here: ``/bin/sh PATH`` with ``stdin`` as its raw standard input
+        (the same path rule, so a script that runs on the bench runs on an appliance)."""
+        script_file_command(path)  # the path rule, checked the same way
+        return self._communicate(self._argv("/bin/sh", path), stdin, timeout, f"{path} ({len(stdin)} bytes of stdin)")
+
+    def _communicate(self, cmd: list[str], data: bytes, timeout: float | None, what: str) -> RunResult:
         timeout = self.command_timeout if timeout is None else timeout
-        if self.netns and not os.path.exists(f"/run/netns/{self.netns}"):
-            # else `ip netns exec` exits 255, indistinguishable from the script's own status
-            raise TransportError(f"{self.name}: network namespace {self.netns!r} does not exist "
-                                 f"(/run/netns/{self.netns} missing; is the lab up?)")
         t0 = time.monotonic()
         try:
-            proc = subprocess.Popen(
-                self._cmd(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True,
-            )
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
         except OSError as e:
-            raise TransportError(f"{self.name}: cannot start {self._cmd()}: {e}") from e
+            raise TransportError(f"{self.name}: cannot start {cmd}: {e}") from e
         try:
-            out, err = proc.communicate(wrap_script(script, stdin), timeout=timeout)
+            out, err = proc.communicate(data, timeout=timeout)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):  # the group ended by itself meanwhile
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -68,8 +79,7 @@ class LocalHost:
             raise CommandTimeout(f"{self.name}: command did not finish within {timeout:g}s "
                                  f"(process group killed)") from None
         dur = time.monotonic() - t0
-        log.debug("%s: sh script (%d lines) status=%d in %.3fs", self.name,
-                  script.count("\n") + 1, proc.returncode, dur)
+        log.debug("%s: %s status=%d in %.3fs", self.name, what, proc.returncode, dur)
         return RunResult(decode_output(out), decode_output(err), proc.returncode, dur, self.name)
 
     def read_file(self, path: str) -> bytes:

@@ -5,7 +5,11 @@ command string through root's login shell, csh/tcsh, where `2>&1` writes a file 
 `1`, `>/dev/null 2>&1` is "Ambiguous output redirect.", `!` is history even in single
 quotes and `echo "a\\1b"` writes byte 0x01. So the ONLY command string ever sent to the
 login shell is the fixed literal "/bin/sh -s"; the script itself travels on the channel's
-stdin, wrapped here (:func:`wrap_script`), and is interpreted by sh. Every transport
+stdin, wrapped here (:func:`wrap_script`), and is interpreted by sh. The one other
+command string is ``/bin/sh PATH`` (:func:`script_file_command`) for a script file the
+suite wrote there first, PATH made only of characters csh leaves alone: its stdin is then
+the caller's raw bytes as they arrive (``run_file``: a program reads a stream while it is
+still being sent, issue 15). Every transport
 (:class:`~plugin.lab.remote.ssh.SshHost`, :class:`~plugin.lab.remote.local.LocalHost`)
 offers the same :class:`Host` protocol.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -23,8 +28,18 @@ from plugin.lab.errors import TransportError
 
 log = logging.getLogger(__name__)
 
-#: The one and only command string given to the remote login shell.
+#: The command string given to the remote login shell for every script.
 SH_COMMAND = "/bin/sh -s"
+#: A script file's path as ``run_file`` takes it: nothing csh expands, quotes or redirects.
+SAFE_SCRIPT_PATH = re.compile(r"/[A-Za-z0-9_.][A-Za-z0-9_./-]*")
+
+
+def script_file_command(path: str) -> str:
+    """``/bin/sh PATH``: the command string of ``run_file``; ValueError for a path with
+    anything csh could interpret (the only command string besides :data:`SH_COMMAND`)."""
+    if not SAFE_SCRIPT_PATH.fullmatch(path) or "/../" in path:
+        raise ValueError(f"run_file: {path!r} is not an absolute path of [A-Za-z0-9_./-]")
+    return f"/bin/sh {path}"
 
 
 class CommandFailed(TransportError):
@@ -71,6 +86,7 @@ class Host(Protocol):
     name: str
 
     def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult: ...
+    def run_file(self, path: str, *, stdin: bytes, timeout: float | None = None) -> RunResult: ...
     def read_file(self, path: str) -> bytes: ...
     def write_file_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
     def exists(self, path: str) -> bool: ...

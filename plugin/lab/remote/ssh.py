@@ -24,7 +24,8 @@ import paramiko
 from plugin.lab.errors import CommandTimeout, HostKeyError, TransportError
 from plugin.lab.timeshare import SSH, spent
 from plugin.lab.remote.sftp import SftpFiles
-from plugin.lab.remote.shell import SH_COMMAND, RunResult, close_quietly, decode_output, kill_script, random_token, wrap_script
+from plugin.lab.remote.shell import (SH_COMMAND, RunResult, close_quietly, decode_output, kill_script, random_token,
+                                     script_file_command, wrap_script)
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +290,41 @@ class SshHost(SftpFiles):
                                  "(SSH connection lost, or the remote shell was killed by a signal)")
         log.debug("%s: sh script (%d lines) status=%d in %.3fs", self.name,
                   script.count("\n") + 1, status, dur)
+        return RunResult(decode_output(out), decode_output(err), status, dur, self.name)
+
+    @spent(SSH, within_phase=True)
+    def run_file(self, path: str, *, stdin: bytes, timeout: float | None = None) -> RunResult:
+        """Run the sh script file ``path`` (already on the host) with ``stdin`` as its raw
+        standard input, sent while it runs: a program that reads a stream (the wire
+        sender's frames) starts on the first bytes instead of after a base64 here-document
+        of all of them (:func:`~plugin.lab.remote.shell.wrap_script`: 40 MB took 1.9 s
+        before the first frame left). The command string is ``/bin/sh PATH``
+        (shell.script_file_command). On a timeout the channel is closed: the script's
+        stdin ends, so what it runs must stop at EOF (nothing else kills it)."""
+        timeout = self.command_timeout if timeout is None else timeout
+        command = script_file_command(path)
+        t0 = time.monotonic()
+        chan = self._open_session()
+        try:
+            chan.exec_command(command)
+            chan.settimeout(timeout)  # a script that stops reading must not block the send forever
+            try:
+                send_all(chan, stdin)
+            except socket.timeout:
+                raise CommandTimeout(f"{self.name}: {path} did not read its stdin within {timeout:g}s "
+                                     f"(channel closed)") from None
+            chan.settimeout(None)
+            chan.shutdown_write()
+            out, err, status = self._drain(chan, t0 + timeout, timeout)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise TransportError(f"{self.name}: command channel failed: {type(e).__name__}: {e}") from e
+        finally:
+            chan.close()
+        dur = time.monotonic() - t0
+        if status == -1:
+            raise TransportError(f"{self.name}: {path} ended without an exit status after {dur:.1f}s "
+                                 "(SSH connection lost, or the shell was killed by a signal)")
+        log.debug("%s: %s with %d bytes of stdin status=%d in %.3fs", self.name, path, len(stdin), status, dur)
         return RunResult(decode_output(out), decode_output(err), status, dur, self.name)
 
     def _kill_remote(self, pid_file: str) -> None:
