@@ -89,6 +89,7 @@ class _Receiver:
     def __init__(self, receiver: Host, inner: Inner, cap: float) -> None:
         self.host, self.inner, self.cap = receiver, inner, cap
         self.base = f"/tmp/hil-wire-{random_token()}"
+        self.removed = False
 
     def start(self) -> None:
         b = self.base
@@ -102,16 +103,25 @@ class _Receiver:
             f"cat {b}-err >&2; exit 1", ""])
         self.host.run(start, timeout=30).check(f"wire receiver on {self.host.name}")
 
+    def _files(self) -> str:
+        b = self.base
+        return f"{b}-recv.py {b}-ready {b}-out {b}-out.tmp {b}-err"
+
     def answer(self) -> dict:
+        """The receiver's count; its files are removed in the same round trip."""
         b = self.base
         wait = "\n".join([
             "i=0", f"while [ ! -s {b}-out ] && [ $i -lt {int(self.cap * 20) + 100} ]; do sleep 0.05; i=$((i+1)); done",
-            f"cat {b}-out", f"[ -s {b}-out ] || {{ cat {b}-err >&2; exit 1; }}", ""])
-        return json.loads(self.host.run(wait, timeout=self.cap + 30).check(f"wire receiver on {self.host.name}").stdout.strip())
+            f"if [ -s {b}-out ]; then cat {b}-out; rm -f {self._files()}; exit 0; fi",
+            f"cat {b}-err >&2; exit 1", ""])
+        out = self.host.run(wait, timeout=self.cap + 30).check(f"wire receiver on {self.host.name}").stdout
+        self.removed = True
+        return json.loads(out.strip())
 
     def remove(self) -> None:
-        b = self.base
-        self.host.run(f"rm -f {b}-recv.py {b}-ready {b}-out {b}-out.tmp {b}-err\n", timeout=30)
+        """The receiver's files, unless its answer took them already."""
+        if not self.removed:
+            self.host.run(f"rm -f {self._files()}\n", timeout=30)
 
 
 def _run_batch(sender: Host, receiver: Host, inner: Inner, cap: float, program: str, args: list[str],
