@@ -46,10 +46,10 @@ class WireCapture:
             f"nohup {cmd} > {shlex.quote(log_path)} 2>&1 < /dev/null &",
             "pid=$!",
             "i=0",
-            "while [ $i -lt 50 ]; do",
+            "while [ $i -lt 250 ]; do",  # looked for every 20 ms (5 s in all): it listens within tens of ms
             f"  if grep -q 'listening on' {shlex.quote(log_path)} 2>/dev/null; then echo \"$pid\"; exit 0; fi",
             "  kill -0 $pid 2>/dev/null || break",
-            "  sleep 0.1; i=$((i+1))",
+            "  sleep 0.02; i=$((i+1))",
             "done",
             f"cat {shlex.quote(log_path)} >&2; kill $pid 2>/dev/null; exit 3",
         ])
@@ -64,7 +64,7 @@ class WireCapture:
         # SIGINT makes tcpdump flush and close the file; wait for it to exit before reading.
         self.host.run(
             f"kill -INT {self.pid} 2>/dev/null; i=0\n"
-            f"while kill -0 {self.pid} 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done\n"
+            f"while kill -0 {self.pid} 2>/dev/null && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done\n"
             f"kill {self.pid} 2>/dev/null; true", timeout=30)
         try:
             self.pcap = self.host.read_file(self.path)
