@@ -27,6 +27,10 @@ class CaptureError(LabError):
     """tcpdump did not start, or its file could not be read."""
 
 
+#: seconds the capture file must stop growing before tcpdump is stopped (WireCapture.__exit__)
+QUIET_S = 0.2
+
+
 class WireCapture:
     """``with WireCapture(appliance.host, "wan10g") as cap: ...`` then ``cap.pcap`` (bytes)."""
 
@@ -60,9 +64,20 @@ class WireCapture:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        time.sleep(0.5)  # let the last packets reach the file (-U writes per packet)
+        # The block's packets have crossed the port when it returns (its pings answered, its
+        # END datagram received); what may lag is tcpdump writing them (-U: one write per
+        # packet). So it is stopped once its file has stopped growing for QUIET_S (a fixed
+        # 0.5 s before: 25 captures a run, issue 15) -- and later while it still grows.
         # SIGINT makes tcpdump flush and close the file; wait for it to exit before reading.
+        q = shlex.quote(self.path)
+        polls = int(QUIET_S / 0.05)
         self.host.run(
+            f"last=-1; same=0; i=0\n"
+            f"while [ $same -lt {polls} ] && [ $i -lt 200 ]; do\n"
+            f"  n=$(wc -c < {q} 2>/dev/null || echo 0)\n"
+            f"  if [ \"$n\" = \"$last\" ]; then same=$((same+1)); else same=0; last=$n; fi\n"
+            f"  sleep 0.05; i=$((i+1))\n"
+            f"done\n"
             f"kill -INT {self.pid} 2>/dev/null; i=0\n"
             f"while kill -0 {self.pid} 2>/dev/null && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done\n"
             f"kill {self.pid} 2>/dev/null; true", timeout=30)
