@@ -95,6 +95,13 @@ def test_a_failing_script_gives_its_status_and_stderr(host, scratch):
     assert (r.status, r.stderr.strip()) == (3, "nope")
 
 
+def test_a_script_that_ends_before_reading_its_stdin_still_gives_its_status(host, scratch):
+    path = f"{scratch}/early.sh"
+    write_script(host, path, "echo gone before reading >&2\nexit 4")
+    r = host.run_file(path, stdin=os.urandom(BIG), timeout=60)
+    assert (r.status, r.stderr.strip()) == (4, "gone before reading")
+
+
 @pytest.mark.parametrize("path", ["relative.sh", "/tmp/a b.sh", "/tmp/x;rm -rf ~", "/tmp/$HOME.sh",
                                   "/tmp/a`id`.sh", "/tmp/../etc/x.sh", "/tmp/!1.sh", "/tmp/a>b"])
 def test_a_path_csh_could_misread_is_refused_before_anything_runs(host, path):

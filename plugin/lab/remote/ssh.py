@@ -313,8 +313,13 @@ class SshHost(SftpFiles):
             except socket.timeout:
                 raise CommandTimeout(f"{self.name}: {path} did not read its stdin within {timeout:g}s "
                                      f"(channel closed)") from None
+            except OSError:
+                if not (chan.closed or chan.exit_status_ready()):
+                    raise
+                # the script ended before it read all of its stdin: its status and stderr say why
             chan.settimeout(None)
-            chan.shutdown_write()
+            if not chan.closed:
+                chan.shutdown_write()
             out, err, status = self._drain(chan, t0 + timeout, timeout)
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise TransportError(f"{self.name}: command channel failed: {type(e).__name__}: {e}") from e
