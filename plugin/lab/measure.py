@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, Union
 
 from plugin.lab.errors import InvariantError, LabError
-from plugin.lab.quiet import settle_interval
+from plugin.lab import quiet
 from plugin.lab.remote.together import each_at_once
 from plugin.lab.timeshare import SETTLE, spent
 
@@ -118,13 +118,13 @@ def settle_all(
     them however long ago the first was.
 
     ``interval`` None: :func:`plugin.lab.quiet.settle_interval` -- the appliances'
-    counter lag, or a load's tail while a load ended less than that long ago.
+    counter lag, or a load's tail for their first settle after a load.
     """
     apps = list(appliances)
     if not apps:
         return []
     if interval is None:
-        interval = settle_interval(apps, clock=clock)
+        interval = quiet.settle_interval(apps)
     start = clock()
     prev: dict[int, Snapshot] = {}
     due = start  # when the next read may start: ``interval`` after the newest first read
@@ -153,6 +153,7 @@ def settle_all(
             if snap.same_values(prev[i]):
                 done[i] = snap
         if len(done) == len(apps):
+            quiet.settled(apps)
             return [done[i] for i in range(len(apps))]
         if clock() - start >= timeout:
             lines = []

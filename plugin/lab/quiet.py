@@ -16,15 +16,17 @@ depends on the work:
   states what its appliances do).
 
 :func:`load_ended` is called by whatever runs a load (plugin.lab.traffic.iperf_run, the
-UDP trials of plugin.lab.udp_load); a settle that starts within :data:`LOAD_TAIL_S` of
-the last one's end keeps the load's interval. Per process: an xdist worker drives its
-own appliances.
+UDP trials of plugin.lab.udp_load); the first settle of each appliance after it keeps the
+load's interval (:func:`settled` records the appliances a settle found quiet), however
+late it starts -- a rule "within 0.5 s of the load's end" would let a settle that began
+late (a slow server stop) pass with reads 0.1 s apart while the tail still runs. Per
+process: an xdist worker drives its own appliances.
 """
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from plugin.lab.hardware import DEFAULT_COUNTER_LAG_S
@@ -34,19 +36,29 @@ LOAD_TAIL_S = 0.5
 
 _lock = threading.Lock()
 _last_load_end = float("-inf")
+_quiet_since_load: set[str] = set()
 
 
 def load_ended(at: float | None = None) -> None:
-    """Note that a load (iperf3 TCP or UDP) ended now (``time.monotonic()``) or ``at``."""
+    """Note that a load (iperf3 TCP or UDP) ended now (``time.monotonic()``) or ``at``:
+    every appliance's next settle waits the load's tail."""
     global _last_load_end
     t = time.monotonic() if at is None else at
     with _lock:
         _last_load_end = max(_last_load_end, t)
+        _quiet_since_load.clear()
 
 
 def last_load_end() -> float:
     """When the last load of this process ended (``-inf``: none yet)."""
     return _last_load_end
+
+
+def settled(apps: Iterable[Any]) -> None:
+    """``apps`` were found settled (by :func:`plugin.lab.measure.settle_all`): their next
+    settle needs only their counter lag, until the next load."""
+    with _lock:
+        _quiet_since_load.update(_name(a) for a in apps)
 
 
 def counter_lag(apps: Iterable[Any]) -> float:
@@ -55,10 +67,15 @@ def counter_lag(apps: Iterable[Any]) -> float:
     return max(lags, default=DEFAULT_COUNTER_LAG_S)
 
 
-def settle_interval(apps: Iterable[Any], *, clock: Callable[[], float] = time.monotonic) -> float:
-    """The spacing a settle of ``apps`` starting now needs: their counter lag, and at
-    least :data:`LOAD_TAIL_S` while a load ended less than that long ago."""
+def settle_interval(apps: Iterable[Any]) -> float:
+    """The spacing a settle of ``apps`` needs: their counter lag, and at least
+    :data:`LOAD_TAIL_S` while one of them has not settled since the last load."""
+    apps = list(apps)
     lag = counter_lag(apps)
-    if clock() - _last_load_end < LOAD_TAIL_S:
+    if _last_load_end > float("-inf") and not all(_name(a) in _quiet_since_load for a in apps):
         return max(lag, LOAD_TAIL_S)
     return lag
+
+
+def _name(app: Any) -> str:
+    return str(getattr(app, "name", id(app)))

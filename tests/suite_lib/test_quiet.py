@@ -9,7 +9,7 @@ import pytest
 from plugin.lab import quiet
 from plugin.lab.errors import ProfileError
 from plugin.lab.hardware import DEFAULT_COUNTER_LAG_S, profile_for
-from plugin.lab.measure import Snapshot, settle_all
+from plugin.lab.measure import SettleTimeout, Snapshot, settle_all
 from plugin.lab.profiles_file import load_profiles_file
 from plugin.lab.topology.load import load_topology
 
@@ -44,22 +44,27 @@ class App:
 @pytest.fixture(autouse=True)
 def no_load_yet(monkeypatch):
     monkeypatch.setattr(quiet, "_last_load_end", float("-inf"))
+    monkeypatch.setattr(quiet, "_quiet_since_load", set())
 
 
-def test_without_a_recent_load_the_spacing_is_the_largest_counter_lag():
-    clock = Clock()
-    assert quiet.settle_interval([App("a", 0.1)], clock=clock) == pytest.approx(0.1)
-    assert quiet.settle_interval([App("a", 0.1), App("b", 0.3)], clock=clock) == pytest.approx(0.3)
-    assert quiet.settle_interval([App("bare", None)], clock=clock) == DEFAULT_COUNTER_LAG_S
+def test_without_a_load_the_spacing_is_the_largest_counter_lag():
+    assert quiet.settle_interval([App("a", 0.1)]) == pytest.approx(0.1)
+    assert quiet.settle_interval([App("a", 0.1), App("b", 0.3)]) == pytest.approx(0.3)
+    assert quiet.settle_interval([App("bare", None)]) == DEFAULT_COUNTER_LAG_S
 
 
-def test_a_load_that_just_ended_keeps_its_tail_and_an_old_one_does_not():
-    clock = Clock()
-    quiet.load_ended(at=clock.now - 0.2)
-    assert quiet.settle_interval([App("a", 0.1)], clock=clock) == quiet.LOAD_TAIL_S
-    assert quiet.settle_interval([App("slow", 2.0)], clock=clock) == 2.0  # a longer lag still wins
-    clock.now += quiet.LOAD_TAIL_S
-    assert quiet.settle_interval([App("a", 0.1)], clock=clock) == pytest.approx(0.1)
+def test_each_appliances_first_settle_after_a_load_keeps_its_tail():
+    a, b = App("a", 0.1), App("b", 0.1)
+    quiet.load_ended()
+    assert quiet.settle_interval([a, b]) == quiet.LOAD_TAIL_S
+    assert quiet.settle_interval([App("slow", 2.0)]) == 2.0  # a longer lag still wins
+    quiet.settled([a])
+    assert quiet.settle_interval([a]) == pytest.approx(0.1)
+    assert quiet.settle_interval([a, b]) == quiet.LOAD_TAIL_S  # b has not settled since
+    quiet.settled([b])
+    assert quiet.settle_interval([a, b]) == pytest.approx(0.1)
+    quiet.load_ended()  # the next load: every appliance waits its tail again
+    assert quiet.settle_interval([a]) == quiet.LOAD_TAIL_S
 
 
 def test_load_ended_keeps_the_latest_end():
@@ -68,15 +73,30 @@ def test_load_ended_keeps_the_latest_end():
     assert quiet.last_load_end() == 50.0
 
 
-def test_settle_all_spaces_its_reads_by_the_computed_interval():
+def test_settle_all_spaces_its_reads_by_the_computed_interval_and_records_the_quiet():
     clock = Clock()
     app = App("npu", 0.1)
     settle_all([app], timeout=10, sleep=clock.sleep, clock=clock)
     assert app.reads == 2 and clock.now == pytest.approx(100.1)
-    quiet.load_ended(at=clock.now)
+    quiet.load_ended()
     app2 = App("npu2", 0.1)
     settle_all([app2], timeout=10, sleep=clock.sleep, clock=clock)
     assert clock.now == pytest.approx(100.1 + quiet.LOAD_TAIL_S)
+    settle_all([App("npu2", 0.1)], timeout=10, sleep=clock.sleep, clock=clock)  # settled once since the load
+    assert clock.now == pytest.approx(100.1 + quiet.LOAD_TAIL_S + 0.1)
+
+
+def test_a_settle_that_times_out_records_nothing():
+    class Moving(App):
+        def snapshot(self) -> Snapshot:
+            self.reads += 1
+            return Snapshot(self.name, 0.0, {"tx_taken": self.reads}, {})
+
+    clock = Clock()
+    quiet.load_ended()
+    with pytest.raises(SettleTimeout):
+        settle_all([Moving("busy", 0.1)], timeout=2, sleep=clock.sleep, clock=clock)
+    assert quiet.settle_interval([App("busy", 0.1)]) == quiet.LOAD_TAIL_S
 
 
 def test_an_explicit_interval_is_kept():
