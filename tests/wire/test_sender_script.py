@@ -78,8 +78,9 @@ def test_sender_reads_frames_as_they_come_and_never_bursts_after_a_stall():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a raw ESP socket)")
-def test_sender_says_when_its_stdin_ends_inside_a_frame():
-    blob = _frames_blob(3)[:-5]
+@pytest.mark.parametrize("cut_at", [-5, -29])  # inside the third frame, inside its length
+def test_sender_says_when_its_stdin_ends_inside_a_frame(cut_at):
+    blob = _frames_blob(3)[:cut_at]
     out = subprocess.run([sys.executable, "-c", SENDER, "127.0.0.1", "-", "2000"], input=blob,
                          capture_output=True, timeout=30)
     got = json.loads(out.stdout.decode().strip().splitlines()[-1])

@@ -110,7 +110,10 @@ def frames():
         head = inp.read(2)
         if not head:
             return
-        (n,) = struct.unpack("!H", head) if len(head) == 2 else (1 << 16,)
+        if len(head) < 2:
+            cut = 1  # the stream ended inside a frame's length
+            return
+        (n,) = struct.unpack("!H", head)
         frame = inp.read(n)
         if len(frame) < n:
             cut = 1  # the stream ended inside a frame
