@@ -284,13 +284,7 @@ class SshHost(SftpFiles):
             raise TransportError(f"{self.name}: command channel failed: {type(e).__name__}: {e}") from e
         finally:
             chan.close()
-        dur = time.monotonic() - t0
-        if status == -1:  # no exit-status: the connection dropped, or sh died by a signal
-            raise TransportError(f"{self.name}: the command ended without an exit status after {dur:.1f}s "
-                                 "(SSH connection lost, or the remote shell was killed by a signal)")
-        log.debug("%s: sh script (%d lines) status=%d in %.3fs", self.name,
-                  script.count("\n") + 1, status, dur)
-        return RunResult(decode_output(out), decode_output(err), status, dur, self.name)
+        return self._result(out, err, status, t0, f"sh script ({script.count(chr(10)) + 1} lines)")
 
     @spent(SSH, within_phase=True)
     def run_file(self, path: str, *, stdin: bytes, timeout: float | None = None) -> RunResult:
@@ -325,11 +319,16 @@ class SshHost(SftpFiles):
             raise TransportError(f"{self.name}: command channel failed: {type(e).__name__}: {e}") from e
         finally:
             chan.close()
+        return self._result(out, err, status, t0, f"{path} ({len(stdin)} bytes of stdin)")
+
+    def _result(self, out: bytes, err: bytes, status: int, t0: float, what: str) -> RunResult:
+        """A command's RunResult; TransportError when it ended without an exit status (the
+        connection dropped, or the shell died by a signal)."""
         dur = time.monotonic() - t0
         if status == -1:
-            raise TransportError(f"{self.name}: {path} ended without an exit status after {dur:.1f}s "
-                                 "(SSH connection lost, or the shell was killed by a signal)")
-        log.debug("%s: %s with %d bytes of stdin status=%d in %.3fs", self.name, path, len(stdin), status, dur)
+            raise TransportError(f"{self.name}: {what} ended without an exit status after {dur:.1f}s "
+                                 "(SSH connection lost, or the remote shell was killed by a signal)")
+        log.debug("%s: %s status=%d in %.3fs", self.name, what, status, dur)
         return RunResult(decode_output(out), decode_output(err), status, dur, self.name)
 
     def _kill_remote(self, pid_file: str) -> None:
