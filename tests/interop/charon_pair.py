@@ -96,8 +96,8 @@ class NamespaceHost(LocalHost):
     def __repr__(self) -> str:
         return f"NamespaceHost({self.name!r}, holder={self.holder_pid})"
 
-    def _cmd(self) -> list[str]:
-        return ["nsenter", f"--target={self.holder_pid}", "--mount", "--net", "/bin/sh", "-s"]
+    def _argv(self, *sh: str) -> list[str]:
+        return ["nsenter", f"--target={self.holder_pid}", "--mount", "--net", *sh]
 
     def _sh(self, script: str, what: str, stdin: bytes | None = None) -> RunResult:
         return self.run(script, stdin=stdin).check(what)
