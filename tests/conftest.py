@@ -30,12 +30,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 #: Test files by wall time, longest first (measured with --durations on the 2-core machine,
-#: load ~3: fault matrix ~360 s, every step ~540 s, integrity ~190 s, acceptance slice, gate ~90 s, report
-#: ~70 s, secrets ~50 s, trust ~40 s). Files not listed keep their collection order after these.
+#: load ~3: fault matrix ~360 s, every step ~540 s, parent vs candidate ~500 s, integrity ~190 s, acceptance
+#: slice, gate ~90 s, report ~70 s, secrets ~50 s, trust ~40 s). Files not listed keep their collection order
+#: after these.
 LONGEST_FIRST = (
     "teeth/test_fault_matrix_xgs136.py",
     "teeth/test_fault_matrix_xgs3300.py",
     "safety/test_every_step.py",
+    "decision_e2e/test_parent_vs_candidate.py",
     "safety/test_integrity.py",
     "acceptance/test_suite_on_twin.py",
     "gate/test_gate_e2e.py",
