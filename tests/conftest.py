@@ -29,17 +29,17 @@ from lab_factory import namespaces_of
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
-#: Test files by wall time, longest first (measured with --durations on the 2-core machine,
-#: load ~3: fault matrix ~360 s, every step ~540 s, parent vs candidate ~500 s, integrity ~190 s, acceptance
-#: slice, gate ~90 s, report ~70 s, secrets ~50 s, trust ~40 s). Files not listed keep their collection order
-#: after these.
+#: Test files by wall time, longest first (worker seconds from tools/selftest-times in a fresh-clone
+#: .ci/run on the 2-core machine, 2 workers: fault matrix xgs136 ~500 s, parent vs candidate ~465 s,
+#: fault matrix xgs3300 ~445 s, every step ~185 s, acceptance slice ~150 s, integrity ~60 s, gate ~50 s,
+#: report ~35 s; secrets and trust below that). Files not listed keep their collection order after these.
 LONGEST_FIRST = (
     "teeth/test_fault_matrix_xgs136.py",
+    "decision_e2e/test_parent_vs_candidate.py",
     "teeth/test_fault_matrix_xgs3300.py",
     "safety/test_every_step.py",
-    "decision_e2e/test_parent_vs_candidate.py",
-    "safety/test_integrity.py",
     "acceptance/test_suite_on_twin.py",
+    "safety/test_integrity.py",
     "gate/test_gate_e2e.py",
     "report/test_html_report.py",
     "safety/test_secrets.py",
