@@ -98,10 +98,37 @@ class TestLab(VirtualLab):
         assert not left, f"twin down {self.prefix} left network namespaces behind: {left}"
 
 
+def with_rates(topology: Path, rate_mbit: int, dest: Path) -> Path:
+    """A copy of ``topology`` at ``dest`` whose every port and link is ``rate_mbit``.
+
+    Why: on the default lab a TCP stream is as fast as the twin's engines get CPU (two
+    cores shared with the other xdist worker's labs), so a figure measured beside a busy
+    neighbour moves by tens of percent between trials. Links well below what the engine
+    carries on a busy machine (it carries 120-150 Mbit/s; 40 is a third) make every
+    stream the link's figure, not the neighbour's: a test that compares figures (the
+    merge decision's parent against candidate) then sees the builds, not the machine."""
+    import yaml
+
+    data = yaml.safe_load(topology.read_text())
+    for host in data["hosts"].values():
+        for port in (host.get("ports") or {}).values():
+            port["rate_mbit"] = rate_mbit
+    for link in data["links"]:
+        link["rate_mbit"] = rate_mbit
+    dest.write_text(f"# {topology.name} with every port and link at {rate_mbit} Mbit/s (tests/lab_factory.py)\n"
+                    + yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
 def start_lab(tmp_path_factory: pytest.TempPathFactory, *, topology: Path = VIRTUAL_TOPOLOGY,
-              components: Sequence[str] | None = None) -> TestLab:
-    """Start a lab owned by this pytest process, its run dir under pytest's basetemp."""
-    run_dir = tmp_path_factory.mktemp("lab") / "run"
+              components: Sequence[str] | None = None, rate_mbit: int | None = None) -> TestLab:
+    """Start a lab owned by this pytest process, its run dir under pytest's basetemp.
+
+    ``rate_mbit``: every port and link of the topology at that rate (:func:`with_rates`)."""
+    base = tmp_path_factory.mktemp("lab")
+    run_dir = base / "run"
+    if rate_mbit is not None:
+        topology = with_rates(topology, rate_mbit, base / topology.name)
     try:
         vl = virtual_lab.start(topology, owner_pid=os.getpid(), components=components, run_dir=run_dir)
     except virtual_lab.VirtualLabError as exc:
@@ -111,17 +138,18 @@ def start_lab(tmp_path_factory: pytest.TempPathFactory, *, topology: Path = VIRT
 
 def lab_fixture(*, name: str = "lab", topology: Path = VIRTUAL_TOPOLOGY,
                 components: Sequence[str] | None = None,
-                prepare: Callable[[TestLab], None] | None = None):
+                prepare: Callable[[TestLab], None] | None = None, rate_mbit: int | None = None):
     """A module-scoped fixture ``name`` yielding a :class:`TestLab` of ``topology``.
 
     ``components`` limits the twin's components (default: all); ``prepare(lab)`` runs once
-    after bring-up (seed an operator's files) before the first test sees the lab."""
+    after bring-up (seed an operator's files) before the first test sees the lab;
+    ``rate_mbit`` sets every port and link to that rate (:func:`with_rates`)."""
 
     @pytest.fixture(scope="module", name=name)
     def _lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestLab]:
         if os.geteuid() != 0:
             pytest.skip("needs root (the virtual lab: network namespaces, TUN)")
-        lab = start_lab(tmp_path_factory, topology=topology, components=components)
+        lab = start_lab(tmp_path_factory, topology=topology, components=components, rate_mbit=rate_mbit)
         try:
             if prepare is not None:
                 prepare(lab)

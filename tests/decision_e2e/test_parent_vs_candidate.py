@@ -12,7 +12,14 @@ interval.
 
 Identical builds: two files that differ only in their bytes (different md5, same speed)
 compared a few times; the 19-of-20 statistic is the library's (tests/decision, simulated);
-here each run must not say "regression" and the count of "no change" is printed.
+here every run must say "no change" on both figures.
+
+The lab's ports and links run at 40 Mbit/s (``lab_fixture(rate_mbit=...)``), not the
+default lab's 100/120. At 100 a stream is as fast as the twin's engines get CPU, and CPU
+is what the other xdist worker takes: a CI run beside the fault matrix measured the 20 %
+slower build at x0.904 [0.764, 1.058] ("unresolved") and identical builds as a
+"progression" on the down figure. At 40 every stream is the link's (or the slow build's
+paced engine's) figure whatever the neighbour does, so the verdicts judge the builds.
 
 A parent that cannot be loaded (it does not link) stops the comparison: exit 23 ("not
 measured", the lab side), no verdict, and the candidate is loaded again.
@@ -41,7 +48,10 @@ UP, DOWN = f"1 TCP stream up, {SECONDS} s", f"1 TCP stream down, {SECONDS} s"
 IDENTICAL_REPEATS = 3
 pytestmark = pytest.mark.needs_root
 
-lab = lab_fixture()
+#: every port and link of this module's lab (tests/lab_factory.with_rates): a third of what
+#: the engine carries on a busy machine, so the figures are the links', not the neighbour's
+COMPARE_RATE_MBIT = 40
+lab = lab_fixture(rate_mbit=COMPARE_RATE_MBIT)
 
 
 def _build(path: Path, tag: str, marker: bytes = b"") -> Path:
