@@ -10,7 +10,8 @@
   namespaces, veths and processes -- other runs share this machine. Namespaces that still
   carry it after the test are deleted and the test fails, so leaks are caught.
 - ``repo_root`` fixture: the repository's root directory.
-- Order: the longest test files run first (:data:`LONGEST_FIRST`), so that under xdist
+- Order: the longest test files run first (their worker seconds in :data:`FILE_TIMES`, written
+  by ``tools/selftest-times --write-order`` from a measured run), so that under xdist
   (``--dist loadfile --no-loadscope-reorder``, as tools/run-selftests runs) the longest
   file never starts last while the other worker idles.
 """
@@ -29,22 +30,29 @@ from lab_factory import namespaces_of
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
-#: Test files by wall time, longest first (worker seconds from tools/selftest-times in a fresh-clone
-#: .ci/run on the 2-core machine, 2 workers: fault matrix xgs136 ~500 s, parent vs candidate ~465 s,
-#: fault matrix xgs3300 ~445 s, every step ~185 s, acceptance slice ~150 s, integrity ~60 s, gate ~50 s,
-#: report ~35 s; secrets and trust below that). Files not listed keep their collection order after these.
-LONGEST_FIRST = (
-    "teeth/test_fault_matrix_xgs136.py",
-    "decision_e2e/test_parent_vs_candidate.py",
-    "teeth/test_fault_matrix_xgs3300.py",
-    "safety/test_every_step.py",
-    "acceptance/test_suite_on_twin.py",
-    "safety/test_integrity.py",
-    "gate/test_gate_e2e.py",
-    "report/test_html_report.py",
-    "safety/test_secrets.py",
-    "safety/test_trust.py",
-)
+#: Worker seconds by test file (paths under tests/) from a measured run: the run order, longest first.
+#: Written by ``tools/selftest-times reports/selftests/junit.xml --write-order tests/file_times.json``;
+#: a file not in it (new since) runs after the recorded ones, in collection order.
+FILE_TIMES = TESTS / "file_times.json"
+
+
+def load_file_times(path: Path = FILE_TIMES) -> dict[str, float]:
+    """The recorded seconds by file; a broken file is a usage error naming it and the field."""
+    import json
+
+    try:
+        seconds = json.loads(path.read_text())["seconds"]
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise pytest.UsageError(f"{path}: not an order file with a 'seconds' map ({exc!r}); "
+                                "rewrite it with tools/selftest-times --write-order") from None
+    if not isinstance(seconds, dict):
+        raise pytest.UsageError(f"{path}: 'seconds' is {type(seconds).__name__}, not a map of file to seconds")
+    for name, value in seconds.items():
+        if not isinstance(value, (int, float)) or value < 0:
+            raise pytest.UsageError(f"{path}: seconds[{name!r}] = {value!r}, not a number of seconds >= 0")
+    return {str(k): float(v) for k, v in seconds.items()}
 
 
 def is_root() -> bool:
@@ -57,16 +65,22 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _longest_first_rank(item: pytest.Item) -> int:
+def _file_of(item) -> str:
     try:
-        rel = Path(item.path).resolve().relative_to(TESTS).as_posix()
+        return Path(item.path).resolve().relative_to(TESTS).as_posix()
     except ValueError:
-        return len(LONGEST_FIRST)
-    return LONGEST_FIRST.index(rel) if rel in LONGEST_FIRST else len(LONGEST_FIRST)
+        return ""
+
+
+def order_longest_first(items: list, times: dict[str, float]) -> None:
+    """Sort ``items`` (anything with a ``path``) by their file's recorded seconds, longest
+    first; stable, so a file's tests stay together in order and unrecorded files (0 s) keep
+    their collection order after the recorded ones."""
+    items.sort(key=lambda item: -times.get(_file_of(item), 0.0))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=_longest_first_rank)  # stable: a file's tests stay together, in order
+    order_longest_first(items, load_file_times())
     if is_root():
         return
     skip = pytest.mark.skip(reason="needs root (network namespaces, veth, TUN, raw sockets)")
