@@ -10,7 +10,7 @@
   namespaces, veths and processes -- other runs share this machine. Namespaces that still
   carry it after the test are deleted and the test fails, so leaks are caught.
 - ``repo_root`` fixture: the repository's root directory.
-- Order: the longest test files run first (their worker seconds in :data:`FILE_TIMES`, written
+- Order: the longest test files run first (their worker seconds in :data:`file_order.FILE_TIMES`, written
   by ``tools/selftest-times --write-order`` from a measured run), so that under xdist
   (``--dist loadfile --no-loadscope-reorder``, as tools/run-selftests runs) the longest
   file never starts last while the other worker idles.
@@ -25,35 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from file_order import load_file_times, order_longest_first
 from lab_factory import namespaces_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
-
-#: Worker seconds by test file (paths under tests/) from a measured run: the run order, longest first.
-#: Written by ``tools/selftest-times reports/selftests/junit.xml --write-order tests/file_times.json``;
-#: a file not in it (new since) runs after the recorded ones, in collection order.
-FILE_TIMES = TESTS / "file_times.json"
-
-
-def load_file_times(path: Path = FILE_TIMES) -> dict[str, float]:
-    """The recorded seconds by file; a broken file is a usage error naming it and the field."""
-    import json
-
-    try:
-        seconds = json.loads(path.read_text())["seconds"]
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise pytest.UsageError(f"{path}: not an order file with a 'seconds' map ({exc!r}); "
-                                "rewrite it with tools/selftest-times --write-order") from None
-    if not isinstance(seconds, dict):
-        raise pytest.UsageError(f"{path}: 'seconds' is {type(seconds).__name__}, not a map of file to seconds")
-    for name, value in seconds.items():
-        if not isinstance(value, (int, float)) or value < 0:
-            raise pytest.UsageError(f"{path}: seconds[{name!r}] = {value!r}, not a number of seconds >= 0")
-    return {str(k): float(v) for k, v in seconds.items()}
-
 
 def is_root() -> bool:
     return os.geteuid() == 0
@@ -63,20 +39,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "needs_root: needs root (network namespaces, veth, TUN); skipped otherwise"
     )
-
-
-def _file_of(item) -> str:
-    try:
-        return Path(item.path).resolve().relative_to(TESTS).as_posix()
-    except ValueError:
-        return ""
-
-
-def order_longest_first(items: list, times: dict[str, float]) -> None:
-    """Sort ``items`` (anything with a ``path``) by their file's recorded seconds, longest
-    first; stable, so a file's tests stay together in order and unrecorded files (0 s) keep
-    their collection order after the recorded ones."""
-    items.sort(key=lambda item: -times.get(_file_of(item), 0.0))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -12,8 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import FILE_TIMES, REPO_ROOT, load_file_times, order_longest_first
+from file_order import FILE_TIMES, TESTS, load_file_times, order_longest_first
 
+REPO_ROOT = TESTS.parent
 TOOL = REPO_ROOT / "tools" / "selftest-times"
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
