@@ -67,7 +67,16 @@ def test_sigkill_supervisor_then_down_all_dead(small_topology, fresh_prefix):
     assert tn.list_namespaces(fresh_prefix)  # the namespaces are what a crash leaves
     r = twin("down", "--all-dead")
     assert r.returncode == 0, r.stderr
-    assert fresh_prefix in json.loads(r.stdout)["removed"]
+    removed = json.loads(r.stdout)["removed"]
+    if fresh_prefix not in removed:
+        # Every `twin up` runs the same cleanup_dead (twin.supervisor.spawn) first: under
+        # xdist the other worker's lab start can tear this crashed lab down between the
+        # SIGKILL and this `down` (CI: removed == []). Whoever ran it, nothing may remain --
+        # and if nobody did, assert_gone fails.
+        print(f"\n{fresh_prefix} was removed by a concurrent cleanup_dead before `down --all-dead` ({removed})")
+        deadline = time.monotonic() + 5  # that cleaner may still be removing the run dir (its last step)
+        while os.path.exists(out["run_dir"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
     assert_gone(fresh_prefix, out["run_dir"], recorded_pids(info))
 
 
