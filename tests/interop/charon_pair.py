@@ -33,7 +33,6 @@ dies (PR_SET_PDEATHSIG): a SIGKILLed pytest leaves nothing behind either.
 
 from __future__ import annotations
 
-import ctypes
 import ipaddress
 import logging
 import os
@@ -63,18 +62,19 @@ JOURNAL_ROOT = "/var/db/ipsec-hil"
 START_TIMEOUT = 20.0
 
 
-_PR_SET_PDEATHSIG = 1
 
 
-def _die_with_pytest() -> None:
-    """preexec_fn: SIGTERM when the test process dies (a killed run leaves no daemon;
-    the signal survives the exec chain ip -> unshare -> bash -> sleep / nsenter -> charon)."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+#: argv prefix: SIGTERM when the test process dies (a killed run leaves no daemon; the
+#: death signal survives the exec chain setpriv -> unshare -> bash -> sleep / nsenter ->
+#: charon). setpriv (util-linux), not a Python preexec_fn: a preexec_fn runs in the forked
+#: child of a threaded pytest, and once the labgrid tests had loaded gRPC into the worker
+#: the child died before its exec ("epoll_wait error: Bad file descriptor"; CI: 34 errors).
+DIE_WITH_PYTEST = ["setpriv", "--pdeathsig", "TERM"]
 
 
 def missing_tools() -> list[str]:
     """What this machine lacks for a pair (empty: ready)."""
-    need = [CHARON, SWANCTL, LIBIPSEC] + [shutil.which(t) or t for t in ("ip", "nsenter", "unshare", "bash")]
+    need = [CHARON, SWANCTL, LIBIPSEC] + [shutil.which(t) or t for t in ("ip", "nsenter", "unshare", "bash", "setpriv")]
     return [n for n in need if not os.path.exists(n)]
 
 
@@ -324,10 +324,9 @@ class CharonPair:
         with os.fdopen(fd, "w") as f:
             f.write(self.baseline[g.side])
         g.holder = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--propagation", "private",
+            [*DIE_WITH_PYTEST, "unshare", "--net", "--mount", "--propagation", "private",
              "bash", "-c", _holder_script(g.run_dir, g.name)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=_die_with_pytest)
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = g.holder.stdout.readline() if g.holder.stdout else ""
         if line.strip() != "ready":
             g.holder.wait(10)
@@ -342,8 +341,8 @@ class CharonPair:
         out = open(g.run_dir / "charon.out", "wb")
         try:
             g.charon = subprocess.Popen(
-                [*g.nsenter(), "bash", "-c", f"exec -a {g.name}-charon {CHARON}"],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_pytest)
+                [*DIE_WITH_PYTEST, *g.nsenter(), "bash", "-c", f"exec -a {g.name}-charon {CHARON}"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         finally:
             out.close()
 
