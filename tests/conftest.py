@@ -29,7 +29,6 @@ from file_order import load_file_times, order_longest_first
 from lab_factory import namespaces_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
 
 def is_root() -> bool:
     return os.geteuid() == 0

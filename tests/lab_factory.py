@@ -98,15 +98,22 @@ class TestLab(VirtualLab):
         assert not left, f"twin down {self.prefix} left network namespaces behind: {left}"
 
 
+#: The rate of a lab whose figures must not depend on the neighbour (``lab_fixture(rate_mbit=
+#: QUIET_RATE_MBIT)``): about a third of what the engine carries on a busy machine (120-150
+#: Mbit/s, topologies/virtual.yaml). Used where a test compares figures or holds a healthy
+#: run to its floor: parent against candidate, the gate's baseline repeats.
+QUIET_RATE_MBIT = 40
+
+
 def with_rates(topology: Path, rate_mbit: int, dest: Path) -> Path:
     """A copy of ``topology`` at ``dest`` whose every port and link is ``rate_mbit``.
 
     Why: on the default lab a TCP stream is as fast as the twin's engines get CPU (two
     cores shared with the other xdist worker's labs), so a figure measured beside a busy
     neighbour moves by tens of percent between trials. Links well below what the engine
-    carries on a busy machine (it carries 120-150 Mbit/s; 40 is a third) make every
-    stream the link's figure, not the neighbour's: a test that compares figures (the
-    merge decision's parent against candidate) then sees the builds, not the machine."""
+    carries on a busy machine (:data:`QUIET_RATE_MBIT`) make every stream the link's
+    figure, not the neighbour's: a test that compares figures then sees the builds, not
+    the machine."""
     import yaml
 
     data = yaml.safe_load(topology.read_text())

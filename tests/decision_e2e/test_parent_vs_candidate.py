@@ -14,7 +14,7 @@ Identical builds: two files that differ only in their bytes (different md5, same
 compared a few times; the 19-of-20 statistic is the library's (tests/decision, simulated);
 here every run must say "no change" on both figures.
 
-The lab's ports and links run at 40 Mbit/s (``lab_fixture(rate_mbit=...)``), not the
+The lab's ports and links run at 40 Mbit/s (``lab_factory.QUIET_RATE_MBIT``), not the
 default lab's 100/120. At 100 a stream is as fast as the twin's engines get CPU, and CPU
 is what the other xdist worker takes: a CI run beside the fault matrix measured the 20 %
 slower build at x0.904 [0.764, 1.058] ("unresolved") and identical builds as a
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import TestLab, lab_fixture, suite_run
+from lab_factory import QUIET_RATE_MBIT, TestLab, lab_fixture, suite_run
 from plugin.exitcodes import HilExitCode
 
 TEST = "tests_hil/test_rates.py::test_forwarded_rate[lab-v4in4-gcm-1x10s-up]"
@@ -48,10 +48,7 @@ UP, DOWN = f"1 TCP stream up, {SECONDS} s", f"1 TCP stream down, {SECONDS} s"
 IDENTICAL_REPEATS = 3
 pytestmark = pytest.mark.needs_root
 
-#: every port and link of this module's lab (tests/lab_factory.with_rates): a third of what
-#: the engine carries on a busy machine, so the figures are the links', not the neighbour's
-COMPARE_RATE_MBIT = 40
-lab = lab_fixture(rate_mbit=COMPARE_RATE_MBIT)
+lab = lab_fixture(rate_mbit=QUIET_RATE_MBIT)  # the figures are the links', not the neighbour's
 
 
 def _build(path: Path, tag: str, marker: bytes = b"") -> Path:

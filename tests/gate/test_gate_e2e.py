@@ -24,18 +24,17 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import TestLab, lab_fixture, suite_run
+from lab_factory import QUIET_RATE_MBIT, TestLab, lab_fixture, suite_run
 from plugin.gate_plugin import GATE_REGRESSION
 from plugin.lab import baseline as bl
 
 TEST = "tests_hil/test_rates.py::test_forwarded_rate[lab-v4in4-gcm-1x10s-up]"
 pytestmark = pytest.mark.needs_root
 
-#: every port and link at 40 Mbit/s (tests/lab_factory.with_rates): the healthy repeats are the
-#: link's figure, not the CPU the other xdist worker leaves (CI, default lab: a healthy 1 s
-#: stream measured 41.3 Mbit/s against its 45.3 floor beside a busy neighbour); the fault's
-#: 5 Mbit/s stays far below the 40 Mbit/s floor's half
-lab = lab_fixture(rate_mbit=40)
+#: the healthy repeats are the link's figure, not the CPU the other xdist worker leaves (CI,
+#: default lab: a healthy 1 s stream read 41.3 Mbit/s against its 45.3 floor beside a busy
+#: neighbour); the fault's 5 Mbit/s stays far below the quiet lab's floor
+lab = lab_fixture(rate_mbit=QUIET_RATE_MBIT)
 
 
 @contextmanager

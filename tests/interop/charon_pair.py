@@ -61,9 +61,6 @@ SWANCTL_DIR = "/usr/local/etc/swanctl"
 JOURNAL_ROOT = "/var/db/ipsec-hil"
 START_TIMEOUT = 20.0
 
-
-
-
 #: argv prefix: SIGTERM when the test process dies (a killed run leaves no daemon; the
 #: death signal survives the exec chain setpriv -> unshare -> bash -> sleep / nsenter ->
 #: charon). setpriv (util-linux), not a Python preexec_fn: a preexec_fn runs in the forked
