@@ -167,9 +167,10 @@ def lab_fixture(*, name: str = "lab", topology: Path = VIRTUAL_TOPOLOGY,
     return _lab
 
 
-def minilab_fixture(*, name: str = "lab", **minilab: object):
+def minilab_fixture(*, name: str = "lab", engines: bool = True, **minilab: object):
     """A module-scoped fixture ``name`` yielding a built ``twin.engine.minilab.MiniLab``
-    (hostA | gwA | gwB | hostB, two engines; ``minilab`` are its constructor's keywords),
+    (hostA | gwA | gwB | hostB, two engines unless ``engines`` is False; ``minilab`` are
+    its constructor's keywords),
     its files under pytest's basetemp; closed after the module, and a namespace of its
     prefix left behind fails the module's last test."""
 
@@ -182,7 +183,7 @@ def minilab_fixture(*, name: str = "lab", **minilab: object):
             pytest.skip(why)
 
         lab = MiniLab(base=tmp_path_factory.mktemp("minilab"), **minilab)
-        lab.build()  # closes what it built if it fails
+        lab.build(engines=engines)  # closes what it built if it fails
         try:
             yield lab
         finally:

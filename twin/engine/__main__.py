@@ -10,7 +10,6 @@ exits non-zero rather than run half a datapath.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import sys
@@ -18,33 +17,12 @@ import threading
 import time
 from pathlib import Path
 
-from pyroute2 import IPRoute
-
 from . import netio
 from .control import ControlServer, EngineState
 from .counters import CounterBlock
 from .datapath import RxLoop, TxLoop
 from .hostcfg import load_host
 from .routes import Routes
-
-PR_SET_PDEATHSIG = 1
-
-
-def _child(target) -> int:
-    pid = os.fork()
-    if pid:
-        return pid
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        target()
-    except BaseException as exc:  # noqa: BLE001 - report and die
-        print(f"engine worker {os.getpid()}: {exc!r}", file=sys.stderr)
-        import traceback
-        traceback.print_exc()
-        os._exit(1)
-    os._exit(0)
 
 
 def _run(loop, profile_path: Path) -> None:
@@ -66,13 +44,6 @@ def _run(loop, profile_path: Path) -> None:
     prof.runcall(loop.run)
 
 
-def _sysctl(path: str, value: str) -> None:
-    try:
-        Path("/proc/sys", path).write_text(value)
-    except OSError as exc:
-        print(f"engine: sysctl {path}: {exc}", file=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m twin.engine", description=__doc__)
     ap.add_argument("--host-dir", required=True, type=Path)
@@ -81,18 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     d: Path = args.host_dir
     host = load_host(d / "host.json")
     counters = CounterBlock(d / "engine.counters", create=True)
-    tun = netio.open_tun(args.tun)
-    _sysctl(f"net/ipv6/conf/{args.tun}/addr_gen_mode", "1")  # no link-local: no MLD/RS noise
-    with IPRoute() as ipr:
-        idx = ipr.link_lookup(ifname=args.tun)[0]
-        ipr.link("set", index=idx, mtu=65000, txqlen=1000, state="up")
-    _sysctl(f"net/ipv4/conf/{args.tun}/rp_filter", "0")
-    _sysctl("net/ipv4/conf/all/rp_filter", "0")
+    tun = netio.open_tun_up(args.tun)
     state = EngineState(d, host, counters, None)
     state.publish()  # empty state file before the workers read it
     pids = {
-        "tx": _child(lambda: _run(TxLoop(d, tun, host.driver), d / "profile-tx")),
-        "rx": _child(lambda: _run(RxLoop(d, tun, host.driver), d / "profile-rx")),
+        "tx": netio.fork_worker(lambda: _run(TxLoop(d, tun, host.driver), d / "profile-tx")),
+        "rx": netio.fork_worker(lambda: _run(RxLoop(d, tun, host.driver), d / "profile-rx")),
     }
     state.pids = pids
     routes = Routes(args.tun)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import signal
 import socket
 import struct
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .sizes import ICMPV6_PLD_MAXLEN, NATT_PORT
@@ -39,6 +41,54 @@ def open_tun(name: str = "esp0") -> int:
     ifr = struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI)
     fcntl.ioctl(fd, TUNSETIFF, ifr)
     return fd
+
+
+def _sysctl(path: str, value: str) -> None:
+    try:
+        with open(os.path.join("/proc/sys", path), "w") as fh:
+            fh.write(value)
+    except OSError as exc:
+        print(f"engine: sysctl {path}: {exc}", file=sys.stderr)
+
+
+def open_tun_up(name: str = "esp0") -> int:
+    """:func:`open_tun`, then the device as a datapath needs it: up, MTU 65000 (the
+    routes carry the ESP limits), txqueuelen 1000, no IPv6 link-local (no MLD/RS noise)
+    and no reverse-path filter (decrypted packets arrive from a source routed elsewhere).
+    One home for the engine (twin.engine.__main__) and its floor (twin.engine.floor)."""
+    from pyroute2 import IPRoute
+
+    tun = open_tun(name)
+    _sysctl(f"net/ipv6/conf/{name}/addr_gen_mode", "1")
+    with IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=name)[0]
+        ipr.link("set", index=idx, mtu=65000, txqlen=1000, state="up")
+    _sysctl(f"net/ipv4/conf/{name}/rp_filter", "0")
+    _sysctl("net/ipv4/conf/all/rp_filter", "0")
+    return tun
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def fork_worker(target: Callable[[], object]) -> int:
+    """Fork a datapath worker running ``target``; it dies with its parent (PDEATHSIG
+    SIGKILL), ignores SIGINT (the parent stops it) and exits 1 with its traceback on an
+    error, so a parent polling ``waitpid`` sees a half datapath at once."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        target()
+    except BaseException as exc:  # noqa: BLE001 - report and die
+        print(f"engine worker {os.getpid()}: {exc!r}", file=sys.stderr)
+        import traceback
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
 
 
 def _bufs(s: socket.socket, rcv: int, snd: int) -> None:

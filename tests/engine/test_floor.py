@@ -1,0 +1,50 @@
+"""The engine design's floor (twin.engine.floor) and what twin.bench concludes from it
+(issue 15: the profile that shows whether per-packet Python can reach 14x strongSwan)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from lab_factory import REPO, minilab_fixture
+from twin import bench
+
+from .conftest import needs_root
+
+floor_lab = minilab_fixture(name="floor_lab", engines=False)
+
+
+@needs_root
+def test_floor_carries_a_stream_each_way_as_esp_and_profiles_it(floor_lab):
+    """Real ESP: each side's receive socket takes only protocol 50 and drops what does not
+    open, so a stream gets through only if seal and open agree; the profile counts the
+    packets from the TUN's own statistics."""
+    res = bench.floor(floor_lab, 1)
+    assert res.fwd > 1 and res.rev > 1, (res.fwd, res.rev)
+    for direction in ("A->B", "B->A"):
+        note = next((n for n in res.notes if n.startswith(direction)), None)
+        assert note is not None and "ESP packets" in note and "user" in note and "system" in note, res.notes
+        assert int(note.split(":")[1].split()[0]) > 100, note
+
+
+def test_floor_without_keys_says_what_stdin_needs():
+    r = subprocess.run([sys.executable, "-m", "twin.engine.floor", "--src", "192.0.2.1", "--peer", "192.0.2.2",
+                        "--lan", "203.0.113.0/24", "--ready", "/nonexistent/ready"],
+                       input="{}", capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 2
+    assert "stdin" in r.stderr and "enc_key" in r.stderr
+
+
+def _q(floor_x: float, twin_x: float) -> dict[str, float]:
+    """Ratios as twin.bench.ratios gives them; B->A one better, so the verdict's minimum shows."""
+    return {"floor/strongswan A->B": floor_x, "floor/strongswan B->A": floor_x + 1,
+            "twin/floor A->B": twin_x / floor_x, "twin/floor B->A": (twin_x + 1) / (floor_x + 1)}
+
+
+def test_floor_verdict_names_the_design_limit_below_the_target():
+    v = bench.floor_verdict(_q(7.5, 5.5))
+    assert "only 7.50x" in v and "no change to the engine's own code" in v
+
+
+def test_floor_verdict_names_the_engines_gap_when_the_design_could():
+    v = bench.floor_verdict(_q(20.0, 10.0))
+    assert "within this design's reach" in v and "0.50x its floor" in v
