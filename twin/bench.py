@@ -49,6 +49,9 @@ class PathResult:
     fwd: float | None = None
     rev: float | None = None
     notes: list[str] = field(default_factory=list)
+    kernel_ceiling: list[float] = field(default_factory=list)
+    """Mbit/s all cores would carry if the datapath's own user time were zero (the kernel's
+    share per packet alone: both ends' system time and the rest), one per profiled stream."""
 
 
 def iperf(lab: MiniLab, seconds: int, reverse: bool) -> float:
@@ -137,13 +140,16 @@ def cpu_profiler(res: PathResult, pids: dict[str, int], sealed: Callable[[str], 
             whole = (m1 - m0) / n * 1e6
             rest = whole - seal - opened
             busy = (m1 - m0) / max(w1 - w0, 1e-9)
+            kernel = us[src][1] + us[dst][1] + rest
+            res.kernel_ceiling.append(mbit / max(busy, 1e-9) * whole / max(kernel, 1e-9))
             res.notes.append(
                 f"{direction}: {n} ESP packets; CPU per packet: sealing {seal:.1f} us (user {us[src][0]:.1f}, "
                 f"system {us[src][1]:.1f}), opening {opened:.1f} us (user {us[dst][0]:.1f}, system "
                 f"{us[dst][1]:.1f}) (the datapath processes' own time), everything else (iperf3 "
                 f"both ends, the kernel's forwarding, TUN and sockets in interrupt context) {rest:.1f} us, the "
                 f"machine {whole:.1f} us in all, {busy * 100:.0f} % busy on {cores} cores; at this cost "
-                f"all {cores} cores would carry {mbit / max(busy, 1e-9):.0f} Mbit/s")
+                f"all {cores} cores would carry {mbit / max(busy, 1e-9):.0f} Mbit/s, and "
+                f"{res.kernel_ceiling[-1]:.0f} Mbit/s with no user time at all (the kernel's {kernel:.1f} us alone)")
         return mbit
 
     return profile
@@ -366,6 +372,7 @@ def median_run(runs: list[dict[str, PathResult]]) -> dict[str, PathResult]:
         m.fwd = statistics.median(r[key].fwd for r in runs)
         m.rev = statistics.median(r[key].rev for r in runs)
         m.notes = [n for i, r in enumerate(runs, 1) for n in (f"run {i}: {x}" for x in r[key].notes)]
+        m.kernel_ceiling = [c for r in runs for c in r[key].kernel_ceiling]
         out[key] = m
     return out
 
@@ -389,20 +396,30 @@ def report(mtu: int, runs: list[dict[str, PathResult]]) -> bool:
     print(f"  target twin >= {TARGET_RATIO:g}x strongSwan both ways: {'met' if ok else 'NOT met'}; "
           f"CBC within {CBC_WITHIN:.0%} of GCM: {'met' if ok30 else 'NOT met'}")
     if not ok and "floor/strongswan A->B" in q:
-        print("  " + floor_verdict(q))
+        print("  " + floor_verdict(q, r["floor"], r["strongswan"]))
     return ok
 
 
-def floor_verdict(q: dict[str, float]) -> str:
-    """What the floor says about a missed target: the design's limit, or the engine's gap."""
+def floor_verdict(q: dict[str, float], floor_path: PathResult | None = None, ss: PathResult | None = None) -> str:
+    """What the floor says about a missed target: the design's limit, or the engine's gap;
+    with the floor's profile, also whether the kernel's share alone leaves room for it."""
     low = min(q["floor/strongswan A->B"], q["floor/strongswan B->A"])
+    kernel = ""
+    if floor_path is not None and ss is not None and floor_path.kernel_ceiling:
+        top = statistics.median(floor_path.kernel_ceiling)
+        need = TARGET_RATIO * max(ss.fwd, ss.rev)
+        kernel = (f"; the kernel's per-packet work on this path alone (TUN, raw sockets, forwarding: the floor's "
+                  f"system time and the rest) would let the cores carry {top:.0f} Mbit/s, "
+                  + (f"below the {need:.0f} Mbit/s of {TARGET_RATIO:g}x: not even a datapath without user time "
+                     f"(C) reaches it with one system call per packet" if top < need else
+                     f"above the {need:.0f} Mbit/s of {TARGET_RATIO:g}x: a datapath with little user time (C) could"))
     if low < TARGET_RATIO:
         return (f"the design's floor (TUN + ESP + raw sockets, per-packet Python, nothing of the engine) carries "
                 f"only {low:.2f}x strongSwan here: no change to the engine's own code reaches {TARGET_RATIO:g}x on "
                 f"this machine; that takes another design (fewer system calls and Python calls per packet: "
-                f"TUN offloads with GSO/GRO, batched sockets, or the per-packet loop in C)")
+                f"TUN offloads with GSO/GRO, batched sockets, or the per-packet loop in C){kernel}")
     return (f"the design's floor carries {low:.2f}x strongSwan here: the target is within this design's reach; "
-            f"the engine runs at {min(q['twin/floor A->B'], q['twin/floor B->A']):.2f}x its floor")
+            f"the engine runs at {min(q['twin/floor A->B'], q['twin/floor B->A']):.2f}x its floor{kernel}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,3 +48,12 @@ def test_floor_verdict_names_the_design_limit_below_the_target():
 def test_floor_verdict_names_the_engines_gap_when_the_design_could():
     v = bench.floor_verdict(_q(20.0, 10.0))
     assert "within this design's reach" in v and "0.50x its floor" in v
+
+
+def test_floor_verdict_says_whether_the_kernel_alone_leaves_room():
+    ss = bench.PathResult("strongSwan", 50.0, 54.0)  # 14x the faster way: 756 Mbit/s
+    tight = bench.PathResult("floor", 400.0, 400.0, kernel_ceiling=[700.0, 650.0, 720.0])
+    roomy = bench.PathResult("floor", 400.0, 400.0, kernel_ceiling=[900.0, 800.0])
+    assert "carry 700 Mbit/s, below the 756 Mbit/s" in bench.floor_verdict(_q(7.5, 5.5), tight, ss)
+    assert "carry 850 Mbit/s, above the 756 Mbit/s" in bench.floor_verdict(_q(7.5, 5.5), roomy, ss)
+    assert "kernel" not in bench.floor_verdict(_q(7.5, 5.5))
