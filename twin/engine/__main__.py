@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from twin.runtime import fork_worker, stop_workers
+
 from . import netio
 from .control import ControlServer, EngineState
 from .counters import CounterBlock
@@ -56,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     state = EngineState(d, host, counters, None)
     state.publish()  # empty state file before the workers read it
     pids = {
-        "tx": netio.fork_worker(lambda: _run(TxLoop(d, tun, host.driver), d / "profile-tx")),
-        "rx": netio.fork_worker(lambda: _run(RxLoop(d, tun, host.driver), d / "profile-rx")),
+        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver), d / "profile-tx")),
+        "rx": fork_worker(lambda: _run(RxLoop(d, tun, host.driver), d / "profile-rx")),
     }
     state.pids = pids
     routes = Routes(args.tun)
@@ -86,12 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.shutdown()
         server.server_close()
-        for pid in pids.values():
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
+        stop_workers(pids.values())
         try:
             routes.teardown()
         except Exception as exc:  # noqa: BLE001

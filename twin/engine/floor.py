@@ -31,6 +31,8 @@ import threading
 
 from pyroute2 import IPRoute
 
+from twin.runtime import fork_worker, stop_workers
+
 from . import netio
 from .esp import EspError, make_suite
 from .sizes import GCM, max_inner
@@ -92,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     with IPRoute() as ipr:
         idx = ipr.link_lookup(ifname=args.tun)[0]
         ipr.route("add", dst=dst, dst_len=int(plen), oif=idx, metrics={"mtu": max_inner(GCM, "ipv4", args.path_mtu)})
-    pids = [netio.fork_worker(lambda: tx_loop(tun, tx, seal, args.peer)),
-            netio.fork_worker(lambda: rx_loop(tun, rx, open_))]
+    pids = [fork_worker(lambda: tx_loop(tun, tx, seal, args.peer)),
+            fork_worker(lambda: rx_loop(tun, rx, open_))]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -107,12 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 rc = 1
                 break
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
+        stop_workers(pids)
         os.close(tun)  # the TUN, and its route, vanish with the fd
     return rc
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
-import signal
 import socket
 import struct
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from .sizes import ICMPV6_PLD_MAXLEN, NATT_PORT
@@ -66,29 +65,6 @@ def open_tun_up(name: str = "esp0") -> int:
     _sysctl(f"net/ipv4/conf/{name}/rp_filter", "0")
     _sysctl("net/ipv4/conf/all/rp_filter", "0")
     return tun
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def fork_worker(target: Callable[[], object]) -> int:
-    """Fork a datapath worker running ``target``; it dies with its parent (PDEATHSIG
-    SIGKILL), ignores SIGINT (the parent stops it) and exits 1 with its traceback on an
-    error, so a parent polling ``waitpid`` sees a half datapath at once."""
-    pid = os.fork()
-    if pid:
-        return pid
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        target()
-    except BaseException as exc:  # noqa: BLE001 - report and die
-        print(f"engine worker {os.getpid()}: {exc!r}", file=sys.stderr)
-        import traceback
-        traceback.print_exc()
-        os._exit(1)
-    os._exit(0)
 
 
 def _bufs(s: socket.socket, rcv: int, snd: int) -> None:
