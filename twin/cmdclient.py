@@ -1,31 +1,36 @@
-"""Client of an appliance's command server: run one FreeBSD command there, as if exec'd.
+"""The protocol between an appliance's command server (twin.cmdserver) and its clients.
 
-`main([SOCKET, MODULE, ARG...])` -- what a DIR/bin wrapper (twin.fbsd.install) runs, under
-`python -I -S -c`, while the appliance's command server (twin.cmdserver) listens on SOCKET.
+Its clients: the DIR/bin wrappers (twin.fbsd.install), through twin/cmdclient.pl -- a
+Perl client, because a Python one cost 21 ms of interpreter start-up and imports on every
+emulated command (issue 15; Perl starts in 2 ms) -- and twin.sshd_exec, which starts the
+appliance's shell with an EXEC request.
 
-Why: every emulated command is a Python program. Started fresh, each paid 45-65 ms of CPU
-for the interpreter and its imports, on every command of every SSH request; a profile of a
-whole own-test run found such short-lived Python to be 42 % of its busy CPU. The server has
-the command modules imported and forks once per command; this client costs only a bare
-interpreter and hands over what exec would have passed on: its stdin, stdout and stderr
-(the descriptors themselves, SCM_RIGHTS, so output goes straight to the shell's pipes),
-argv, environment and working directory. It then waits for the command's status and
-exits with it; a command killed by a signal kills the client with that signal, so the
-shell sees the same death. If the client itself dies (its SSH session was cut and the
-shell's process group killed), the server sees the connection close and kills the command.
+Why a server at all: every emulated command is a Python program. Started fresh, each paid
+45-65 ms of CPU for the interpreter and its imports, on every command of every SSH request;
+a profile of a whole own-test run found such short-lived Python to be 42 % of its busy CPU.
+The server has the command modules imported and forks once per command; the client hands
+over what exec would have passed on: its stdin, stdout and stderr (the descriptors
+themselves, so output goes straight to the shell's pipes), argv, environment and working
+directory. It then waits for the command's status and exits with it; a command killed by
+a signal kills the client with that signal, so the shell sees the same death. If the
+client itself dies (its SSH session was cut and the shell's process group killed), the
+server sees the connection close and kills the command.
 
-This file is also the protocol's one home (twin.cmdserver and twin.sshd_exec import it): a
-9-byte header -- MAGIC, the payload's length (4 bytes, big-endian), a bit mask of which of
-fds 0/1/2 ride along -- sent with the descriptors, then the payload: NUL-separated fields
-(kind, target, cwd, argc, the arguments, the environment's NAME=VALUE entries). The answer
-is one line: `exit N`, `signal N` or `error TEXT`; an EXEC request gets `pid N` first.
+This file is the protocol's one home (twin.cmdserver, twin.sshd_exec and the tests import
+it; twin/cmdclient.pl writes the same bytes): a 9-byte header -- MAGIC, the payload's
+length (4 bytes, big-endian), a flags byte -- then the payload: NUL-separated fields
+(kind, target, cwd, argc, the arguments, the environment's NAME=VALUE entries). The flags
+byte says where the command's fds 0/1/2 come from: either a bit per descriptor sent with
+the header (SCM_RIGHTS, twin.sshd_exec), or PEER_FDS -- the server takes the connecting
+process's own 0/1/2 (pidfd_getfd, those open there) and, for an empty cwd field, its
+working directory (the Perl client, which cannot send descriptors without a module). The
+answer is one line: `exit N`, `signal N` or `error TEXT`; an EXEC request gets `pid N` first.
 
-Imports: built-in modules only (`socket` and `signal` would pull in enum, ~15 ms a command;
-`array`, a shared library, ~4 ms).
+twin/cmdclient.pl cannot import this file: it repeats MAGIC, PEER_FDS and EXIT_NOT_RUN, and
+tests/twin_shell/test_cmdserver.py checks that its copies equal these.
 """
-import _signal
-import _socket
 import os
+import socket
 import sys
 
 MAGIC = b"TWC1"
@@ -35,6 +40,9 @@ MAX_PAYLOAD = 4 << 20
 EXIT_NOT_RUN = 126
 """The client's exit status when the command could not be run (the shell's "cannot execute")."""
 STD_FDS = (0, 1, 2)
+PEER_FDS = 0x08
+"""Flags bit: no descriptors ride along; the server takes the peer process's own fds 0-2
+(and, when the cwd field is empty, its working directory)."""
 
 
 RUN, EXEC = "run", "exec"
@@ -89,7 +97,7 @@ def send_request(sock, req: Request, fds: "list[int]", send_as: "list[int]") -> 
     command's SEND_AS (a subset of 0, 1, 2, in order)."""
     payload = encode_request(req)
     sock.sendmsg([encode_header(len(payload), send_as)],
-                 [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
+                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
     sock.sendall(payload)
 
 
@@ -101,82 +109,23 @@ def parse_status(line: bytes) -> "tuple[str, int] | None":
     return None
 
 
-def encode_header(length: int, fds: "list[int]") -> bytes:
-    return MAGIC + length.to_bytes(4, "big") + bytes([sum(1 << fd for fd in fds)])
+def encode_header(length: int, fds: "list[int]", from_peer: bool = False) -> bytes:
+    return MAGIC + length.to_bytes(4, "big") + bytes([sum(1 << fd for fd in fds) | (PEER_FDS if from_peer else 0)])
 
 
-def decode_header(header: bytes) -> "tuple[int, list[int]]":
-    """(payload length, which of 0/1/2 were sent, in order); ValueError when malformed."""
+def decode_header(header: bytes) -> "tuple[int, list[int], bool]":
+    """(payload length, which of 0/1/2 were sent, in order, whether the server is to take
+    the peer's own fds instead); ValueError when malformed."""
     if len(header) != HEADER_SIZE or not header.startswith(MAGIC):
-        raise ValueError(f"header {header[:HEADER_SIZE]!r} is not {MAGIC!r} + length + fd mask")
+        raise ValueError(f"header {header[:HEADER_SIZE]!r} is not {MAGIC!r} + length + flags")
     length = int.from_bytes(header[len(MAGIC):len(MAGIC) + 4], "big")
     if length > MAX_PAYLOAD:
         raise ValueError(f"payload of {length} bytes, more than {MAX_PAYLOAD}")
-    mask = header[-1]
-    return length, [fd for fd in STD_FDS if mask & (1 << fd)]
-
-
-def _open_std_fds() -> "list[int]":
-    out = []
-    for fd in STD_FDS:
-        try:
-            os.fstat(fd)
-        except OSError:
-            continue
-        out.append(fd)
-    return out
-
-
-def _fail(sock_path: str, what: str) -> int:
-    os.write(2, f"twin: command server {sock_path}: {what}\n".encode(errors="replace"))
-    return EXIT_NOT_RUN
-
-
-def run(sock_path: str, module: str, args: "list[str]") -> int:
-    """Run MODULE on the server at SOCK_PATH with this process's fds; its exit status
-    (a signal is re-raised here and does not return)."""
-    # A C program dies of SIGINT; Python would raise KeyboardInterrupt and print it.
-    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
-    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        s.connect(sock_path)
-    except OSError as exc:
-        return _fail(sock_path, f"not answering ({exc.strerror or exc}); the command did not run")
-    fds = _open_std_fds()
-    env = {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()}  # os.environb costs a mapping more
-    req = Request(RUN, module, [os.fsencode(a) for a in args], os.getcwdb(), env)
-    try:
-        send_request(s, req, fds, fds)
-        reply = b""
-        while not reply.endswith(b"\n"):
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            reply += chunk
-    except ValueError as exc:
-        return _fail(sock_path, str(exc))
-    except OSError as exc:
-        return _fail(sock_path, f"connection lost ({exc.strerror or exc})")
-    status = parse_status(reply)
-    if status is None:
-        kind, _, text = reply.strip().decode(errors="replace").partition(" ")
-        if kind == "error":
-            return _fail(sock_path, text)
-        return _fail(sock_path, f"closed the connection without the command's status (answer {reply[:60]!r})")
-    kind, value = status
-    if kind == "signal":
-        _signal.signal(value, _signal.SIG_DFL)
-        os.kill(os.getpid(), value)
-        return 128 + value  # a signal that does not kill (SIGCHLD...): the shell's number
-    return value
-
-
-def main(argv: "list[str]") -> int:
-    if len(argv) < 2:
-        os.write(2, b"usage: twin.cmdclient SOCKET MODULE [ARG...]\n")
-        return 2
-    return run(argv[0], argv[1], argv[2:])
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    flags = header[-1]
+    if flags & ~(PEER_FDS | 0b111):
+        raise ValueError(f"flags {flags:#04x}: unknown bits")
+    fds = [fd for fd in STD_FDS if flags & (1 << fd)]
+    from_peer = bool(flags & PEER_FDS)
+    if from_peer and fds:
+        raise ValueError(f"flags {flags:#04x}: descriptors sent and taken from the peer at once")
+    return length, fds, from_peer

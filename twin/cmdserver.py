@@ -32,12 +32,15 @@ socket, the clients' connections, a pidfd per running command and SIGCHLD's wake
 from __future__ import annotations
 
 import argparse
+import ctypes
+import errno
 import importlib
 import os
 import runpy
 import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
@@ -53,6 +56,49 @@ READ_TIMEOUT = 5.0
 MODULES = frozenset(c.module for c in COMMANDS.values() if c.wrapper == "stdlib")
 """What the server runs: the commands whose wrappers run them without site-packages, as
 this server runs (a `full` command needs the caller's environment at start-up)."""
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+SYS_PIDFD_GETFD = 438
+"""pidfd_getfd(2)'s number, the same on every Linux architecture (the unified syscall
+table from 424 on); Python's os module has pidfd_open but not this."""
+
+
+def pidfd_getfd(pidfd: int, fd: int) -> int:
+    """A duplicate of process ``pidfd``'s descriptor ``fd`` in this process (close-on-exec,
+    as the kernel makes it): the same open file description, as SCM_RIGHTS would give.
+    OSError (EBADF: not open there)."""
+    got = _libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+    if got < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return got
+
+
+def take_peer_fds(conn: socket.socket) -> tuple[int, list[int], list[int]]:
+    """(the connecting process's pid, which of its fds 0-2 are open, duplicates of them)
+    -- what a PEER_FDS request (twin/cmdclient.pl) hands over without sending descriptors.
+    The peer is blocked waiting for its answer, so its pid is still its own."""
+    pid, _uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    pidfd = os.pidfd_open(pid)
+    fds: list[int] = []
+    received: list[int] = []
+    try:
+        for fd in proto.STD_FDS:
+            try:
+                received.append(pidfd_getfd(pidfd, fd))
+            except OSError as exc:
+                if exc.errno != errno.EBADF:
+                    raise
+                continue  # closed in the client: closed in the command
+            fds.append(fd)
+    except BaseException:
+        for fd in received:
+            os.close(fd)
+        raise
+    finally:
+        os.close(pidfd)
+    return pid, fds, received
 
 
 class _Running:
@@ -176,7 +222,9 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
 def read_request(conn: socket.socket, programs: frozenset[str]) -> tuple[proto.Request, list[int], list[int]]:
     """(request, which std fds, the received descriptors); the descriptors are closed again
     when the request is malformed or not allowed (ValueError/OSError). PROGRAMS: what an
-    EXEC request may start."""
+    EXEC request may start. A PEER_FDS request's descriptors are taken from the peer, and
+    its empty cwd becomes the peer's (``/proc/PID/cwd``, resolved when the command chdirs:
+    the peer waits meanwhile)."""
     fds_space = socket.CMSG_SPACE(len(proto.STD_FDS) * 4)
     header, anc, _flags, _addr = conn.recvmsg(proto.HEADER_SIZE, fds_space)
     received: list[int] = []
@@ -186,7 +234,7 @@ def read_request(conn: socket.socket, programs: frozenset[str]) -> tuple[proto.R
     try:
         if len(header) < proto.HEADER_SIZE:
             header += _recv_exact(conn, proto.HEADER_SIZE - len(header))
-        length, fds = proto.decode_header(header)
+        length, fds, from_peer = proto.decode_header(header)
         if len(fds) != len(received):
             raise ValueError(f"header names {len(fds)} descriptor(s), {len(received)} came")
         req = proto.decode_request(_recv_exact(conn, length))
@@ -195,6 +243,10 @@ def read_request(conn: socket.socket, programs: frozenset[str]) -> tuple[proto.R
         if req.kind == proto.EXEC and (req.target not in programs or not req.args):
             raise ValueError(f"exec {req.target!r} with {len(req.args)} argument(s): this server starts "
                              f"{', '.join(sorted(programs)) or 'no program'}, with argv[0] at least")
+        if from_peer:
+            pid, fds, received = take_peer_fds(conn)
+            if not req.cwd:
+                req.cwd = f"/proc/{pid}/cwd".encode()
         return req, fds, received
     except BaseException:
         for fd in received:

@@ -1,5 +1,5 @@
-"""The appliance's command server (twin.cmdserver, twin.cmdclient): fewer interpreters, the
-same commands.
+"""The appliance's command server (twin.cmdserver, twin.cmdclient, twin/cmdclient.pl): fewer
+interpreters, the same commands.
 
 Why these tests: the server changes how every emulated command starts (forked from a
 warm interpreter instead of `python -S -m`), never what it does. So each command must
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from twin.cmdclient import (
-    EXEC, EXIT_NOT_RUN, HEADER_SIZE, MAGIC, RUN, Request, decode_header, decode_request, encode_header,
+    EXEC, EXIT_NOT_RUN, HEADER_SIZE, MAGIC, PEER_FDS, RUN, Request, decode_header, decode_request, encode_header,
     encode_request, send_request,
 )
 from twin.fbsd import COMMANDS
-from twin.fbsd.install import NO_SERVER_ENV, REPO_ROOT, client_code, install_bin
+from twin.fbsd.install import CLIENT, NO_SERVER_ENV, PERL, install_bin
 from twin.runtime import HostDir
 
 from tests.twin_ike.waiting import wait_until
@@ -133,9 +133,13 @@ def test_a_command_killed_by_a_signal_kills_its_client_with_it(appliance):
     client = _start_ping(appliance)
     try:
         command = _served_command(appliance, before)
-        wait_until(lambda: _session_members(command)[1:], "ping's first reply", 5.0)
+        iputils = wait_until(lambda: _session_members(command)[1:], "ping's first reply", 5.0)
         # what the command holds: its fds, none of the server's sockets
         assert not _socket_inodes(command) & _socket_inodes(appliance.commands.pid)
+        # its environment is the wrapper's: TWIN_HOST_DIR, and not the client's PERL_BADLANG
+        environ = Path(f"/proc/{iputils[0]}/environ").read_bytes().split(b"\0")
+        assert f"TWIN_HOST_DIR={appliance.hd.path}".encode() in environ
+        assert not [e for e in environ if e.startswith(b"PERL_BADLANG=")]
         os.kill(command, signal.SIGTERM)
         assert client.wait(timeout=5) == -signal.SIGTERM
     finally:
@@ -177,7 +181,7 @@ def test_an_orphan_is_adopted_and_reaped_by_the_server(appliance):
 
 
 def _client(sock: str | Path, module: str, *args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-I", "-S", "-c", client_code(), str(sock), module, *args],
+    return subprocess.run([PERL, str(CLIENT), str(sock), module, *args],
                           capture_output=True, text=True, timeout=30, **kw)
 
 
@@ -229,7 +233,12 @@ def test_the_protocol_round_trips_and_names_what_is_malformed():
     req = Request(RUN, "twin.fbsd.sysctl", [b"-n", b"kern.ostype", b"\xff"], b"/root", {b"A": b"1=2", b"EMPTY": b""})
     back = decode_request(encode_request(req))
     assert (back.kind, back.target, back.args, back.cwd, back.env) == (RUN, req.target, req.args, req.cwd, req.env)
-    assert decode_header(encode_header(123, [0, 2])) == (123, [0, 2])
+    assert decode_header(encode_header(123, [0, 2])) == (123, [0, 2], False)
+    assert decode_header(encode_header(7, [], from_peer=True)) == (7, [], True)
+    with pytest.raises(ValueError, match="descriptors sent and taken from the peer at once"):
+        decode_header(MAGIC + (7).to_bytes(4, "big") + bytes([PEER_FDS | 1]))
+    with pytest.raises(ValueError, match="unknown bits"):
+        decode_header(MAGIC + (7).to_bytes(4, "big") + b"\x40")
     with pytest.raises(ValueError, match="NUL"):
         encode_request(Request(RUN, "m", [b"a\0b"], b"/", {}))
     with pytest.raises(ValueError, match="argc b'9' does not match the 1 field"):
@@ -244,14 +253,36 @@ def test_the_protocol_round_trips_and_names_what_is_malformed():
         decode_header(MAGIC + (1 << 30).to_bytes(4, "big") + b"\x07")
 
 
-def test_the_client_imports_only_built_in_modules():
-    """The client runs on every command: a module loaded from a file (or a shared library)
-    would be paid each time. Only built-in and frozen modules, _socket and twin's two files."""
-    probe = (f"import sys; before = set(sys.modules); sys.path.insert(0, {str(REPO_ROOT)!r}); "
-             "from twin import cmdclient; "
-             "print(' '.join(f'{m}={sys.modules[m].__spec__.origin}' for m in sorted(set(sys.modules) - before)))")
-    new = dict(x.split("=", 1) for x in subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True,
-                                                       text=True, check=True).stdout.split())
-    assert new.pop("twin.cmdclient").endswith("twin/cmdclient.py") and new.pop("twin").endswith("twin/__init__.py")
-    new.pop("_socket")  # the one shared library it cannot do without (this pyenv build)
-    assert {m: origin for m, origin in new.items() if origin not in ("built-in", "frozen")} == {}
+def test_the_perl_client_loads_no_module_and_repeats_the_protocols_constants():
+    """The client runs on every command: a module would be paid each time (`use Socket`
+    alone is 8 ms). It cannot import the protocol's home, so its copies are checked here."""
+    text = CLIENT.read_text()
+    code = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    assert [line for line in code if re.match(r"\s*(use|require)\b", line)] == ["use strict;"]
+    assert f'"{MAGIC.decode()}"' in text
+    assert re.search(rf"\$peer_flag = {PEER_FDS:#04x};", text)
+    assert re.search(rf"exit {EXIT_NOT_RUN} }}", text)
+    assert (socket.AF_UNIX, socket.SOCK_STREAM) == (1, 1) and "($AF_UNIX, $SOCK_STREAM) = (1, 1)" in text
+
+
+def test_the_command_gets_the_clients_fds_cwd_and_environment_when_it_sends_none(appliance, tmp_path):
+    """The Perl client sends no descriptors: the server takes them from it (pidfd_getfd).
+    The command must read the client's stdin pipe and write into the same open file the
+    client had (opened for append: what was there stays), and see the client's working
+    directory and environment."""
+    out = tmp_path / "out.txt"
+    out.write_text("before\n")
+    env = {"PATH": "/usr/bin:/bin", "TWIN_HOST_DIR": str(appliance.hd.path), "MARK": "m1", "PERL_BADLANG": "0"}
+    with open(out, "a") as fh:
+        r = subprocess.run([PERL, str(CLIENT), str(appliance.hd.cmd_sock), "twin.fbsd.b64decode", "-r"],
+                           input="aGVsbG8K", stdout=fh, stderr=subprocess.PIPE, text=True, timeout=30,
+                           cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == "before\nhello\n"
+    r = subprocess.run([PERL, str(CLIENT), str(appliance.hd.cmd_sock), "twin.fbsd.md5", "out.txt"],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, cwd=tmp_path, env=env)
+    assert (r.returncode, r.stderr) == (0, "") and r.stdout.startswith("MD5 (out.txt) = "), r.stderr
+    # the environment: sysctl finds the appliance's values through TWIN_HOST_DIR
+    r = subprocess.run([PERL, str(CLIENT), str(appliance.hd.cmd_sock), "twin.fbsd.sysctl", "-n", "kern.ostype"],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, cwd=tmp_path, env=env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "FreeBSD\n", "")

@@ -2,9 +2,10 @@
 
 One wrapper per entry of the registry twin.fbsd.COMMANDS.
 
-Each wrapper is `#!/bin/sh` + `exec PYTHON -m <module> "$@"`; TWIN_HOST_DIR is already
-in the environment (twin.sshd sets it), but the wrapper sets it too when missing so a
-wrapper run by hand from the host dir still works.
+Each wrapper is a `#!/bin/sh` script: it hands its command to the appliance's command
+server through twin/cmdclient.pl, or runs `PYTHON -m <module> "$@"` itself. TWIN_HOST_DIR
+is already in the environment (twin.sshd sets it), but the wrapper sets it too when missing
+so a wrapper run by hand from the host dir still works.
 """
 from __future__ import annotations
 
@@ -30,11 +31,11 @@ NO_SERVER_ENV = "TWIN_NO_COMMAND_SERVER"
 """Set to 1 in the appliance shell: the wrappers start their commands themselves."""
 
 
-def client_code() -> str:
-    """`python -I -S -c` code that runs twin.cmdclient: imported, so from its cached
-    bytecode (a script file would be compiled on every command, ~5 ms)."""
-    return (f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); from twin import cmdclient; "
-            "sys.exit(cmdclient.main(sys.argv[1:]))")
+PERL = "/usr/bin/perl"
+"""perl-base: Essential on Debian, so on every machine the lab runs on (tools/setup lists it
+all the same)."""
+CLIENT = REPO_ROOT / "twin" / "cmdclient.pl"
+"""The command server's client the wrappers run (twin.cmdclient says why Perl)."""
 
 
 def wrapper_text(command: Command, host_dir: HostDir, python: str) -> str:
@@ -49,7 +50,7 @@ def wrapper_text(command: Command, host_dir: HostDir, python: str) -> str:
         root, py = shlex.quote(str(REPO_ROOT)), shlex.quote(python)
         lines += [f'PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}}', "export PYTHONPATH",
                   f'if [ "${{{NO_SERVER_ENV}:-}}" != 1 ] && [ -S "$TWIN_HOST_DIR/{host_dir.cmd_sock.name}" ]; then',
-                  f'  exec {py} -I -S -c {shlex.quote(client_code())} "$TWIN_HOST_DIR/{host_dir.cmd_sock.name}" '
+                  f'  PERL_BADLANG=0 exec {PERL} {shlex.quote(str(CLIENT))} "$TWIN_HOST_DIR/{host_dir.cmd_sock.name}" '
                   f'{command.module} "$@"',
                   "fi",
                   f'exec {py} -S -m {command.module} "$@"']
