@@ -32,7 +32,6 @@ socket, the clients' connections, a pidfd per running command and SIGCHLD's wake
 from __future__ import annotations
 
 import argparse
-import ctypes
 import errno
 import importlib
 import os
@@ -47,7 +46,7 @@ import traceback
 
 from twin import cmdclient as proto
 from twin.fbsd import COMMANDS
-from twin.labprocs import become_subreaper
+from twin.labprocs import become_subreaper, pidfd_getfd
 
 KILL_GRACE = 0.5
 """Seconds between SIGHUP and SIGKILL for a command whose client went away."""
@@ -56,23 +55,6 @@ READ_TIMEOUT = 5.0
 MODULES = frozenset(c.module for c in COMMANDS.values() if c.wrapper == "stdlib")
 """What the server runs: the commands whose wrappers run them without site-packages, as
 this server runs (a `full` command needs the caller's environment at start-up)."""
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-SYS_PIDFD_GETFD = 438
-"""pidfd_getfd(2)'s number, the same on every Linux architecture (the unified syscall
-table from 424 on); Python's os module has pidfd_open but not this."""
-
-
-def pidfd_getfd(pidfd: int, fd: int) -> int:
-    """A duplicate of process ``pidfd``'s descriptor ``fd`` in this process (close-on-exec,
-    as the kernel makes it): the same open file description, as SCM_RIGHTS would give.
-    OSError (EBADF: not open there)."""
-    got = _libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
-    if got < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return got
 
 
 def take_peer_fds(conn: socket.socket) -> tuple[int, list[int], list[int]]:

@@ -3,13 +3,20 @@
 Why a record is (pid, start time): a lab outlives the shell that started it and pids are
 recycled fast; killing by pid alone could hit a stranger.  Every component is started in
 its own session with PR_SET_PDEATHSIG, so it dies with the process that owns the lab.
+
+Also this module's other process calls through libc: the datapath workers a process forks
+(fork_worker, stop_workers: the engine and its floor) and pidfd_getfd (the command server
+takes a client's descriptors).
 """
 from __future__ import annotations
 
 import ctypes
 import os
 import signal
+import sys
 import time
+import traceback
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +25,9 @@ from twin import netns as tn
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _libc = ctypes.CDLL(None, use_errno=True)
-
+SYS_PIDFD_GETFD = 438
+"""pidfd_getfd(2)'s number, the same on every Linux architecture (the unified syscall
+table from 424 on); Python's os module has pidfd_open but not this."""
 
 
 def proc_start(pid: int) -> int | None:
@@ -94,6 +103,46 @@ def _reap(pid: int) -> None:
 def child_setup() -> None:  # runs in the forked child before exec
     os.setsid()
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def fork_worker(target: Callable[[], object]) -> int:
+    """Fork a datapath worker running ``target``; it dies with its parent (PDEATHSIG
+    SIGKILL), ignores SIGINT (the parent stops it) and exits 1 with its traceback on an
+    error, so a parent polling ``waitpid`` sees a half datapath at once."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        target()
+    except BaseException as exc:  # noqa: BLE001 - report and die
+        print(f"datapath worker {os.getpid()}: {exc!r}", file=sys.stderr)
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def stop_workers(pids: Iterable[int]) -> None:
+    """SIGKILL and reap forked workers (:func:`fork_worker`); ones already gone are skipped."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def pidfd_getfd(pidfd: int, fd: int) -> int:
+    """A duplicate of process ``pidfd``'s descriptor ``fd`` in this process (close-on-exec,
+    as the kernel makes it): the same open file description, as SCM_RIGHTS would give.
+    OSError (EBADF: not open there)."""
+    got = _libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+    if got < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return got
 
 
 def become_subreaper() -> None:

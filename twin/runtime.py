@@ -31,7 +31,6 @@ from twin.errors import RuntimeLayoutError
 TYPE_CHECKING = False  # not typing's: each emulated command imports this module (tests/twin_shell/test_command_imports.py)
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Callable, Iterable
     from typing import Any
 
 DEFAULT_BASE = Path("/run/ipsec-twin")
@@ -158,45 +157,6 @@ def stop_process(proc: "subprocess.Popen", timeout: float = 5.0) -> int | None:
         except subprocess.TimeoutExpired:
             proc.kill()
     return proc.wait()
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def fork_worker(target: "Callable[[], object]") -> int:
-    """Fork a datapath worker running ``target``; it dies with its parent (PDEATHSIG
-    SIGKILL), ignores SIGINT (the parent stops it) and exits 1 with its traceback on an
-    error, so a parent polling ``waitpid`` sees a half datapath at once."""
-    import ctypes
-    import signal
-    import sys
-
-    pid = os.fork()
-    if pid:
-        return pid
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        target()
-    except BaseException as exc:  # noqa: BLE001 - report and die
-        print(f"datapath worker {os.getpid()}: {exc!r}", file=sys.stderr)
-        import traceback
-        traceback.print_exc()
-        os._exit(1)
-    os._exit(0)
-
-
-def stop_workers(pids: "Iterable[int]") -> None:
-    """SIGKILL and reap forked workers (:func:`fork_worker`); ones already gone are skipped."""
-    import signal
-
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
 
 
 def wait_for_socket(path: str | os.PathLike[str], proc: "subprocess.Popen", what: str,

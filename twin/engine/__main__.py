@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from twin.runtime import fork_worker, stop_workers
+from twin.labprocs import fork_worker, stop_workers
 
 from . import netio
 from .control import ControlServer, EngineState

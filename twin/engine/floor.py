@@ -31,7 +31,7 @@ import threading
 
 from pyroute2 import IPRoute
 
-from twin.runtime import fork_worker, stop_workers
+from twin.labprocs import fork_worker, stop_workers
 
 from . import netio
 from .esp import EspError, make_suite
