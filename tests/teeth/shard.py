@@ -2,7 +2,7 @@
 fault, passes without.
 
 Why one shard per model: the whole matrix is ~30 minutes of node runs (three healthy runs
-of every row, and its cells); two shards run on the two xdist workers at once, and each
+of every row, and its cells); the two shards run on two xdist workers at once, and each
 splits its rows by tunnel configuration among ``TEETH_PARTS`` (default 2) pytest
 subprocesses (tests/teeth/runner.py, tests/teeth/stepper.py), each on a lab of its own.
 Rows are per (function, model) already, so a model's coverage is decided by its shard
