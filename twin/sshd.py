@@ -4,7 +4,7 @@
  [--netns NS] [--bind 127.0.0.1]`
 
 Why it looks like this: on OPNsense every SSH command is run by root's login shell,
-which is csh (tcsh), exactly as OpenSSH does it: `csh -c "<command string>"`. The suite
+which is csh (tcsh), as OpenSSH does it: `csh -c "<command string>"` (with -f: twin.sshd_exec.SHELL_FLAGS). The suite
 must survive csh's quirks (`2>&1` makes a file named `1`), so the twin runs the real
 Debian tcsh on the command string, inside the appliance's network namespace and a
 private mount namespace (twin.nsexec) where DIR/root provides /usr/local/etc, /boot,
