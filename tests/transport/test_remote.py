@@ -151,6 +151,9 @@ def test_large_output_on_both_streams_does_not_deadlock(ssh_host):
 OTHER_PID_FILES = 'for f in /tmp/.ipsec-hil-run-*; do [ -e "$f" ] && [ "$(cat "$f")" != "$$" ] && echo "$f"; done; true'
 
 
+KILL_SETTLE_S = 3.0
+
+
 def test_timeout_raises_quickly_kills_remote_and_host_stays_usable(sshd_server, ssh_host):
     # only files that were not there before count: another run's live command (the other
     # xdist worker's tests, a second checkout) has its own
@@ -160,9 +163,17 @@ def test_timeout_raises_quickly_kills_remote_and_host_stays_usable(sshd_server, 
         ssh_host.run("sleep 31; echo never", timeout=1)
     assert time.monotonic() - t0 < 2.0
     # closing the channel alone leaves `sleep` running under sshd; the transport kills
-    # the command's process group from a second session
-    left = subprocess.run(["pgrep", "-u", sshd_server.user, "-f", "^sleep 31$"], capture_output=True, text=True)
-    assert left.stdout == "", f"remote sleep still running: {left.stdout}"
+    # the command's process group from a second session. The signal is sent before run()
+    # raises, but a machine at load 5 (4 xdist workers on 2 cores) can take a moment to
+    # run the dying process: it must be gone within KILL_SETTLE_S, a sleep never killed
+    # lives its 31 s.
+    deadline = time.monotonic() + KILL_SETTLE_S
+    while True:
+        left = subprocess.run(["pgrep", "-u", sshd_server.user, "-f", "^sleep 31$"], capture_output=True, text=True)
+        if left.stdout == "" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert left.stdout == "", f"remote sleep still running {KILL_SETTLE_S} s after the timeout: {left.stdout}"
     assert ssh_host.run("echo ok", timeout=10).stdout == "ok\n"
     left_files = set(ssh_host.run(OTHER_PID_FILES, timeout=10).stdout.split()) - before
     # the killed command's pid file must be gone; one that appeared meanwhile belongs to a
