@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from plugin.lab.errors import CommandTimeout, HostKeyError, TransportError
 from plugin.lab.remote import CommandFailed, Host, LocalHost, RunResult, SshHost, argv, host_from_mgmt, script
 from plugin.lab.topology import Mgmt
+from tests.twin_ike.waiting import wait_until
 
 NASTY = [
     "plain",
@@ -167,13 +168,9 @@ def test_timeout_raises_quickly_kills_remote_and_host_stays_usable(sshd_server, 
     # raises, but a machine at load 5 (4 xdist workers on 2 cores) can take a moment to
     # run the dying process: it must be gone within KILL_SETTLE_S, a sleep never killed
     # lives its 31 s.
-    deadline = time.monotonic() + KILL_SETTLE_S
-    while True:
-        left = subprocess.run(["pgrep", "-u", sshd_server.user, "-f", "^sleep 31$"], capture_output=True, text=True)
-        if left.stdout == "" or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert left.stdout == "", f"remote sleep still running {KILL_SETTLE_S} s after the timeout: {left.stdout}"
+    wait_until(lambda: subprocess.run(["pgrep", "-u", sshd_server.user, "-f", "^sleep 31$"],
+                                      capture_output=True, text=True).stdout == "",
+               "the remote sleep gone after the timeout", timeout=KILL_SETTLE_S, every=0.1)
     assert ssh_host.run("echo ok", timeout=10).stdout == "ok\n"
     left_files = set(ssh_host.run(OTHER_PID_FILES, timeout=10).stdout.split()) - before
     # the killed command's pid file must be gone; one that appeared meanwhile belongs to a
