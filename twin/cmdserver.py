@@ -46,7 +46,7 @@ import traceback
 
 from twin import cmdclient as proto
 from twin.fbsd import COMMANDS
-from twin.labprocs import become_subreaper, pidfd_getfd
+from twin.labprocs import COMM_MAX, become_subreaper, name_process, pidfd_getfd
 
 KILL_GRACE = 0.5
 """Seconds between SIGHUP and SIGKILL for a command whose client went away."""
@@ -182,6 +182,7 @@ def _child(req: proto.Request, fds: list[int], received: list[int]) -> None:
                 sys.stderr.write(f"twin.cmdserver: exec {req.target}: {exc.strerror}\n")
                 sys.stderr.flush()
                 os._exit(127)
+        name_process(req.target.rsplit(".", 1)[-1][:COMM_MAX])  # as FreeBSD's ps names it: sysctl, swanctl
         code = run_as_main(req.target, [os.fsdecode(a) for a in req.args])
     except BaseException:  # noqa: BLE001 -- whatever happens, the child never returns to the server loop
         try:
@@ -404,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exec", action="append", default=[], metavar="PROGRAM",
                     help="a program an exec request may start (twin.sshd: the appliance's shell)")
     a = ap.parse_args(argv)
+    name_process("twin-cmdserver")
     preload()
     server = CommandServer(a.socket, frozenset(a.exec))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

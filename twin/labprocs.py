@@ -23,6 +23,9 @@ from typing import Any
 from twin import netns as tn
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+COMM_MAX = 15
+"""A process name (/proc/PID/comm) holds at most 15 bytes; the kernel cuts the rest."""
 PR_SET_CHILD_SUBREAPER = 36
 _libc = ctypes.CDLL(None, use_errno=True)
 SYS_PIDFD_GETFD = 438
@@ -100,20 +103,36 @@ def _reap(pid: int) -> None:
         pass
 
 
+def name_process(name: str) -> None:
+    """Set this process's name (/proc/PID/comm, what ps -e, top and process accounting
+    show) to ``name``, at most :data:`COMM_MAX` bytes.
+
+    Why: every lab component is a Python interpreter, so all of them were "python" -- a CPU
+    profile of a run (tools/cpu-profile, issue 15) could not tell an engine from an SSH
+    server or a command. The command line (``pgrep -f``) is unchanged."""
+    raw = name.encode()
+    if len(raw) > COMM_MAX:
+        raise ValueError(f"process name {name!r}: {len(raw)} bytes, the kernel keeps {COMM_MAX}")
+    _libc.prctl(PR_SET_NAME, ctypes.c_char_p(raw), 0, 0, 0)
+
+
 def child_setup() -> None:  # runs in the forked child before exec
     os.setsid()
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def fork_worker(target: Callable[[], object]) -> int:
+def fork_worker(target: Callable[[], object], name: str | None = None) -> int:
     """Fork a datapath worker running ``target``; it dies with its parent (PDEATHSIG
     SIGKILL), ignores SIGINT (the parent stops it) and exits 1 with its traceback on an
-    error, so a parent polling ``waitpid`` sees a half datapath at once."""
+    error, so a parent polling ``waitpid`` sees a half datapath at once. ``name``: its
+    process name (:func:`name_process`), else the parent's."""
     pid = os.fork()
     if pid:
         return pid
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if name:
+            name_process(name)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         target()

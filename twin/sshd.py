@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from twin.errors import SshdError
+from twin.labprocs import name_process
 from twin.runtime import HostDir, read_json, write_bytes_atomic
 from twin.sshd_exec import ExecSession, start_command_server, stop_command_server
 from twin.sshd_sftp import RootedSftp
@@ -271,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bind", default="127.0.0.1")
     ap.add_argument("--netns", default=None, help="default: host.json 'netns'")
     args = ap.parse_args(argv)
+    name_process("twin-sshd")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s twin.sshd %(message)s")
     host_dir = HostDir(args.host_dir)
     try:

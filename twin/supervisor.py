@@ -31,6 +31,7 @@ from typing import Any
 
 from twin.lab import Lab, LabBuildError, alive, find_run, kill_record, pid_record, teardown, _free_prefix, cleanup_dead
 from twin import jsonl
+from twin.labprocs import name_process
 from twin.faults import active_faults, clear_fault
 from twin.fbsd import _kmem
 from twin.errors import ControlSocketError
@@ -360,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--owner-pid", type=int)
     ap.add_argument("--ready-fd", type=int)
     a = ap.parse_args(argv)
+    name_process("twin-supervisor")
     comps = [c for c in a.components.split(",") if c and c != "netns"] if a.components is not None else None
     return run(a.topology, a.prefix, a.run_dir, comps, a.starter_pid, a.owner_pid, a.ready_fd)
 

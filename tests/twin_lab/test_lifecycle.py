@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -58,6 +59,14 @@ def test_sigkill_supervisor_then_down_all_dead(small_topology, fresh_prefix):
     assert not alive(info["starter"])  # `up` returned: the starter is gone, the lab is not
     comps = [r for r in recorded_pids(info)[1:]]
     assert all(alive(r) for r in comps)
+    # each names itself (twin.labprocs.name_process): ps, top and tools/cpu-profile tell them apart
+    names = {h: {c: Path(f"/proc/{r['pid']}/comm").read_text().strip() for c, r in (v.get("components") or {}).items()}
+             for h, v in info["hosts"].items()}
+    assert Path(f"/proc/{info['supervisor']['pid']}/comm").read_text().strip() == "twin-supervisor"
+    expected = {"engine": "twin-engine", "ike": "twin-ike", "sshd": "twin-sshd"}
+    assert {h: per for h, per in names.items() if per} == {
+        h: {c: expected.get(c, f"? {c}") for c in per} for h, per in names.items() if per}, names
+    assert sum(len(per) for per in names.values()) >= 6, names
     os.kill(info["supervisor"]["pid"], signal.SIGKILL)
     # children die with their supervisor (PR_SET_PDEATHSIG)
     deadline = time.monotonic() + 5

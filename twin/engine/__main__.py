@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from twin.labprocs import fork_worker, stop_workers
+from twin.labprocs import fork_worker, name_process, stop_workers
 
 from . import netio
 from .control import ControlServer, EngineState
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-dir", required=True, type=Path)
     ap.add_argument("--tun", default="esp0")
     args = ap.parse_args(argv)
+    name_process("twin-engine")
     d: Path = args.host_dir
     host = load_host(d / "host.json")
     counters = CounterBlock(d / "engine.counters", create=True)
@@ -58,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     state = EngineState(d, host, counters, None)
     state.publish()  # empty state file before the workers read it
     pids = {
-        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver), d / "profile-tx")),
-        "rx": fork_worker(lambda: _run(RxLoop(d, tun, host.driver), d / "profile-rx")),
+        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver), d / "profile-tx"), "twin-engine-tx"),
+        "rx": fork_worker(lambda: _run(RxLoop(d, tun, host.driver), d / "profile-rx"), "twin-engine-rx"),
     }
     state.pids = pids
     routes = Routes(args.tun)

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.faults import HostFaults
+from twin.labprocs import name_process
 from twin.runtime import HostDir, read_json
 
 from .children import ChildSAs
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-dir", required=True, help="the appliance's host dir (DESIGN.md)")
     ap.add_argument("--port", type=int, default=500, help="UDP port (500; tests may pick another)")
     args = ap.parse_args(argv)
+    name_process("twin-ike")
     asyncio.run(_main(args.host_dir, args.port))
     return 0
 
