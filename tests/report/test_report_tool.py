@@ -7,8 +7,6 @@ which file is wrong instead of an Allure stack trace.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,19 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from tool_module import load_tool
+
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tools" / "report"
 
 
-def _load():
-    loader = importlib.machinery.SourceFileLoader("tools_report", str(TOOL))
-    spec = importlib.util.spec_from_loader("tools_report", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
-
-
-rep = _load()
+rep = load_tool("report", "tools_report")
 
 
 def _trend(d: Path, *orders: int) -> None:

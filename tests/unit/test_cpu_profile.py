@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import struct
 import subprocess
@@ -13,20 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tool_module import load_tool
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOL = REPO_ROOT / "tools" / "cpu-profile"
 
 
-def _load():
-    loader = importlib.machinery.SourceFileLoader("cpu_profile", str(TOOL))
-    spec = importlib.util.spec_from_loader("cpu_profile", loader)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["cpu_profile"] = mod  # dataclasses look their module up there
-    loader.exec_module(mod)
-    return mod
-
-
-cp = _load()
+cp = load_tool("cpu-profile", "cpu_profile")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="acct(2) needs root (CAP_SYS_PACCT)")
 
 # One process: 0.3 s of CPU under a name of its own, then exit.
