@@ -25,8 +25,8 @@ BURN = ("import time; from twin.labprocs import name_process; name_process('hil-
         "t = time.process_time()\nwhile time.process_time() - t < 0.3: pass")
 
 
-def _record(comm: bytes, utime: int, stime: int, etime_ticks: float, version: int = 3, flag: int = 0) -> bytes:
-    return cp.RECORD.pack(flag, version, 0, 0, 0, 0, 4242, 1, 0, etime_ticks, utime, stime, 0, 0, 0, 0, 0, 0, comm)
+def _record(comm: bytes, utime: int, stime: int, etime_ticks: float, version: int = 3) -> bytes:
+    return cp.RECORD.pack(0, version, 0, 0, 0, 0, 4242, 1, 0, etime_ticks, utime, stime, 0, 0, 0, 0, 0, 0, comm)
 
 
 def test_comp_t_is_a_base_8_exponent_over_a_13_bit_mantissa():
@@ -38,10 +38,9 @@ def test_comp_t_is_a_base_8_exponent_over_a_13_bit_mantissa():
 
 def test_records_read_and_summed_by_name():
     data = (_record(b"twin-engine", 150, 50, 900.0) + _record(b"tcsh", 0, 0, 0.4) + _record(b"tcsh", 1, 0, 1.0)
-            + _record(b"sh", 0, 0, 0.2, flag=cp.AFORK))
+            + _record(b"sh", 0, 0, 0.2))
     recs = cp.read_records(data)
-    assert [(r.name, r.cpu_s, r.forked_only) for r in recs] == [
-        ("twin-engine", 2.0, False), ("tcsh", 0.0, False), ("tcsh", 0.01, False), ("sh", 0.0, True)]
+    assert [(r.name, r.cpu_s) for r in recs] == [("twin-engine", 2.0), ("tcsh", 0.0), ("tcsh", 0.01), ("sh", 0.0)]
     assert [r.elapsed_s for r in recs] == pytest.approx([9.0, 0.004, 0.01, 0.002])  # a float32 on disk
     totals = cp.by_name(recs)
     assert [(t.name, t.processes, round(t.cpu_s, 2), t.zero) for t in totals] == [
