@@ -70,6 +70,9 @@ from .transport import Timing, Transport
 __all__ = ["Daemon", "Failed", "Timing", "main"]
 
 SWANCTL_CONF = "/usr/local/etc/swanctl/swanctl.conf"
+FLUSH_WAIT_S = 5.0
+"""How long a reset waits for its cancelled tasks to unwind (they only await the engine
+and UDP, so they end at once unless the machine is starved)."""
 
 
 class Daemon:
@@ -136,10 +139,16 @@ class Daemon:
             self.log(f"start_action: {conn}/{child}: {exc}")
 
     async def flush(self) -> None:
-        """Daemon shutdown (a reboot): pending work cancelled, all SAs gone from the engine."""
-        for t in list(self.tasks):
-            if t is not asyncio.current_task():
-                t.cancel()
+        """Daemon shutdown (a reboot): pending work cancelled, all SAs gone from the engine.
+
+        The cancelled tasks are waited for (up to FLUSH_WAIT_S) before the SAs are
+        removed: a task unwinding after the flush could otherwise still add or delete
+        associations in the engine of the next test's tunnel."""
+        cancelled = [t for t in self.tasks if t is not asyncio.current_task()]
+        for t in cancelled:
+            t.cancel()
+        if cancelled:
+            await asyncio.wait(cancelled, timeout=FLUSH_WAIT_S)
         await self.children.flush()
         await self.rekeys.sweep_kept(reboot=True)
 
