@@ -101,7 +101,11 @@ class TestLab(VirtualLab):
 #: The rate of a lab whose figures must not depend on the neighbour (``lab_fixture(rate_mbit=
 #: QUIET_RATE_MBIT)``): about a third of what the engine carries on a busy machine (120-150
 #: Mbit/s, topologies/virtual.yaml). Used where a test compares figures or holds a healthy
-#: run to its floor: parent against candidate, the gate's baseline repeats.
+#: run to its floor (parent against candidate, the gate's baseline repeats) and for the fault
+#: matrix's labs, whose cells do not depend on the rate while the engines' CPU does (issue
+#: 15: the XGS 3300 shard took 183 CPU-s at 40, 210 at the default 100/120). Not lower: at
+#: 20 the fault matrix's ndr_pdr no longer failed on drop_every{n=50} on either model, and a
+#: 20 % slower build's PDR measured x0.926, not a regression (12-04).
 QUIET_RATE_MBIT = 40
 
 

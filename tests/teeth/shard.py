@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import lab_fixture, start_lab
+from lab_factory import QUIET_RATE_MBIT, lab_fixture, start_lab
 
 from . import matrix, runner
 
@@ -65,7 +65,9 @@ def _rows(model: str) -> tuple[matrix.Row, ...]:
     return tuple(out)
 
 
-teeth_lab = lab_fixture(name="teeth_lab")
+#: Every port and link at QUIET_RATE_MBIT: a fault's effect on a test does not depend on the
+#: link's rate (the floors scale with it, plugin.lab.expect), but the engines' CPU does.
+teeth_lab = lab_fixture(name="teeth_lab", rate_mbit=QUIET_RATE_MBIT)
 
 
 #: a node's tunnel case in its parameters: ``[lab-v4in4-gcm]``, ``[npu-v6in6-cbc-own]``, ``[many-v4in4-gcm-c6]``
@@ -119,7 +121,7 @@ def result(matrix_model, teeth_lab, tmp_path_factory, request) -> runner.MatrixR
     labs = [teeth_lab]
     try:
         for _ in parts[1:]:  # one at a time: a lab started before a failing one is still closed below
-            labs.append(start_lab(tmp_path_factory))
+            labs.append(start_lab(tmp_path_factory, rate_mbit=QUIET_RATE_MBIT))
         with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="teeth-part") as pool:
             futures = [pool.submit(runner.run_matrix, lab.attach(), lab.resolved, part, work,
                                    healthy_runs=healthy_runs, tag=f"matrix-part{i}")

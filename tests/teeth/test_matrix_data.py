@@ -108,6 +108,24 @@ def test_every_fault_has_a_cell_or_says_why_not():
     assert set(matrix.AWAITING_TEST) <= set(REGISTRY), f"AWAITING_TEST names unknown faults: {sorted(set(matrix.AWAITING_TEST) - set(REGISTRY))}"
 
 
+def test_slow_first_stream_caps_below_the_shards_floor():
+    """The shards' labs run every link at QUIET_RATE_MBIT (tests/teeth/shard.py); a
+    slow_first_stream cap at or above the floor there (floor_margin x link) would leave its
+    test passing. Checked on the data, so a change of the quiet rate names the cell."""
+    from lab_factory import QUIET_RATE_MBIT
+
+    from plugin.lab.topology import load_topology
+
+    topo = load_topology(VIRTUAL)
+    cells = [(r, c) for r, c in matrix.all_cells() if c.fault.name == "slow_first_stream"]
+    assert cells, "no slow_first_stream cell: this check checks nothing"
+    for r, c in cells:
+        floor = topo.hosts[c.fault.host].hardware.throughput_floor_mbit(QUIET_RATE_MBIT)
+        assert c.fault.kwargs["mbit"] < floor, (
+            f"{r.node}: {c.fault.label} caps at {c.fault.kwargs['mbit']} Mbit/s, not below the floor "
+            f"{floor:g} of the shard's {QUIET_RATE_MBIT} Mbit/s links (tests/teeth/matrix.yaml)")
+
+
 def test_child_never_up_names_a_child_of_the_nodes_tunnel():
     from plugin.fixtures import tunnel_cases
     from plugin.lab.provision import TunnelPlan, child_plans
