@@ -10,6 +10,8 @@
   namespaces, veths and processes -- other runs share this machine. Namespaces that still
   carry it after the test are deleted and the test fails, so leaks are caught.
 - ``repo_root`` fixture: the repository's root directory.
+- ``SELFTESTS_CPU_BY_FILE=1``: each test file's CPU, its labs and subprocesses included,
+  in a cgroup of its own (tests/cpu_by_file.py), printed at the end.
 - Order: the longest test files run first (their worker seconds in :data:`file_order.FILE_TIMES`, written
   by ``tools/selftest-times --write-order`` from a measured run), so that under xdist
   (``--dist loadfile --no-loadscope-reorder``, as tools/run-selftests runs) the longest
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+import cpu_by_file
 from file_order import load_file_times, order_longest_first
 from lab_factory import namespaces_of
 
@@ -38,6 +41,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "needs_root: needs root (network namespaces, veth, TUN); skipped otherwise"
     )
+    cpu_by_file.register(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -23,6 +23,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="acct(2) needs root (C
 # One process: 0.3 s of CPU under a name of its own, then exit.
 BURN = ("import time; from twin.labprocs import name_process; name_process('hil-cpu-burn'); "
         "t = time.process_time()\nwhile time.process_time() - t < 0.3: pass")
+BURN_FLOOR_S = 0.1  # of the 0.3 s burned: the real run's test says why not more
 
 
 def _record(comm: bytes, utime: int, stime: int, etime_ticks: float, version: int = 3) -> bytes:
@@ -71,7 +72,11 @@ def test_a_named_process_and_its_cpu_appear_and_the_exit_status_passes_through(t
                        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert r.returncode == 7, r.stderr
     (burn,) = [x for x in cp.read_records(keep.read_bytes()) if x.name == "hil-cpu-burn"]
-    assert 0.25 <= burn.cpu_s <= 1.0 and burn.elapsed_s >= burn.cpu_s - 0.02, burn
+    # The record's CPU is the kernel's tick-sampled utime + stime (TICK_CPU_ACCOUNTING, 4 ms
+    # ticks), not the scheduler's exact runtime that process_time() reads: 0.30 s of burn
+    # was recorded as 0.17 in a CI run at load 5 (ci45, 12-04). A floor of a third still
+    # fails a record read as 0 or decoded in the wrong unit.
+    assert BURN_FLOOR_S <= burn.cpu_s <= 1.0 and burn.elapsed_s >= burn.cpu_s - 0.02, burn
     line = next(ln for ln in r.stdout.splitlines() if ln.endswith("  hil-cpu-burn"))
-    assert float(line.split()[0]) >= 0.25, r.stdout
+    assert float(line.split()[0]) == pytest.approx(burn.cpu_s, abs=0.05), r.stdout
     assert r.stdout.startswith("cpu-profile: "), r.stdout
