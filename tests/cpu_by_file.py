@@ -26,6 +26,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import pytest
 
@@ -72,8 +73,13 @@ def find_hierarchy(base: Path = CGROUP_FS) -> Hierarchy:
 
 
 def file_key(nodeid: str) -> str:
-    """A test id's file as a cgroup name: ``tests/a/b.py::t`` -> ``tests__a__b.py``."""
-    return nodeid.split("::", 1)[0].replace("/", "__")
+    """A test id's file as a cgroup name, reversibly (:func:`file_of`):
+    ``tests/a/b.py::t`` -> ``tests%2Fa%2Fb.py``."""
+    return quote(nodeid.split("::", 1)[0], safe="")
+
+
+def file_of(key: str) -> str:
+    return unquote(key)
 
 
 def enter(cgroup: Path, pid: int) -> None:
@@ -126,7 +132,6 @@ class CpuByFile:
             os.environ[ROOT_ENV] = str(self.run)  # the workers, started after configure, inherit it
             os.environ[OWNER_ENV] = str(os.getpid())
         self.current: str | None = None
-        self.config = config
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -141,7 +146,7 @@ class CpuByFile:
             self.current = None
         if self.worker:
             return
-        rows = sorted(((self.hier.usage_s(d), d.name.replace("__", "/")) for d in self.run.iterdir() if d.is_dir()),
+        rows = sorted(((self.hier.usage_s(d), file_of(d.name)) for d in self.run.iterdir() if d.is_dir()),
                       reverse=True)
         kept = []
         for d in [d for d in self.run.iterdir() if d.is_dir()]:

@@ -40,8 +40,9 @@ def test_hierarchy_found_or_named_missing(tmp_path):
         cpu_by_file.find_hierarchy(tmp_path / "nothing")
 
 
-def test_file_key():
-    assert cpu_by_file.file_key("tests/teeth/test_x.py::test_a[b/c]") == "tests__teeth__test_x.py"
+def test_file_key_is_a_cgroup_name_and_reversible():
+    key = cpu_by_file.file_key("tests/teeth/test__x.py::test_a[b/c]")
+    assert "/" not in key and cpu_by_file.file_of(key) == "tests/teeth/test__x.py"
 
 
 BURN = """
