@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twin.cpustat import machine_cpu_seconds
 from twin.engine.minilab import ADDR, LAN, REPO, MiniLab
 from twin.runtime import stop_process, wait_for_socket
 
@@ -112,13 +113,6 @@ def tree_cpu_seconds(pid: int) -> tuple[float, float]:
     return user, system
 
 
-def machine_busy() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far (/proc/stat)."""
-    v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = v[3] + v[4]
-    return (sum(v) - idle) / _TICK, sum(v) / _TICK
-
-
 def cpu_profiler(res: PathResult, pids: dict[str, int], sealed: Callable[[str], int]):
     """Why a path's rate is what it is: CPU seconds of each gateway's datapath processes
     (``pids``: gateway -> process, its workers included) per ESP packet it sealed or opened
@@ -132,9 +126,9 @@ def cpu_profiler(res: PathResult, pids: dict[str, int], sealed: Callable[[str], 
         src, dst = ("gA", "gB") if direction == "A->B" else ("gB", "gA")
         c0 = {gw: tree_cpu_seconds(pids[gw]) for gw in (src, dst)}
         n0 = sealed(src)
-        m0, w0 = machine_busy()
+        m0, w0 = machine_cpu_seconds()
         mbit = measure()
-        m1, w1 = machine_busy()
+        m1, w1 = machine_cpu_seconds()
         n = sealed(src) - n0
         c1 = {gw: tree_cpu_seconds(pids[gw]) for gw in (src, dst)}
         if n:
