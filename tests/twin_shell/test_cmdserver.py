@@ -286,3 +286,46 @@ def test_the_command_gets_the_clients_fds_cwd_and_environment_when_it_sends_none
     r = subprocess.run([PERL, str(CLIENT), str(appliance.hd.cmd_sock), "twin.fbsd.sysctl", "-n", "kern.ostype"],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, cwd=tmp_path, env=env)
     assert (r.returncode, r.stdout, r.stderr) == (0, "FreeBSD\n", "")
+
+
+SHELL_VIEW = ("echo pid $$; echo stat `cut -d' ' -f6 /proc/$$/stat`; grep -E '^Sig(Ign|Blk)' /proc/$$/status; "
+              "ls -l /proc/$$/fd | sed -n 's/.* \\([0-9]*\\) -> \\(.*\\)/fd \\1 \\2/p'; echo cwd `pwd`")
+"""tcsh reports what it is: its pid, session, ignored and blocked signals, descriptors and
+working directory, from /proc ($$ is the shell's own pid)."""
+
+
+def _view(text: str) -> dict[str, str]:
+    view: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.replace("\t", " ").partition(" ")
+        if key == "fd":
+            fd, _, target = value.partition(" ")
+            view[f"fd{fd}"] = target
+        else:
+            view[key.rstrip(":")] = value.strip()
+    return view
+
+
+def test_the_shell_is_spawned_with_only_its_pipes_in_a_session_of_its_own(appliance):
+    """EXEC by vfork (twin.cmdserver.spawn_program): the shell must be what the forked
+    child made it -- no descriptor of the server (its listener, connections, pidfds,
+    selector), a session of its own, the signal state of a cleanly started tcsh (the same
+    command run by Popen, which resets the mask and SIGPIPE: tcsh then blocks and ignores
+    what it does itself), the user's home as working directory -- and the server's own
+    directory unchanged after."""
+    server_cwd = os.readlink(f"/proc/{appliance.commands.pid}/cwd")
+    r = appliance.run(SHELL_VIEW)
+    assert r.status == 0, r.err
+    view = _view(r.out)
+    ref = _view(subprocess.run(["/usr/bin/tcsh", "-f", "-c", SHELL_VIEW], capture_output=True, text=True,
+                               timeout=30, start_new_session=True).stdout)
+    assert view["stat"] == view["pid"], f"session {view['stat']}, shell {view['pid']}: not a session leader"
+    assert (view["SigIgn"], view["SigBlk"]) == (ref["SigIgn"], ref["SigBlk"]), (view, ref)
+    fds = {k: v for k, v in view.items() if k.startswith("fd")}
+    assert {"fd0", "fd1", "fd2"} <= set(fds), fds
+    foreign = {k: v for k, v in fds.items() if not v.startswith(("pipe:", "/dev/null"))}
+    assert not foreign, f"the shell holds descriptors that are not its SSH session's pipes: {foreign}"
+    ref_fds = sorted(k for k in ref if k.startswith("fd"))
+    assert sorted(fds) == ref_fds, f"descriptors {sorted(fds)}, a cleanly started tcsh has {ref_fds}"
+    assert view["cwd"] == "/root", view["cwd"]
+    assert os.readlink(f"/proc/{appliance.commands.pid}/cwd") == server_cwd
