@@ -40,6 +40,7 @@ from twin.labruns import (
     cleanup_dead, control_request, find_module, find_run, free_prefix, index_add, list_runs,
     log_tail, probe, run_is_dead, run_status, teardown,
 )
+from twin.prefork import Launch, Slot, prefork
 from twin.runtime import HOST_DIR_ENV, HostDir, RunDir, check_prefix, netns_name, read_json, write_json_atomic
 
 READY_TIMEOUT = 20.0
@@ -69,6 +70,7 @@ class Lab:
         self.ssh_ports: dict[str, int] = {}
         self.owner = False
         self.info: dict[str, Any] = {}
+        self._slots: dict[tuple[str, str], Slot] = {}
 
     @property
     def topology(self) -> Topology:
@@ -83,8 +85,13 @@ class Lab:
     def up(cls, topology_path: str | os.PathLike[str], prefix: str | None = None,
            run_dir: str | os.PathLike[str] | None = None,
            components: tuple[str, ...] | list[str] | None = None,
-           starter_pid: int | None = None, owner_pid: int | None = None) -> "Lab":
-        """Build and start the lab; on any failure tear down what was made and raise."""
+           starter_pid: int | None = None, owner_pid: int | None = None,
+           warm: bool = False) -> "Lab":
+        """Build and start the lab; on any failure tear down what was made and raise.
+
+        ``warm``: fork the components from this interpreter (twin.prefork) instead of
+        starting each through ``ip netns exec python -m``; only for a single-threaded
+        caller that holds no socket yet -- the supervisor."""
         path = Path(topology_path).resolve()
         cleanup_dead()
         prefix = check_prefix(prefix) if prefix else free_prefix()
@@ -114,10 +121,14 @@ class Lab:
                     "namespaces": {}, "links": [], "hosts": {}}
         lab._save()
         try:
+            if warm:
+                lab._prefork([(h.name, c) for h in topo.appliances() for c in comps])
             lab._build(path)
         except BaseException:
             lab.down()
             raise
+        finally:
+            lab._cancel_slots()
         return lab
 
     @classmethod
@@ -162,32 +173,53 @@ class Lab:
 
     # ---- components
 
-    def _component(self, host: str, comp: str) -> Component:
+    def _launch(self, host: str, comp: str) -> Launch:
+        """What component ``comp`` of ``host`` runs: ``python -m`` which module, with which
+        arguments, environment and log, in which namespace (None: the root one)."""
         hd = self.run.host_dir(host)
-        ns = netns_name(self.prefix, host)
-        py = sys.executable
+        ns: str | None = netns_name(self.prefix, host)
         if comp == "engine":
-            argv = tn.netns_exec(ns, [py, "-m", "twin.engine", "--host-dir", str(hd.path)])
+            module, args = "twin.engine", ["--host-dir", str(hd.path)]
         elif comp == "ike":
-            argv = tn.netns_exec(ns, [py, "-m", "twin.ike.daemon", "--host-dir", str(hd.path)])
+            module, args = "twin.ike.daemon", ["--host-dir", str(hd.path)]
         else:
             port = self.ssh_ports.get(host) or (self.info["hosts"][host].get("ssh_port") or 0)
-            argv = [py, "-m", "twin.sshd", "--host-dir", str(hd.path),
-                    "--authorized-key", str(self.run.client_pub), "--port", str(port),
-                    "--port-file", str(hd.ssh_port_file)]
+            module, args, ns = "twin.sshd", ["--host-dir", str(hd.path), "--authorized-key", str(self.run.client_pub),
+                                             "--port", str(port), "--port-file", str(hd.ssh_port_file)], None
         env = dict(os.environ, **{HOST_DIR_ENV: str(hd.path), "PYTHONUNBUFFERED": "1"})
-        return Component(host, comp, argv, hd.log_dir / f"{comp}.log", env)
+        return Launch(module, args, env, str(hd.log_dir / f"{comp}.log"), ns)
+
+    def _component(self, host: str, comp: str) -> Component:
+        launch = self._launch(host, comp)
+        argv = [sys.executable, "-m", launch.module, *launch.args]
+        if launch.netns:
+            argv = tn.netns_exec(launch.netns, argv)
+        return Component(host, comp, argv, Path(launch.log), launch.env)
+
+    def _prefork(self, pairs: list[tuple[str, str]]) -> None:
+        modules = sorted({COMPONENT_MODULES[c] for _, c in pairs})
+        self._slots = dict(zip(pairs, prefork(len(pairs), modules)))
+
+    def _cancel_slots(self) -> None:
+        """Pre-forked children not launched (a failed build) exit; reaped here."""
+        while self._slots:
+            self._slots.popitem()[1].cancel()
 
     def _start(self, host: str, comp: str) -> None:
         c = self._component(host, comp)
         if comp == "sshd" and not self.ssh_ports.get(host):
             self.run.host_dir(host).ssh_port_file.unlink(missing_ok=True)
         c.log.parent.mkdir(parents=True, exist_ok=True)
+        slot = self._slots.pop((host, comp), None)
         with open(c.log, "ab") as log:
-            log.write(f"--- {time.strftime('%H:%M:%S')} start {' '.join(c.argv)}\n".encode())
+            how = "forked warm: " if slot else ""
+            log.write(f"--- {time.strftime('%H:%M:%S')} start {how}{' '.join(c.argv)}\n".encode())
             log.flush()
-            c.proc = subprocess.Popen(c.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                      env=c.env, preexec_fn=child_setup, close_fds=True)
+            if slot is not None:
+                c.proc = slot.launch(self._launch(host, comp))
+            else:
+                c.proc = subprocess.Popen(c.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                          env=c.env, preexec_fn=child_setup, close_fds=True)
         c.record = pid_record(c.proc.pid)
         self.components[(host, comp)] = c
         self.info["hosts"][host]["components"][comp] = c.record

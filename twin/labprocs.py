@@ -109,7 +109,8 @@ def name_process(name: str) -> None:
 
     Why: every lab component is a Python interpreter, so all of them were "python" -- a CPU
     profile of a run (tools/cpu-profile, issue 15) could not tell an engine from an SSH
-    server or a command. The command line (``pgrep -f``) is unchanged."""
+    server or a command. Find a component by this name (``pgrep -x twin-ike``), not by its
+    command line: one forked warm (twin.prefork) keeps the supervisor's."""
     raw = name.encode()
     if len(raw) > COMM_MAX:
         raise ValueError(f"process name {name!r}: {len(raw)} bytes, the kernel keeps {COMM_MAX}")

@@ -13,13 +13,16 @@ import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twin import jsonl
 from twin import netns as tn
 from twin.errors import LabBuildError
 from twin.labprocs import alive, kill_netns_processes, kill_record, kill_records
 from twin.runtime import DEFAULT_BASE, HostDir, RunDir, check_prefix, new_prefix, read_json
+
+if TYPE_CHECKING:
+    from twin.prefork import WarmProcess
 
 ALL_COMPONENTS = ("engine", "ike", "sshd")
 COMPONENT_MODULES = {"engine": "twin.engine.__main__", "ike": "twin.ike.daemon", "sshd": "twin.sshd"}
@@ -36,7 +39,8 @@ class Component:
     argv: list[str]
     log: Path
     env: dict[str, str]
-    proc: subprocess.Popen | None = None
+    proc: "subprocess.Popen | WarmProcess | None" = None
+    """Popen, or twin.prefork's WarmProcess for a component forked warm: pid, returncode, poll()."""
     record: dict[str, Any] = field(default_factory=dict)
 
 

@@ -78,6 +78,37 @@ def enter_netns(netns: str) -> None:
         os.close(fd)
 
 
+MS_RDONLY = 1
+MS_SLAVE = 1 << 19
+ETC_NETNS = "/etc/netns"
+
+
+def ip_netns_exec_view(netns: str) -> None:
+    """What `ip netns exec NS` does before it execs (iproute2 lib/namespace.c netns_switch):
+    join the namespace; a mount namespace of our own that the host's mounts still reach
+    and ours never leave (rslave); /sys remounted so it shows this namespace (read-only
+    when the old one was); every entry of /etc/netns/NS bound over /etc's (bind_etc).
+    For the lab's components forked from the supervisor (twin.prefork) instead of
+    started through `ip netns exec`; the appliance's command view is :func:`enter`."""
+    enter_netns(netns)
+    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount("", "/", "none", MS_SLAVE | MS_REC)
+    flags = 0
+    if _libc.umount2(b"/sys", MNT_DETACH) != 0 and os.statvfs("/sys").f_flag & os.ST_RDONLY:
+        flags = MS_RDONLY
+    _mount(netns, "/sys", "sysfs", flags)
+    etc = os.path.join(ETC_NETNS, netns)
+    try:
+        entries = sorted(os.listdir(etc))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in entries:
+        try:  # ip warns and goes on
+            _mount(os.path.join(etc, name), os.path.join("/etc", name), "none", MS_BIND)
+        except NsExecError as exc:
+            print(f"Bind {etc}/{name} -> /etc/{name} failed: {exc}", file=sys.stderr)
+
+
 def private_mounts(host_dir: str | os.PathLike[str], netns: str | None) -> None:
     """New mount namespace with DIR/root's appliance paths bound over the real ones."""
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")

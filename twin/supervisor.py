@@ -333,7 +333,7 @@ def run(topology: str, prefix: str, run_dir: str | None, components: list[str] |
         signal.signal(sig, abort_build)
     try:
         lab = Lab.up(topology, prefix=prefix, run_dir=run_dir, components=components,
-                     starter_pid=starter_pid, owner_pid=owner_pid)
+                     starter_pid=starter_pid, owner_pid=owner_pid, warm=True)
         sup = Supervisor(lab)
         sup.install_signals()
     except BaseException as exc:  # the starter prints the reason

@@ -79,7 +79,9 @@ def test_charon_down_is_named_with_its_fix(lab, tmp_path):
     the lab is torn down after this test."""
     ns = lab.namespaces["xgs136"]
     pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=True).stdout.split()
-    daemons = [int(p) for p in pids if "twin.ike.daemon" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    # by process name (twin.labprocs.name_process): a component forked warm (twin.prefork)
+    # keeps the supervisor's command line
+    daemons = [int(p) for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "twin-ike"]
     assert len(daemons) == 1, f"{ns}: IKE daemon pids {daemons}"
     os.kill(daemons[0], signal.SIGKILL)
     r, wall = _preflight(lab, tmp_path)
