@@ -55,6 +55,23 @@ __all__ = [
 ]
 
 
+def component_launch(run: RunDir, prefix: str, host: str, comp: str, ssh_port: int) -> Launch:
+    """What component ``comp`` of ``host`` runs: ``python -m`` which module, with which
+    arguments, environment and log, in which namespace (None: the root one); ``ssh_port``
+    the SSH server's (0: any free one)."""
+    hd = run.host_dir(host)
+    ns: str | None = netns_name(prefix, host)
+    if comp == "engine":
+        module, args = "twin.engine", ["--host-dir", str(hd.path)]
+    elif comp == "ike":
+        module, args = "twin.ike.daemon", ["--host-dir", str(hd.path)]
+    else:
+        module, args, ns = "twin.sshd", ["--host-dir", str(hd.path), "--authorized-key", str(run.client_pub),
+                                         "--port", str(ssh_port), "--port-file", str(hd.ssh_port_file)], None
+    env = dict(os.environ, **{HOST_DIR_ENV: str(hd.path), "PYTHONUNBUFFERED": "1"})
+    return Launch(module, args, env, str(hd.log_dir / f"{comp}.log"), ns)
+
+
 class Lab:
     """A running (or attached) virtual lab.  See the module docstring."""
 
@@ -174,20 +191,8 @@ class Lab:
     # ---- components
 
     def _launch(self, host: str, comp: str) -> Launch:
-        """What component ``comp`` of ``host`` runs: ``python -m`` which module, with which
-        arguments, environment and log, in which namespace (None: the root one)."""
-        hd = self.run.host_dir(host)
-        ns: str | None = netns_name(self.prefix, host)
-        if comp == "engine":
-            module, args = "twin.engine", ["--host-dir", str(hd.path)]
-        elif comp == "ike":
-            module, args = "twin.ike.daemon", ["--host-dir", str(hd.path)]
-        else:
-            port = self.ssh_ports.get(host) or (self.info["hosts"][host].get("ssh_port") or 0)
-            module, args, ns = "twin.sshd", ["--host-dir", str(hd.path), "--authorized-key", str(self.run.client_pub),
-                                             "--port", str(port), "--port-file", str(hd.ssh_port_file)], None
-        env = dict(os.environ, **{HOST_DIR_ENV: str(hd.path), "PYTHONUNBUFFERED": "1"})
-        return Launch(module, args, env, str(hd.log_dir / f"{comp}.log"), ns)
+        port = self.ssh_ports.get(host) or (self.info["hosts"][host].get("ssh_port") or 0)
+        return component_launch(self.run, self.prefix, host, comp, port)
 
     def _component(self, host: str, comp: str) -> Component:
         launch = self._launch(host, comp)
