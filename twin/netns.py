@@ -20,7 +20,6 @@ What a freshly built lab has, and nothing more (the real lab after boot):
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import ipaddress
 import os
@@ -113,6 +112,11 @@ def _pr():
     fault/status` never needs it."""
     import pyroute2
     from pyroute2 import netns as pr_netns
+    if getattr(pr_netns, "__libc", False) is None:
+        # pyroute2 0.7 looks libc up (ctypes.util.find_library: an `ldconfig -p` run and
+        # its parsing) in every helper process a NetNS forks, about 25 a lab, unless this
+        # process did it first: hand it ours (issue 15)
+        setattr(pr_netns, "__libc", _libc)
     return pyroute2.IPRoute, pyroute2.NetNS, pr_netns
 
 
@@ -135,7 +139,7 @@ pr_netns = _LazyNetns()
 # --------------------------------------------------------------------------- setns
 
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)  # glibc (Debian), as twin.nsexec: find_library runs ldconfig
 
 
 @contextmanager
