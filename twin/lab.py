@@ -142,10 +142,10 @@ class Lab:
                 lab._prefork([(h.name, c) for h in topo.appliances() for c in comps])
             lab._build(path)
         except BaseException:
+            lab._cancel_slots()
             lab.down()
             raise
-        finally:
-            lab._cancel_slots()
+        lab._cancel_slots()  # none is left after a build: each was launched
         return lab
 
     @classmethod
