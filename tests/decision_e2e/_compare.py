@@ -30,12 +30,13 @@ def build(path: Path, tag: str, marker: bytes = b"") -> Path:
     return path
 
 
-def compare(lab: TestLab, rootdir: Path, parent: Path, candidate: Path, *extra: str):
+def compare(lab: TestLab, rootdir: Path, parent: Path, candidate: Path, *extra: str, pairs: int = PAIRS):
     """One suite run on ``lab``: the functional test on the candidate, then the comparison
-    phase; (the completed process, reports/comparison.json's results, wall seconds)."""
+    phase of ``pairs`` pairs; (the completed process, reports/comparison.json's results,
+    wall seconds)."""
     t0 = time.monotonic()
     r = suite_run([TEST, "--traffic-seconds", "0.1", "--driver", f"xgs3300={candidate}",
-                   "--parent-driver", f"xgs3300={parent}", "--compare-pairs", str(PAIRS),
+                   "--parent-driver", f"xgs3300={parent}", "--compare-pairs", str(pairs),
                    "--compare-seconds", str(SECONDS), *extra],
                   rootdir, lab=lab)
     wall = time.monotonic() - t0
