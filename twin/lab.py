@@ -194,8 +194,7 @@ class Lab:
         port = self.ssh_ports.get(host) or (self.info["hosts"][host].get("ssh_port") or 0)
         return component_launch(self.run, self.prefix, host, comp, port)
 
-    def _component(self, host: str, comp: str) -> Component:
-        launch = self._launch(host, comp)
+    def _component(self, host: str, comp: str, launch: Launch) -> Component:
         argv = [sys.executable, "-m", launch.module, *launch.args]
         if launch.netns:
             argv = tn.netns_exec(launch.netns, argv)
@@ -211,7 +210,8 @@ class Lab:
             self._slots.popitem()[1].cancel()
 
     def _start(self, host: str, comp: str) -> None:
-        c = self._component(host, comp)
+        launch = self._launch(host, comp)
+        c = self._component(host, comp, launch)
         if comp == "sshd" and not self.ssh_ports.get(host):
             self.run.host_dir(host).ssh_port_file.unlink(missing_ok=True)
         c.log.parent.mkdir(parents=True, exist_ok=True)
@@ -221,7 +221,7 @@ class Lab:
             log.write(f"--- {time.strftime('%H:%M:%S')} start {how}{' '.join(c.argv)}\n".encode())
             log.flush()
             if slot is not None:
-                c.proc = slot.launch(self._launch(host, comp))
+                c.proc = slot.launch(launch)
             else:
                 c.proc = subprocess.Popen(c.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                           env=c.env, preexec_fn=child_setup, close_fds=True)

@@ -140,12 +140,8 @@ def _wait_and_become(r: int) -> None:
         for sig in (signal.SIGTERM, signal.SIGHUP):  # the supervisor's build handlers are not ours:
             signal.signal(sig, signal.SIG_DFL)       # its death (PDEATHSIG) or a signal ends us
         child_setup()
-        for fd in _open_fds():
-            if fd > 2 and fd != r:
-                try:
-                    os.close(fd)
-                except OSError:  # the listing's own descriptor, closed by then
-                    pass
+        os.closerange(3, r)
+        os.closerange(r + 1, os.sysconf("SC_OPEN_MAX"))
         data = b""
         while chunk := os.read(r, 65536):
             data += chunk
@@ -159,10 +155,6 @@ def _wait_and_become(r: int) -> None:
         finally:
             os._exit(code or 1)
     os._exit(code)
-
-
-def _open_fds() -> list[int]:
-    return sorted(int(n) for n in os.listdir("/proc/self/fd"))
 
 
 def _become(launch: Launch) -> int:

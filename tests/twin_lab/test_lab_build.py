@@ -159,8 +159,8 @@ def test_component_that_never_answers_is_named(small_topology, fresh_prefix, mon
     import twin.lab as lab_mod
     real = lab_mod.Lab._component
 
-    def component(self, host, comp):
-        c = real(self, host, comp)
+    def component(self, host, comp, launch):
+        c = real(self, host, comp, launch)
         c.argv = argv  # a real process that will not serve engine.sock
         return c
 
