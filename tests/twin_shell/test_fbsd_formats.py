@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import json
 import re
+import time
 import subprocess
 import sys
 
@@ -250,21 +251,74 @@ def test_ping_ipv4_reply_format_and_parse(appliance):
         assert (res.family, res.transmitted, res.received, res.data_bytes) == ("ipv4", 2, 2, 56)
 
 
-def test_a_ping_stream_keeps_the_format_and_freebsds_pacing_flags(appliance):
-    """A stream (>= STREAM_COUNT echoes, -i from 0.01 s) runs iputils with a preload of 2 so
-    it keeps FreeBSD's rate (twin.fbsd.ping.linux_argv); its output stays FreeBSD's: one
-    line per echo in order, no iputils 'pipe' remark. A few -D probes get no preload."""
+def test_a_ping_stream_runs_freebsds_loop_and_keeps_the_format(appliance):
+    """A stream (>= STREAM_COUNT echoes, -i from 0.01 s, no -D) runs FreeBSD's loop on a raw
+    socket (twin.fbsd.pingloop), not iputils, which slips or busy-waits there; its output
+    stays FreeBSD's: one line per echo in order, sequence from 0, the summary. The
+    schedule is ping.c's: never faster than one echo per interval."""
     from twin.fbsd import ping as tping
 
+    t0 = time.monotonic()
     r = appliance.run("ping -c 40 -i 0.01 -s 200 10.77.0.2")
+    took = time.monotonic() - t0
     lines = r.out.splitlines()
     assert r.status == 0 and "pipe" not in r.out, r.out
+    assert lines[0] == "PING 10.77.0.2 (10.77.0.2): 200 data bytes"
     assert [int(re.search(r"icmp_seq=(\d+)", x).group(1)) for x in lines[1:41]] == list(range(40)), lines[:42]
+    assert all(re.fullmatch(r"208 bytes from 10\.77\.0\.2: icmp_seq=\d+ ttl=64 time=\d+\.\d{3} ms", x)
+               for x in lines[1:41]), lines[1:41]
     assert "40 packets transmitted, 40 packets received, 0.0% packet loss" in lines
-    argv = lambda args: tping.linux_argv(4, 56, True, tping.parse("ping", args.split()), "10.77.0.2")  # noqa: E731
-    stream, probe, slow = argv("-c 500 -i 0.01 10.77.0.2"), argv("-c 3 -D -s 1400 10.77.0.2"), argv("-c 30 10.77.0.2")
-    assert stream[stream.index("-l") + 1] == "2"
-    assert "-l" not in probe and "-l" not in slow  # few echoes; one a second (iputils keeps 1 s well)
+    assert took >= 39 * 0.01, f"40 echoes at 10 ms in {took:.3f} s: faster than FreeBSD's schedule"
+    r6 = appliance.run("ping6 -c 25 -i 0.01 fd77::2")
+    assert r6.status == 0, r6.err
+    assert re.fullmatch(r"16 bytes from fd77::2, icmp_seq=24 hlim=64 time=\d+\.\d{3} ms", r6.out.splitlines()[25])
+    assert "25 packets transmitted, 25 packets received, 0.0% packet loss" in r6.out
+    opts = lambda args: tping.parse("ping", args.split())  # noqa: E731
+    assert tping.own_loop(opts("-c 500 -i 0.01 10.77.0.2")) and tping.own_loop(opts("-i 0.5 10.77.0.2"))
+    for not_a_stream in ("-c 3 -i 0.01 10.77.0.2", "-c 30 10.77.0.2", "-c 500 -i 0.005 10.77.0.2",
+                         "-c 500 -i 0.01 -D 10.77.0.2"):
+        assert not tping.own_loop(opts(not_a_stream)), not_a_stream
+    argv = lambda args: tping.linux_argv(4, 56, False, opts(args), "10.77.0.2")  # noqa: E731
+    d_stream, probe = argv("-c 500 -i 0.01 -D 10.77.0.2"), argv("-c 3 -D -s 1400 10.77.0.2")
+    assert d_stream[d_stream.index("-l") + 1] == "2"  # a -D stream keeps iputils, at FreeBSD's rate
+    assert "-l" not in probe  # few echoes: FreeBSD's one-at-a-time start
+
+
+def test_a_stream_that_loses_echoes_waits_as_freebsd_then_stops(appliance):
+    """ping.c after the last echo: -W (else 10 s) when no reply came; -t ends the run at
+    once; a refused send counts as transmitted and is reported, the stream goes on."""
+    t0 = time.monotonic()
+    r = appliance.run("ping -c 20 -i 0.01 -W 400 10.77.0.99")  # on-link, nobody answers
+    took = time.monotonic() - t0
+    assert r.status == 2
+    assert "20 packets transmitted, 0 packets received, 100.0% packet loss" in r.out
+    assert 19 * 0.01 + 0.4 <= took < 9, f"{took:.2f} s: -W 400 is the wait after the last echo"
+    r = appliance.run("ping -c 500 -i 0.01 -t 1 10.77.0.2")
+    m = re.search(r"(\d+) packets transmitted, (\d+) packets received", r.out)
+    assert r.status == 0 and m and 50 <= int(m.group(1)) <= 101 and m.group(1) == m.group(2), r.out
+    r = appliance.run("ping -c 20 -i 0.01 -t 1 10.250.0.1")  # no route
+    assert r.status == 2 and r.err == "ping: sendto: No route to host\n" * 20, r.err
+    assert "20 packets transmitted, 0 packets received, 100.0% packet loss" in r.out
+
+
+def test_pingloop_echo_is_freebsds_request():
+    """The loop's echo request as ping.c builds it, read back by scapy: checksum, pid's
+    identifier, sequence, the 8-byte send time, then data byte i = i & 0xff."""
+    from scapy.layers.inet import ICMP
+    from scapy.layers.inet6 import ICMPv6EchoRequest
+
+    from twin.fbsd import pingloop
+
+    pkt = pingloop.echo(4, 0x1234, 7, 300, 5_123_456_000)  # whole microseconds: tv32 keeps no more
+    icmp = ICMP(pkt)
+    assert (icmp.type, icmp.id, icmp.seq) == (8, 0x1234, 7)
+    data = bytes(icmp.payload)
+    assert pkt == bytes(ICMP(type=8, code=0, id=0x1234, seq=7) / data)  # scapy computes the same checksum
+    assert len(data) == 300 and data[8:] == bytes(i & 0xFF for i in range(8, 300))
+    assert pingloop.rtt_ms(data, 5_123_456_000 + 2_500_000) == 2.5
+    assert pingloop.rtt_ms(data[:7], 0) is None
+    six = ICMPv6EchoRequest(pingloop.echo(6, 0xBEEF, 65536 + 3, 8, 1_000))
+    assert (six.type, six.id, six.seq) == (128, 0xBEEF, 3)
 
 
 def test_ping6_format_emsgsize_and_exit_codes(appliance):

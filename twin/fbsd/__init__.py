@@ -55,6 +55,8 @@ HELPER_MODULES: dict[str, str] = {
     "kld": "kldload/kldunload/kldstat behind their three names",
     "digest": "md5/sha256 behind their two names",
     "nd6": "IPv6 interface state (nd6 IFDISABLED) for ifconfig and ping",
+    "pingout": "FreeBSD ping's reply, error and summary lines, whichever sender ping uses",
+    "pingloop": "FreeBSD's ping loop on a raw socket, for streams (no iputils busy-wait)",
     "_kmem": "kernel memory and kernel log under traffic for netstat -m, vmstat, dmesg",
     "install": "writes the DIR/bin wrappers from COMMANDS",
 }

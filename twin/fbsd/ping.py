@@ -16,7 +16,6 @@ Exit codes: 0 any reply; 2 none; IPv6 71 when every send failed.
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 import re
 import signal
@@ -27,14 +26,14 @@ import threading
 import time
 
 from twin.fbsd import _common as c
-from twin.fbsd import nd6
+from twin.fbsd import nd6, pingloop
+from twin.fbsd.pingout import Printer
 
 LINUX_PING = next((p for p in ("/usr/bin/ping", "/bin/ping") if os.path.exists(p)), "/bin/ping")
 """The real iputils ping, by absolute path: PATH starts with DIR/bin, where `ping` is us."""
 
 EX_USAGE = 64
 EX_NOHOST = 68
-EX_OSERR = 71
 RIPV6SNDQ = 8192
 """sys/netinet6/in6_proto.c: rip6_sendspace, the raw IPv6 socket's default send buffer."""
 
@@ -242,6 +241,10 @@ def main_for(prog: str, argv: list[str]) -> int:
         port = ifdisabled_egress(hd, addr)
         if port is not None:
             return every_send_fails(prog, hostname, addr, size, o, "Network is down")
+    if own_loop(o):
+        pr = Printer(prog, fam, hostname, addr, size, quiet=o.quiet, verbose=o.verbose)
+        return pingloop.run(pr, fam, addr, size, count=o.count, interval=o.interval, timeout=o.timeout,
+                            wait_ms=o.wait_ms, src=o.src, ttl=o.ttl)
     return run_ping(prog, fam, hostname, addr, size, o, cmd)
 
 
@@ -249,6 +252,17 @@ STREAM_COUNT = 20
 """From this many echoes a ping is a stream, whose rate the tests divide by (lost / rate)."""
 IPUTILS_SLIPS_FROM = 0.01
 """iputils' MININTERVAL (10 ms): from this interval on it waits with SO_RCVTIMEO and slips."""
+
+
+def own_loop(o: Opts) -> bool:
+    """Does this ping run FreeBSD's loop itself (twin.fbsd.pingloop) instead of iputils?
+
+    A stream does: at least STREAM_COUNT echoes (or no count) at an interval from
+    IPUTILS_SLIPS_FROM up to 1 s, where iputils either slips or busy-waits (pingloop says
+    how much). Not with ``-D``: don't-fragment and its EMSGSIZE / fault
+    ``own_too_big_fragmented`` stay on the path their tests pin (iputils ``-M do``)."""
+    return (IPUTILS_SLIPS_FROM <= o.interval < 1.0 and (o.count is None or o.count >= STREAM_COUNT)
+            and not o.dont_fragment)
 
 
 def linux_argv(fam: int, size: int, fragment: bool, o: Opts, addr: str) -> list[str]:
@@ -262,7 +276,9 @@ def linux_argv(fam: int, size: int, fragment: bool, o: Opts, addr: str) -> list[
     0.01, the rekey tests' 900) then ran 1.6x as long as FreeBSD's, and a test's blocked
     time (lost / offered rate) under-counted by as much. With a preload of 2, iputils'
     token bucket lets it catch up (same loopback: 10.2 ms per echo at 0.01, 20.06 at
-    0.02); only streams get it, so a few -D probes keep FreeBSD's one-at-a-time start.
+    0.02), but busy-waits between echoes; so streams run twin.fbsd.pingloop instead
+    (own_loop), and only a -D stream still comes here with the preload. A few -D probes
+    keep FreeBSD's one-at-a-time start.
     """
     cmd = [LINUX_PING, "-n", f"-{fam}", "-s", str(size), "-M", "dont" if fragment else "do",
            "-i", f"{o.interval:g}"]
@@ -328,53 +344,26 @@ def ifdisabled_egress(hd, addr: str) -> str | None:
 
 def every_send_fails(prog: str, hostname: str, addr: str, size: int, o: Opts, reason: str) -> int:
     """Every ping6 send fails (ENETDOWN, EMSGSIZE), as FreeBSD's ping6 reports it; exit 71."""
+    pr = Printer(prog, 6, hostname, addr, size, quiet=o.quiet, verbose=o.verbose)
     n = o.count or 1
     for i in range(n):
         if i:
             time.sleep(o.interval)
-        sys.stderr.write(f"{prog}: sendmsg: {reason}\n")
-        sys.stderr.flush()
-        sys.stdout.write(f"{prog}: wrote {addr} {8 + size} chars, ret=-1\n")
-        sys.stdout.flush()
-    sys.stdout.write(f"\n--- {hostname} ping6 statistics ---\n"
-                     f"{n} packets transmitted, 0 packets received, 100.0% packet loss\n")
-    return EX_OSERR
+        pr.send_failed(reason)
+    return pr.summary(n)
 
 
 def run_ping(prog: str, fam: int, hostname: str, addr: str, size: int, o: Opts, cmd: list[str]) -> int:
-    out = sys.stdout
+    """Run iputils' ``cmd`` and print its run as FreeBSD's ping (twin.fbsd.pingout)."""
+    pr = Printer(prog, fam, hostname, addr, size, quiet=o.quiet, verbose=o.verbose)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
-    errs: list[str] = []
-
-    def read_err() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            errs.append(line.rstrip("\n"))
-            handle_err(line.rstrip("\n"))
-
-    send_failures = 0
-    send_failed_lock = threading.Lock()
-
-    def fail_line(reason: str) -> None:
-        nonlocal send_failures
-        with send_failed_lock:
-            send_failures += 1
-        if fam == 6:
-            sys.stderr.write(f"{prog}: sendmsg: {reason}\n")
-            sys.stderr.flush()
-            out.write(f"{prog}: wrote {addr} {8 + size} chars, ret=-1\n")
-            out.flush()
-        else:
-            sys.stderr.write(f"{prog}: sendto: {reason}\n")
-            sys.stderr.flush()
-
     connect_error: list[str] = []
 
     def handle_err(line: str) -> None:
         low = line.lower()
         if "message too long" in low:
-            fail_line("Message too long")
+            pr.send_failed("Message too long")
         elif "connect:" in low or "sendmsg:" in low or "sendto:" in low:
             if "unreachable" in low or "no route" in low:
                 connect_error.append("No route to host")
@@ -388,6 +377,11 @@ def run_ping(prog: str, fam: int, hostname: str, addr: str, size: int, o: Opts, 
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
 
+    def read_err() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            handle_err(line.rstrip("\n"))
+
     te = threading.Thread(target=read_err, daemon=True)
     te.start()
     timer = None
@@ -395,8 +389,6 @@ def run_ping(prog: str, fam: int, hostname: str, addr: str, size: int, o: Opts, 
         timer = threading.Timer(o.timeout, lambda: proc.poll() is None and proc.send_signal(signal.SIGINT))
         timer.daemon = True
         timer.start()
-    rtts: list[float] = []
-    received = dups = 0
     transmitted: int | None = None
     assert proc.stdout is not None
     header_seen = False
@@ -410,48 +402,19 @@ def run_ping(prog: str, fam: int, hostname: str, addr: str, size: int, o: Opts, 
             m = REPLY_RE.match(line)
             if m:
                 seq = int(m.group("seq")) - 1
-                dup = "DUP!" in m.group("rest")
                 tms = m.group("time")
-                if tms is None and size >= 8:
+                rtt = float(tms) if tms is not None else None
+                if rtt is None and size >= 8:
                     # iputils needs 16 bytes for its timestamp; FreeBSD needs 8: time it here.
-                    sent_at = t0 + seq * o.interval
-                    tms = f"{max(0.0, (time.monotonic() - sent_at) * 1000):.3f}"
-                if dup:
-                    dups += 1
-                else:
-                    received += 1
-                    if tms is not None:
-                        rtts.append(float(tms))
-                if o.quiet:
-                    continue
-                nbytes = int(m.group("bytes"))
-                tpart = f" time={float(tms):.3f} ms" if tms is not None else ""
-                if fam == 4:
-                    out.write(f"{nbytes} bytes from {m.group('src')}: icmp_seq={seq} ttl={m.group('ttl')}"
-                              f"{tpart}{' (DUP!)' if dup else ''}\n")
-                else:
-                    out.write(f"{nbytes} bytes from {m.group('src')}, icmp_seq={seq} hlim={m.group('ttl')}"
-                              f"{tpart}{'(DUP!)' if dup else ''}\n")
-                out.flush()
+                    rtt = max(0.0, (time.monotonic() - (t0 + seq * o.interval)) * 1000)
+                    rtt = float(f"{rtt:.3f}")
+                pr.reply(int(m.group("bytes")), m.group("src"), seq, int(m.group("ttl")), rtt,
+                         "DUP!" in m.group("rest"))
                 continue
             m = FROM_RE.match(line)
             if m:
-                what = m.group("what")
-                seq = int(m.group("seq")) - 1
-                if fam == 4 and not o.quiet:
-                    mm = re.search(r"mtu = (\d+)", what)
-                    if mm:
-                        out.write(f"{28 + 8 + size} bytes from {m.group('src')}: frag needed and DF set "
-                                  f"(MTU {mm.group(1)})\n")
-                    else:
-                        out.write(f"{28 + 8 + size} bytes from {m.group('src')}: {what}\n")
-                elif fam == 6 and o.verbose:
-                    mm = re.search(r"mtu = (\d+)", what)
-                    if mm:
-                        out.write(f"{48 + 8 + size} bytes from {m.group('src')}: Packet too big mtu = {mm.group(1)}\n")
-                    else:
-                        out.write(f"{48 + 8 + size} bytes from {m.group('src')}: {what}\n")
-                out.flush()
+                mm = re.search(r"mtu = (\d+)", m.group("what"))
+                pr.icmp_error(m.group("src"), m.group("what"), int(mm.group(1)) if mm else None)
                 continue
             m = TX_RE.match(line)
             if m:
@@ -466,27 +429,11 @@ def run_ping(prog: str, fam: int, hostname: str, addr: str, size: int, o: Opts, 
         # iputils gives up at connect(); FreeBSD keeps trying and reports each send.
         n = o.count or 1
         for _ in range(n):
-            fail_line(connect_error[0])
+            pr.send_failed(connect_error[0])
         transmitted = n
     if transmitted is None:
-        transmitted = received + send_failures
-    stats_name = "ping6 statistics" if fam == 6 else "ping statistics"
-    out.write(f"\n--- {hostname} {stats_name} ---\n")
-    loss = ((transmitted - received) * 100.0 / transmitted) if transmitted else 0.0
-    dup_s = f"+{dups} duplicates, " if dups else ""
-    out.write(f"{transmitted} packets transmitted, {received} packets received, {dup_s}{loss:.1f}% packet loss\n")
-    if received and rtts and size >= 8:
-        avg = sum(rtts) / len(rtts)
-        var = sum(x * x for x in rtts) / len(rtts) - avg * avg
-        sd = math.sqrt(var) if var > 0 else 0.0
-        label = "std-dev" if fam == 6 else "stddev"
-        out.write(f"round-trip min/avg/max/{label} = {min(rtts):.3f}/{avg:.3f}/{max(rtts):.3f}/{sd:.3f} ms\n")
-    out.flush()
-    if received:
-        return 0
-    if fam == 6 and transmitted and send_failures >= transmitted:
-        return EX_OSERR
-    return 2
+        transmitted = pr.received + pr.send_failures
+    return pr.summary(transmitted)
 
 
 def main(argv: list[str]) -> int:
