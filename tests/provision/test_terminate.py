@@ -8,6 +8,9 @@ leftovers when the responder is still not clean at the bound.
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import pytest
 
 from plugin.lab.errors import ProvisionError
@@ -91,3 +94,26 @@ def test_a_half_the_force_cannot_end_is_named_as_left(monkeypatch):
     init, resp = _App("dut", [GONE]), _App("peer", [UP], clears=False)
     with pytest.raises(ProvisionError, match=f"it still lists IKE_SA {CONN} #1"):
         terminate.check_gone(init, resp, CONN, [P1], INITIATED)
+
+
+def test_a_half_nobody_deletes_ends_the_wait_long_before_the_bound(monkeypatch):
+    """ESTABLISHED and unchanged on the responder while the initiator is clean: the DELETE
+    never reached it or was never taken (a lost rekey, a rebooted initiator); its own timers
+    end it, not this wait. After STALLED_S the half is forced and named, as at the bound."""
+    monkeypatch.setattr(terminate, "STALLED_S", 0.05)
+    init, resp = _App("dut", [GONE]), _App("peer", [UP])
+    t0 = time.monotonic()
+    with pytest.raises(ProvisionError, match=f"peer still lists IKE_SA {CONN} #1 \\(ESTABLISHED\\).*by force"):
+        terminate.check_gone(init, resp, CONN, [P1], INITIATED)
+    assert time.monotonic() - t0 < terminate.bound_s(1) / 2  # not the 15.5 s bound
+    assert any("--force" in a for a in resp.host.argvs)
+
+
+def test_a_half_being_deleted_is_waited_for_however_still_its_listing(monkeypatch):
+    """DELETING: the responder took the DELETE and is uninstalling (one child after another
+    on the twin, all at once on charon); an unchanged listing is no stall then."""
+    monkeypatch.setattr(terminate, "STALLED_S", 0.02)
+    going = SaList((dataclasses.replace(ike(CONN, child(P1, 3, "c2000001", "c1000001")), state="DELETING"),))
+    init, resp = _App("dut", [GONE]), _App("peer", [going] * 30 + [GONE])
+    assert terminate.check_gone(init, resp, CONN, [P1], INITIATED) == f"no SA of {CONN} left on dut or peer"
+    assert resp.reads == 31
