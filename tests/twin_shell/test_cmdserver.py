@@ -117,8 +117,10 @@ def test_every_command_prints_the_same_through_the_server_as_run_by_itself(appli
 def _start_ping(appliance) -> subprocess.Popen:
     env = dict(os.environ, TWIN_HOST_DIR=str(appliance.hd.path), PATH=f"{appliance.hd.bin}:/usr/bin:/bin")
     env.pop("PYTHONPATH", None)
+    # -D: a stream with don't-fragment still runs iputils under the command (twin.fbsd.ping.own_loop),
+    # the process these tests look for in the command's session
     return subprocess.Popen(["nsenter", f"--net=/run/netns/{appliance.ns}", str(appliance.hd.bin / "ping"),
-                             "-c", "300", "-i", "0.2", "10.77.0.2"],
+                             "-c", "300", "-i", "0.2", "-D", "10.77.0.2"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
