@@ -1,4 +1,5 @@
-"""ping(8) / ping6 of FreeBSD 14, driving the REAL Linux ping (iputils) in the namespace.
+"""ping(8) / ping6 of FreeBSD 14, driving the REAL Linux ping (iputils) in the namespace;
+a stream runs FreeBSD's own loop on a raw socket instead (twin.fbsd.pingloop, own_loop).
 
 Why real: the emulated appliance's own packets must meet the real kernel state of the
 namespace (routes, MTUs, the path MTU the engine's Packet Too Big taught the kernel).

@@ -25,6 +25,7 @@ bytes the send time (struct tv32: seconds and microseconds, network order), the 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import select
 import socket
@@ -88,10 +89,16 @@ def checksum(data: bytes) -> int:
     return ~s & 0xFFFF
 
 
+@functools.lru_cache(maxsize=4)
+def _pattern(size: int) -> bytes:
+    """ping.c's data: byte i is ``i & 0xff`` (the first 8 then carry the send time)."""
+    return bytes(i & 0xFF for i in range(size))
+
+
 def echo(fam: int, ident: int, seq: int, size: int, now_ns: int) -> bytes:
     """One echo request of ``size`` data bytes, stamped ``now_ns`` (monotonic) when it has
     room for the 8-byte timestamp. IPv6's checksum is the kernel's (raw ICMPv6 sockets)."""
-    data = bytearray(i & 0xFF for i in range(size))
+    data = bytearray(_pattern(size))
     if size >= 8:
         data[:8] = struct.pack("!II", (now_ns // 1_000_000_000) & 0xFFFFFFFF, (now_ns // 1000) % 1_000_000)
     head = struct.pack("!BBHHH", ECHO4 if fam == 4 else ECHO6, 0, 0, ident, seq & 0xFFFF)
