@@ -299,6 +299,8 @@ def test_a_stream_that_loses_echoes_waits_as_freebsd_then_stops(appliance):
     r = appliance.run("ping -c 20 -i 0.01 -t 1 10.250.0.1")  # no route
     assert r.status == 2 and r.err == "ping: sendto: No route to host\n" * 20, r.err
     assert "20 packets transmitted, 0 packets received, 100.0% packet loss" in r.out
+    r = appliance.run("ping -c 20 -i 0.01 -S 10.9.9.9 10.77.0.2")  # not an address of this host
+    assert (r.status, r.err) == (1, "ping: bind: Can't assign requested address\n")
 
 
 def test_pingloop_echo_is_freebsds_request():

@@ -30,9 +30,10 @@ import os
 import select
 import socket
 import struct
+import sys
 import time
 
-from twin.fbsd.pingout import Printer
+from twin.fbsd.pingout import EX_OSERR, Printer
 
 MAXWAIT_MS = 10_000
 """ping.c MAXWAIT (s) x 1000: the wait after the last echo when no reply came, without -W."""
@@ -73,10 +74,12 @@ ICMP6_ERRORS = {
     (3, 0): "Time to live exceeded", (3, 1): "Frag reassembly time exceeded",
 }
 
-#: sendto()'s errno as FreeBSD names it for an echo it could not send (no route is
-#: EHOSTUNREACH there; Linux says ENETUNREACH for the same missing route).
-SEND_ERRORS = {errno.ENETUNREACH: "No route to host", errno.EHOSTUNREACH: "No route to host",
-               errno.ENETDOWN: "Network is down", errno.EMSGSIZE: "Message too long"}
+#: An errno as FreeBSD's strerror words it (a missing route is EHOSTUNREACH there; Linux
+#: says ENETUNREACH for it), where ping's message would otherwise be Linux's.
+FREEBSD_STRERROR = {errno.ENETUNREACH: "No route to host", errno.EHOSTUNREACH: "No route to host",
+                    errno.ENETDOWN: "Network is down", errno.EMSGSIZE: "Message too long",
+                    errno.EADDRNOTAVAIL: "Can't assign requested address", errno.ENOBUFS: "No buffer space available",
+                    errno.EPERM: "Operation not permitted", errno.EACCES: "Permission denied"}
 
 
 def checksum(data: bytes) -> int:
@@ -138,7 +141,11 @@ class Stream:
             if ttl is not None:
                 self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, ttl)
         if src:
-            self.sock.bind((src, 0))
+            try:
+                self.sock.bind((src, 0))
+            except OSError:
+                self.sock.close()
+                raise
         self.sock.setblocking(False)
 
     def close(self) -> None:
@@ -150,9 +157,9 @@ class Stream:
         try:
             self.sock.sendto(pkt, (self.addr, 0))
         except BlockingIOError:
-            self.pr.send_failed(os.strerror(errno.ENOBUFS))
+            self.pr.send_failed(FREEBSD_STRERROR[errno.ENOBUFS])
         except OSError as e:
-            self.pr.send_failed(SEND_ERRORS.get(e.errno, e.strerror or str(e)))
+            self.pr.send_failed(FREEBSD_STRERROR.get(e.errno, e.strerror or str(e)))
         self.transmitted += 1
 
     def receive(self) -> None:
@@ -239,8 +246,14 @@ class Stream:
 
 def run(pr: Printer, fam: int, addr: str, size: int, *, count: int | None, interval: float,
         timeout: float | None, wait_ms: int | None, src: str | None, ttl: int | None) -> int:
-    """The whole run (ping.c main's loop); returns the exit status after the summary."""
-    s = Stream(pr, fam, addr, size, src, ttl)
+    """The whole run (ping.c main's loop); returns the exit status after the summary, or
+    ping.c's err() status when the socket cannot be had (EX_OSERR) or bound to -S (1)."""
+    try:
+        s = Stream(pr, fam, addr, size, src, ttl)
+    except OSError as e:
+        what, code = ("bind", 1) if src and e.errno in (errno.EADDRNOTAVAIL, errno.EINVAL) else ("socket", EX_OSERR)
+        sys.stderr.write(f"{pr.prog}: {what}: {FREEBSD_STRERROR.get(e.errno, e.strerror or str(e))}\n")
+        return code
     start = time.monotonic()
     end_at = start + timeout if timeout is not None else None
     try:
