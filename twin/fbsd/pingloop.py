@@ -187,6 +187,16 @@ class Stream:
         self.seen.add(seq)
         self.pr.reply(nbytes, src, seq, ttl, None if rtt is None else float(f"{rtt:.3f}"), dup)
 
+    def _echo_reply(self, icmp: bytes, reply_type: int, src: str, hops: int, now: int) -> bool:
+        """An echo reply (``icmp`` from its type on): printed when it answers ours; True
+        for any echo reply, so the caller looks no further."""
+        if icmp[0] != reply_type:
+            return False
+        ident, seq = struct.unpack("!HH", icmp[4:8])
+        if ident == self.ident:
+            self._reply(len(icmp), src, seq, hops, icmp[8:], now)
+        return True
+
     def _ours(self, inner: bytes, dst_ok: bool, echo_type: int) -> int | None:
         """The sequence of the echo an ICMP error quotes, when it is one of ours."""
         if not dst_ok or len(inner) < 8:
@@ -202,12 +212,7 @@ class Stream:
         if len(icmp) < 8:
             return
         typ, code = icmp[0], icmp[1]
-        if typ == ECHOREPLY4:
-            ident, seq = struct.unpack("!HH", icmp[4:8])
-            if ident == self.ident:
-                self._reply(len(icmp), src, seq, ttl, icmp[8:], now)
-            return
-        if typ not in (3, 4, 11, 12):
+        if self._echo_reply(icmp, ECHOREPLY4, src, ttl, now) or typ not in (3, 4, 11, 12):
             return
         quoted = icmp[8:]
         if len(quoted) < 20:
@@ -225,12 +230,7 @@ class Stream:
         if len(icmp) < 8:
             return
         typ, code = icmp[0], icmp[1]
-        if typ == ECHOREPLY6:
-            ident, seq = struct.unpack("!HH", icmp[4:8])
-            if ident == self.ident:
-                self._reply(len(icmp), src, seq, hlim, icmp[8:], now)
-            return
-        if typ not in (1, 2, 3):
+        if self._echo_reply(icmp, ECHOREPLY6, src, hlim, now) or typ not in (1, 2, 3):
             return
         quoted = icmp[8:]
         if len(quoted) < 48:
