@@ -255,15 +255,18 @@ IPUTILS_SLIPS_FROM = 0.01
 """iputils' MININTERVAL (10 ms): from this interval on it waits with SO_RCVTIMEO and slips."""
 
 
+def is_stream(o: Opts) -> bool:
+    """At least STREAM_COUNT echoes (or no count) at an interval from IPUTILS_SLIPS_FROM up
+    to 1 s: where iputils either slips or busy-waits (twin.fbsd.pingloop says how much)."""
+    return IPUTILS_SLIPS_FROM <= o.interval < 1.0 and (o.count is None or o.count >= STREAM_COUNT)
+
+
 def own_loop(o: Opts) -> bool:
     """Does this ping run FreeBSD's loop itself (twin.fbsd.pingloop) instead of iputils?
 
-    A stream does: at least STREAM_COUNT echoes (or no count) at an interval from
-    IPUTILS_SLIPS_FROM up to 1 s, where iputils either slips or busy-waits (pingloop says
-    how much). Not with ``-D``: don't-fragment and its EMSGSIZE / fault
+    A stream does. Not with ``-D``: don't-fragment and its EMSGSIZE / fault
     ``own_too_big_fragmented`` stay on the path their tests pin (iputils ``-M do``)."""
-    return (IPUTILS_SLIPS_FROM <= o.interval < 1.0 and (o.count is None or o.count >= STREAM_COUNT)
-            and not o.dont_fragment)
+    return is_stream(o) and not o.dont_fragment
 
 
 def linux_argv(fam: int, size: int, fragment: bool, o: Opts, addr: str) -> list[str]:
@@ -285,7 +288,7 @@ def linux_argv(fam: int, size: int, fragment: bool, o: Opts, addr: str) -> list[
            "-i", f"{o.interval:g}"]
     if o.count is not None:
         cmd += ["-c", str(o.count)]
-    if IPUTILS_SLIPS_FROM <= o.interval < 1.0 and (o.count is None or o.count >= STREAM_COUNT):
+    if is_stream(o):
         cmd += ["-l", "2"]
     if o.wait_ms is not None:
         cmd += ["-W", f"{max(o.wait_ms, 1) / 1000.0:g}"]
