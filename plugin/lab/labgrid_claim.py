@@ -211,6 +211,11 @@ class PlaceClaim:
             now = f"acquired by {place.acquired}" if place.acquired else "released"
             raise LeaseLost(f"labgrid place {self.place} was taken from this run ({self.name}): it is now "
                             f"{now}{note}. This run stops before changing anything else on the appliances.")
+        _, seen = Stamp.split(place.comment or "")
+        if seen is not None and seen.kicked.startswith(f"{self.name} kicked by "):
+            # a kick is under way: its release follows; writing our stamp would erase its reason
+            log.warning("%s: place %s: %s", self.cfg.coordinator, self.place, seen.kicked)
+            return
         self._n += 1
         stamp = Stamp(user=self.user, holder=self.holder, run_id=self.run_id, lease=self.lease, n=self._n)
         self.lab.set_comment(self.place, self._own_comment + STAMP + stamp.to_text())

@@ -296,14 +296,19 @@ class LabgridLab:
         if not p.acquired:
             return f"{self.coordinator}: place {place} is not acquired: nothing to kick"
         holder = p.acquired
+        own, stamp = Stamp.split(p.comment or "")
+        note = f"{holder} kicked by {by} at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: {reason}"
+        comment = own + STAMP + Stamp(user=holder, holder=stamp.holder if stamp else holder,
+                                      run_id=stamp.run_id if stamp else "", lease=0, n=-1, kicked=note).to_text()
+        # The note goes in before the release, so a holder that polls between the release and
+        # our next call already reads why (a holder that sees it while still holding stops
+        # renewing over it), and again after, in case a renewal in flight wrote over it.
+        self.set_comment(place, comment)
         # reservations first: the release re-plans the queue with the place free of them
         tokens = self.cancel_reservations_of(holder)
         self.rpc("ReleasePlace", pb.ReleasePlaceRequest(placename=place, fromuser=holder), f"release place {place}")
-        own, stamp = Stamp.split(p.comment or "")
-        note = f"{holder} kicked by {by} at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: {reason}"
-        self.set_comment(place, own + STAMP + Stamp(user=holder, holder=stamp.holder if stamp else holder,
-                                                    run_id=stamp.run_id if stamp else "", lease=0, n=-1,
-                                                    kicked=note).to_text())
+        if self.place(place).comment != comment:
+            self.set_comment(place, comment)
         log.warning("%s: place %s: %s (reservations cancelled: %s)", self.coordinator, place, note,
                     ", ".join(tokens) or "none")
         return f"{self.coordinator}: place {place}: {note}"

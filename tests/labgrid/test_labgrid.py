@@ -177,6 +177,34 @@ def test_status_and_break_commands_in_labgrid_mode(coordinator, tmp_path):
         claim.release()
 
 
+def test_a_kicks_reason_is_readable_before_the_place_is_released(coordinator):
+    """ci62 caught a holder that polled between the kick's release and its note, and lost
+    the reason: the note now goes in first, and a renewal that sees it leaves it alone."""
+    coordinator.place("lab1", "lab1")
+    claim = PlaceClaim(_cfg(coordinator, place="lab1"), holder="alice", renew_every=600, lease=1200).acquire()
+    try:
+        with LabgridLab(coordinator.address) as lg:
+            sent: list[str] = []
+            real_rpc = lg.rpc
+
+            def rpc(name, request, what):  # read the place as the holder would, just before the release
+                if name == "ReleasePlace":
+                    place = lg.place("lab1")
+                    sent.append(place.comment or "")
+                    assert place.acquired == claim.name
+                    claim._renew()  # the holder's renewal in that moment must not erase the note
+                    assert lg.place("lab1").comment == sent[-1]
+                return real_rpc(name, request, what)
+
+            lg.rpc = rpc
+            lg.kick("lab1", "rack rewiring", "bob")
+        assert sent and f"{claim.name} kicked by bob at " in sent[0]
+        with pytest.raises(LeaseLost, match=f"it is now released .{claim.name} kicked by bob at .*: rack rewiring"):
+            claim._renew()
+    finally:
+        claim.release()
+
+
 def test_ctrl_c_releases_at_once_while_holding_and_while_waiting(coordinator):
     """Ctrl-C (SIGINT) is an exit path like any other: the place and the reservation go back
     at once, without waiting for a lease and without a kick."""
