@@ -147,38 +147,32 @@ def test_large_output_on_both_streams_does_not_deadlock(ssh_host):
     assert len(r.stderr) == n and set(r.stderr) == {"e"}
 
 
-#: pid files of commands of other runs, not this shell's ($$): the remote host is this
-#: machine, where other runs of the suite may be running commands right now
-OTHER_PID_FILES = 'for f in /tmp/.ipsec-hil-run-*; do [ -e "$f" ] && [ "$(cat "$f")" != "$$" ] && echo "$f"; done; true'
-
-
 KILL_SETTLE_S = 3.0
 
 
 def test_timeout_raises_quickly_kills_remote_and_host_stays_usable(sshd_server, ssh_host):
-    # only files that were not there before count: another run's live command (the other
-    # xdist worker's tests, a second checkout) has its own
-    before = set(ssh_host.run(OTHER_PID_FILES, timeout=10).stdout.split())
     t0 = time.monotonic()
     with pytest.raises(CommandTimeout):
         ssh_host.run("sleep 31; echo never", timeout=1)
     assert time.monotonic() - t0 < 2.0
     # closing the channel alone leaves `sleep` running under sshd; the transport kills
-    # the command's process group from a second session. The signal is sent before run()
-    # raises, but a machine at load 5 (4 xdist workers on 2 cores) can take a moment to
-    # run the dying process: it must be gone within KILL_SETTLE_S, a sleep never killed
-    # lives its 31 s.
+    # the command's process group from a second session, by the pid its shell said first
+    # on stderr. The signal is sent before run() raises, but a machine at load 5 (4 xdist
+    # workers on 2 cores) can take a moment to run the dying process: it must be gone
+    # within KILL_SETTLE_S, a sleep never killed lives its 31 s.
     wait_until(lambda: subprocess.run(["pgrep", "-u", sshd_server.user, "-f", "^sleep 31$"],
                                       capture_output=True, text=True).stdout == "",
                "the remote sleep gone after the timeout", timeout=KILL_SETTLE_S, every=0.1)
     assert ssh_host.run("echo ok", timeout=10).stdout == "ok\n"
-    left_files = set(ssh_host.run(OTHER_PID_FILES, timeout=10).stdout.split()) - before
-    # the killed command's pid file must be gone; one that appeared meanwhile belongs to a
-    # command still running elsewhere only if its process lives
-    dead = [f for f in sorted(left_files)
-            if ssh_host.run(f'[ -e {f} ] && ! kill -0 "$(cat {f})" 2>/dev/null && echo gone; true',
-                                    timeout=10).stdout.strip()]
-    assert not dead, f"pid files of finished/killed commands left behind: {dead}"
+
+
+def test_the_shells_pid_line_is_taken_off_stderr_and_only_it(ssh_host):
+    """The pid line that lets a timeout kill the command is the transport's, not the
+    command's: stderr comes back as the command wrote it, a line of its own that looks
+    the same included."""
+    r = ssh_host.run("echo one >&2; echo '@@hil-pid 7' >&2; echo out", timeout=10)
+    assert (r.stdout, r.stderr) == ("out\n", "one\n@@hil-pid 7\n")
+    assert ssh_host.run("true", timeout=10).stderr == ""
 
 
 def test_unknown_host_key_refused_before_any_command(sshd_server, ssh_host, workdir, tmp_path):
@@ -396,3 +390,32 @@ def test_unknown_target_key_behind_jump_says_scan_from_the_jump(sshd_server, tmp
 def test_localhost_missing_netns_is_a_transport_error(transport_prefix):
     with pytest.raises(TransportError, match="does not exist"):
         LocalHost("bench", netns=f"{transport_prefix}-absent").run("true", timeout=5)
+
+
+@pytest.mark.parametrize("stderr, want", [
+    (b"@@hil-pid 4242\nwarn\n", (4242, b"warn\n")),
+    (b"csh: a word before\n@@hil-pid 17\n", (17, b"csh: a word before\n")),  # the login shell's own words kept
+    (b"@@hil-pid 9\nx @@hil-pid 8\n@@hil-pid 7\n", (9, b"x @@hil-pid 8\n@@hil-pid 7\n")),  # only the first
+    (b"@@hil-pid 12", (None, b"@@hil-pid 12")),  # cut before its newline: no pid yet
+    (b"", (None, b"")),
+    (b"text @@hil-pid 5\n", (None, b"text @@hil-pid 5\n")),  # not at a line's start: the command's
+])
+def test_split_pid(stderr, want):
+    from plugin.lab.remote.shell import split_pid
+    assert split_pid(stderr) == want
+
+
+def test_kill_script_spares_a_pid_that_is_no_longer_a_shell(tmp_path):
+    """A pid the command said, then gave up (it ended): killed only while it is a shell,
+    never another process that got the pid (here: a sleep, its own process group)."""
+    from plugin.lab.remote.shell import kill_script
+    victim = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        subprocess.run(["/bin/sh", "-c", kill_script(victim.pid)], timeout=10, check=True)
+        assert victim.poll() is None, "a sleep that took a finished shell's pid was killed"
+        shell = subprocess.Popen(["/bin/sh", "-c", "sleep 30; true"], start_new_session=True)
+        subprocess.run(["/bin/sh", "-c", kill_script(shell.pid)], timeout=10, check=True)
+        assert shell.wait(timeout=5) == -9
+    finally:
+        victim.kill()
+        victim.wait()

@@ -24,8 +24,8 @@ import paramiko
 from plugin.lab.errors import CommandTimeout, HostKeyError, TransportError
 from plugin.lab.timeshare import SSH, spent
 from plugin.lab.remote.sftp import SftpFiles
-from plugin.lab.remote.shell import (SH_COMMAND, RunResult, close_quietly, decode_output, kill_script, random_token,
-                                     script_file_command, wrap_script)
+from plugin.lab.remote.shell import (SH_COMMAND, RunResult, close_quietly, decode_output, kill_script,
+                                     script_file_command, split_pid, wrap_script)
 
 log = logging.getLogger(__name__)
 
@@ -267,24 +267,24 @@ class SshHost(SftpFiles):
         Its time is the run's "ssh" share unless a phase is open (plugin.lab.timeshare).
         """
         timeout = self.command_timeout if timeout is None else timeout
-        pid_file = f"/tmp/.ipsec-hil-run-{random_token()}"
-        payload = wrap_script(script, stdin, pid_file)
+        payload = wrap_script(script, stdin, announce_pid=True)
         t0 = time.monotonic()
         chan = self._open_session()
+        err_so_far: list[bytes] = []
         try:
             chan.exec_command(SH_COMMAND)
             send_all(chan, payload)
             chan.shutdown_write()
-            out, err, status = self._drain(chan, t0 + timeout, timeout)
+            out, err, status = self._drain(chan, t0 + timeout, timeout, err_so_far)
         except CommandTimeout:
             chan.close()
-            self._kill_remote(pid_file)
+            self._kill_remote(split_pid(b"".join(err_so_far))[0])
             raise
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise TransportError(f"{self.name}: command channel failed: {type(e).__name__}: {e}") from e
         finally:
             chan.close()
-        return self._result(out, err, status, t0, f"sh script ({script.count(chr(10)) + 1} lines)")
+        return self._result(out, split_pid(err)[1], status, t0, f"sh script ({script.count(chr(10)) + 1} lines)")
 
     @spent(SSH, within_phase=True)
     def run_file(self, path: str, *, stdin: bytes, timeout: float | None = None) -> RunResult:
@@ -331,13 +331,17 @@ class SshHost(SftpFiles):
         log.debug("%s: %s status=%d in %.3fs", self.name, what, status, dur)
         return RunResult(decode_output(out), decode_output(err), status, dur, self.name)
 
-    def _kill_remote(self, pid_file: str) -> None:
-        """Best effort: stop what a timed-out command left running on the host."""
+    def _kill_remote(self, pid: int | None) -> None:
+        """Best effort: stop what a timed-out command left running on the host (its shell's
+        ``pid``, None when the command was cut off before its shell said it)."""
+        if pid is None:
+            log.warning("%s: a timed-out command never said its pid; nothing killed", self.name)
+            return
         try:
             chan = self._open_session()
             try:
                 chan.exec_command(SH_COMMAND)
-                chan.sendall(wrap_script(kill_script(pid_file), None))
+                chan.sendall(wrap_script(kill_script(pid), None))
                 chan.shutdown_write()
                 self._drain(chan, time.monotonic() + 10, 10)
             finally:
@@ -346,8 +350,11 @@ class SshHost(SftpFiles):
         except TransportError as e:
             log.warning("%s: could not stop a timed-out command: %s", self.name, e)
 
-    def _drain(self, chan: paramiko.Channel, deadline: float, timeout: float) -> tuple[bytes, bytes, int]:
+    def _drain(self, chan: paramiko.Channel, deadline: float, timeout: float,
+               err: list[bytes] | None = None) -> tuple[bytes, bytes, int]:
         """Read stdout and stderr together until EOF and the exit status have arrived.
+        ``err``: where stderr's chunks go as they come, so a caller still has them after a
+        :class:`CommandTimeout` (the wrapped script's pid, :func:`shell.split_pid`).
 
         Not "until the exit status": OpenSSH sends exit-status when the child exits,
         while output may still sit in the pipes (session.c, session_exit_message), so
@@ -355,7 +362,7 @@ class SshHost(SftpFiles):
         of 3 MiB). EOF comes only after both pipes are drained.
         """
         out: list[bytes] = []
-        err: list[bytes] = []
+        err = [] if err is None else err
         fd = chan.fileno()  # a pipe paramiko sets when either stream has data or at EOF
         while True:
             progressed = False
