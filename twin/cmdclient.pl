@@ -19,8 +19,10 @@
 # and the shell's process group killed), the server sees the connection close and kills
 # the command.
 #
-# PERL_BADLANG=0 (set by the wrapper, so a missing locale prints no warning into the
-# command's stderr) is not passed on to the command.
+# The DIR/bin wrappers are Perl scripts that run this file in their own interpreter (`do`,
+# with @ARGV set as above: twin.fbsd.install). PERL_BADLANG, should a caller have set it
+# (the wrappers were sh scripts that did, against a missing locale's warning), is not
+# passed on to the command.
 use strict;
 
 my ($sock_path, $module, @args) = @ARGV;

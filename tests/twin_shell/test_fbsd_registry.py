@@ -28,5 +28,5 @@ def test_install_writes_one_wrapper_per_command(tmp_path):
     written = install_bin(tmp_path)
     assert sorted(p.name for p in written) == sorted(COMMANDS)
     ping = (tmp_path / "bin" / "ping").read_text()
-    assert "-S -m twin.fbsd.ping " in ping
-    assert "-m twin.ike.swanctl " in (tmp_path / "bin" / "swanctl").read_text()
+    assert ping.startswith("#!/usr/bin/perl\n") and "'-S', '-m', 'twin.fbsd.ping', @ARGV" in ping
+    assert "'twin.ike.swanctl'" in (tmp_path / "bin" / "swanctl").read_text()
