@@ -60,6 +60,46 @@ def send_all(chan: paramiko.Channel, data: bytes, chunk: int = 1 << 18) -> None:
         chan.sendall(data[off:off + chunk])
 
 
+def drain(chan: paramiko.Channel, name: str, deadline: float, timeout: float,
+          err: list[bytes] | None = None) -> tuple[bytes, bytes, int]:
+    """Read a command channel's stdout and stderr together until EOF and the exit status
+    have arrived (``name``: the host, for the timeout's message).
+    ``err``: where stderr's chunks go as they come, so a caller still has them after a
+    :class:`CommandTimeout` (the wrapped script's pid, :func:`shell.split_pid`).
+
+    Not "until the exit status": OpenSSH sends exit-status when the child exits,
+    while output may still sit in the pipes (session.c, session_exit_message), so
+    stopping at the status loses the tail of the output (seen as a rare short read
+    of 3 MiB). EOF comes only after both pipes are drained.
+    """
+    out: list[bytes] = []
+    err = [] if err is None else err
+    fd = chan.fileno()  # a pipe paramiko sets when either stream has data or at EOF
+    while True:
+        progressed = False
+        while chan.recv_ready():
+            out.append(chan.recv(_CHUNK))
+            progressed = True
+        while chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(_CHUNK))
+            progressed = True
+        ended = (chan.eof_received or chan.closed) and not (chan.recv_ready() or chan.recv_stderr_ready())
+        if ended and chan.exit_status_ready():  # also true once closed
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            chan.close()
+            log.debug("%s: command timed out after %.1fs", name, timeout)
+            raise CommandTimeout(f"{name}: command did not finish within {timeout:g}s "
+                                 f"(channel closed)")
+        if ended:
+            chan.status_event.wait(min(remaining, 0.2))  # EOF seen, status on its way
+        elif not progressed:
+            select.select([fd], [], [], min(remaining, 0.2))
+    status = chan.exit_status if chan.status_event.is_set() else -1
+    return b"".join(out), b"".join(err), status
+
+
 class _RejectWithHint(paramiko.RejectPolicy):
     """RejectPolicy whose error says which known_hosts to update and how."""
 
@@ -275,7 +315,7 @@ class SshHost(SftpFiles):
             chan.exec_command(SH_COMMAND)
             send_all(chan, payload)
             chan.shutdown_write()
-            out, err, status = self._drain(chan, t0 + timeout, timeout, err_so_far)
+            out, err, status = drain(chan, self.name, t0 + timeout, timeout, err_so_far)
         except CommandTimeout:
             chan.close()
             self._kill_remote(split_pid(b"".join(err_so_far))[0])
@@ -314,7 +354,7 @@ class SshHost(SftpFiles):
             chan.settimeout(None)
             if not chan.closed:
                 chan.shutdown_write()
-            out, err, status = self._drain(chan, t0 + timeout, timeout)
+            out, err, status = drain(chan, self.name, t0 + timeout, timeout)
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise TransportError(f"{self.name}: command channel failed: {type(e).__name__}: {e}") from e
         finally:
@@ -343,50 +383,12 @@ class SshHost(SftpFiles):
                 chan.exec_command(SH_COMMAND)
                 chan.sendall(wrap_script(kill_script(pid), None))
                 chan.shutdown_write()
-                self._drain(chan, time.monotonic() + 10, 10)
+                drain(chan, self.name, time.monotonic() + 10, 10)
             finally:
                 chan.close()
             log.debug("%s: killed the timed-out command's process group", self.name)
         except TransportError as e:
             log.warning("%s: could not stop a timed-out command: %s", self.name, e)
-
-    def _drain(self, chan: paramiko.Channel, deadline: float, timeout: float,
-               err: list[bytes] | None = None) -> tuple[bytes, bytes, int]:
-        """Read stdout and stderr together until EOF and the exit status have arrived.
-        ``err``: where stderr's chunks go as they come, so a caller still has them after a
-        :class:`CommandTimeout` (the wrapped script's pid, :func:`shell.split_pid`).
-
-        Not "until the exit status": OpenSSH sends exit-status when the child exits,
-        while output may still sit in the pipes (session.c, session_exit_message), so
-        stopping at the status loses the tail of the output (seen as a rare short read
-        of 3 MiB). EOF comes only after both pipes are drained.
-        """
-        out: list[bytes] = []
-        err = [] if err is None else err
-        fd = chan.fileno()  # a pipe paramiko sets when either stream has data or at EOF
-        while True:
-            progressed = False
-            while chan.recv_ready():
-                out.append(chan.recv(_CHUNK))
-                progressed = True
-            while chan.recv_stderr_ready():
-                err.append(chan.recv_stderr(_CHUNK))
-                progressed = True
-            ended = (chan.eof_received or chan.closed) and not (chan.recv_ready() or chan.recv_stderr_ready())
-            if ended and chan.exit_status_ready():  # also true once closed
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                chan.close()
-                log.debug("%s: command timed out after %.1fs", self.name, timeout)
-                raise CommandTimeout(f"{self.name}: command did not finish within {timeout:g}s "
-                                     f"(channel closed)")
-            if ended:
-                chan.status_event.wait(min(remaining, 0.2))  # EOF seen, status on its way
-            elif not progressed:
-                select.select([fd], [], [], min(remaining, 0.2))
-        status = chan.exit_status if chan.status_event.is_set() else -1
-        return b"".join(out), b"".join(err), status
 
     # ---- files (SFTP, one session per thread: SFTPClient is not thread-safe)
 
