@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import shlex
 import socket
 import struct
@@ -27,8 +28,53 @@ class CaptureError(LabError):
     """tcpdump did not start, or its file could not be read."""
 
 
-#: seconds the capture file must stop growing before tcpdump is stopped (WireCapture.__exit__)
+#: seconds the capture file must stop growing before tcpdump is stopped, when its counts
+#: cannot prove it has caught up (WireCapture.__exit__)
 QUIET_S = 0.2
+
+#: tcpdump's answer to SIGINFO (FreeBSD) or SIGUSR1 (Linux) on stderr, the one-line form:
+#: "tcpdump: 10 packets captured, 10 packets received by filter, 0 packets dropped by kernel"
+#: (", N packets dropped by interface" may follow)
+#: Written once for both readers: Python's ``re`` and the stop script's awk (POSIX ERE).
+STATUS_LINE = "[0-9]+ packets? captured, [0-9]+ packets? received by filter, [0-9]+ packets? dropped by kernel"
+
+#: seconds between two asks for tcpdump's counts (and two looks at the file's size)
+_POLL_S = 0.01
+
+
+@dataclass(frozen=True)
+class CaptureCounts:
+    """One of tcpdump's status lines: what it wrote, what its kernel filter saw, what the
+    kernel dropped because tcpdump's buffer was full."""
+
+    captured: int
+    received: int
+    dropped: int
+
+    @property
+    def caught_up(self) -> bool:
+        """Every packet the kernel handed to this capture is written or dropped.
+
+        Sound on both systems: Linux counts what passed the filter, FreeBSD's BPF every
+        packet on the interface (``bd_rcount``), so "received" is never below what
+        tcpdump could have written. Equality fails for good on Linux's ``lo`` (each
+        packet seen twice) and on FreeBSD when packets the filter refuses cross the port;
+        the stop then waits for the file to be quiet instead."""
+        return self.captured + self.dropped >= self.received
+
+
+def last_counts(log_text: str) -> CaptureCounts | None:
+    """The last complete status line in tcpdump's stderr, or None when there is none."""
+    found = re.findall(STATUS_LINE, log_text)
+    return CaptureCounts(*map(int, re.findall("[0-9]+", found[-1]))) if found else None
+
+
+def caught_up_command(log_q: str) -> str:
+    """A shell command that succeeds when the last status line in the (quoted) log says
+    tcpdump has caught up: :attr:`CaptureCounts.caught_up` in awk, for the stop script.
+    The line's words 1, 4 and 9 are captured, received and dropped."""
+    return (f"awk 'match($0, /{STATUS_LINE}/) {{ split(substr($0, RSTART, RLENGTH), w, \" \"); "
+            f"c = w[1]; r = w[4]; d = w[9]; seen = 1 }} END {{ exit !(seen && c + d >= r) }}' {log_q}")
 
 
 class WireCapture:
@@ -39,6 +85,8 @@ class WireCapture:
         self.path = f"/tmp/hil-capture-{ifname}-{int(time.time() * 1000) % 10**9}.pcap"
         self.pid: int | None = None
         self.pcap: bytes = b""
+        #: tcpdump's last status line before it was stopped (None: it printed none)
+        self.counts: CaptureCounts | None = None
 
     def __enter__(self) -> "WireCapture":
         log_path = self.path + ".log"
@@ -63,24 +111,36 @@ class WireCapture:
         self.pid = int(r.stdout.strip().splitlines()[-1])
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        # The block's packets have crossed the port when it returns (its pings answered, its
-        # END datagram received); what may lag is tcpdump writing them (-U: one write per
-        # packet). So it is stopped once its file has stopped growing for QUIET_S (a fixed
-        # 0.5 s before: 25 captures a run, issue 15) -- and later while it still grows.
-        # SIGINT makes tcpdump flush and close the file; wait for it to exit before reading.
-        q = shlex.quote(self.path)
-        polls = int(QUIET_S / 0.05)
-        self.host.run(
+    def _stop_script(self) -> str:
+        """Stop tcpdump once it has written every packet of the block, and print its log.
+
+        The block's packets have crossed the port when it returns (its pings answered, its
+        END datagram received); what may lag is tcpdump writing them (-U: one write per
+        packet). Asked for its counts (SIGINFO on FreeBSD, SIGUSR1 on Linux, every 10 ms),
+        tcpdump proves it has caught up when it has written all its kernel handed it: the
+        usual case, a few tens of ms (issue 15: a fixed 0.25 s quiet wait before, 25
+        captures a run). Where its counts cannot prove it (see CaptureCounts.caught_up),
+        the file must stop growing for QUIET_S -- and it is stopped later while it grows.
+        SIGINT makes tcpdump flush and close the file; it is waited for before the read."""
+        q, log_q, pid = shlex.quote(self.path), shlex.quote(self.path + ".log"), self.pid
+        polls = round(QUIET_S / _POLL_S)
+        caught_up = caught_up_command(log_q)
+        return (
             f"last=-1; same=0; i=0\n"
-            f"while [ $same -lt {polls} ] && [ $i -lt 200 ]; do\n"
+            f"while [ $same -lt {polls} ] && [ $i -lt {round(10 / _POLL_S)} ]; do\n"
+            f"  kill -INFO {pid} 2>/dev/null || kill -USR1 {pid} 2>/dev/null\n"
+            f"  sleep {_POLL_S}; i=$((i+1))\n"
+            f"  {caught_up} && break\n"
             f"  n=$(wc -c < {q} 2>/dev/null || echo 0)\n"
             f"  if [ \"$n\" = \"$last\" ]; then same=$((same+1)); else same=0; last=$n; fi\n"
-            f"  sleep 0.05; i=$((i+1))\n"
             f"done\n"
-            f"kill -INT {self.pid} 2>/dev/null; i=0\n"
-            f"while kill -0 {self.pid} 2>/dev/null && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done\n"
-            f"kill {self.pid} 2>/dev/null; true", timeout=30)
+            f"kill -INT {pid} 2>/dev/null; i=0\n"
+            f"while kill -0 {pid} 2>/dev/null && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done\n"
+            f"kill {pid} 2>/dev/null; cat {log_q} 2>/dev/null; true")
+
+    def __exit__(self, *exc: object) -> None:
+        r = self.host.run(self._stop_script(), timeout=30)
+        self.counts = last_counts(r.stdout)
         try:
             self.pcap = self.host.read_file(self.path)
         except LabError as e:
@@ -89,7 +149,12 @@ class WireCapture:
             # the block's own error is the one to raise; the lost capture is only logged
             log.warning("%s: capture %s not read: %s", self.host.name, self.path, e)
         finally:
-            self.host.run(argv("rm", "-f", self.path, self.path + ".log"), timeout=30)
+            for path in (self.path, self.path + ".log"):
+                self.host.remove(path)
+        if self.counts is not None and self.counts.dropped and exc[0] is None:
+            # a packet missing from the capture could be the one a test looks for (a leak, a fragment)
+            raise CaptureError(f"{self.host.name}: the capture on {self.ifname} is incomplete: the kernel "
+                               f"dropped {self.counts.dropped} of the {self.counts.received} packets it saw")
 
 
 @dataclass(frozen=True)

@@ -136,3 +136,38 @@ def test_inner_v6_prerequisites_and_both_size_limits(lab):
         assert fits["reply"] and fits["ptb_count"] == 0
         assert not over["reply"] and over["ptb_mtu"] == gate == 1383
     assert "dut3300: route fd00:b::/64 via 2001:db8:1::2 removed" in prov.log
+
+
+def _echoes(pcap: bytes, a: str, b: str) -> list[tuple[str, str]]:
+    from plugin.lab.capture import packets
+
+    return [(p.src, p.dst) for p in packets(pcap) if p.proto == 1 and {p.src, p.dst} == {a, b}]
+
+
+def test_wire_capture_stops_when_tcpdump_says_it_has_caught_up(lab):
+    """On a port, tcpdump's own counts prove every packet is written (issue 15: no quiet
+    wait); the capture holds every echo and reply, and its files are gone after."""
+    from plugin.lab.capture import WireCapture
+
+    dut = lab.apps["dut3300"]
+    with WireCapture(dut.host, "wan10g", bpf="icmp") as cap:
+        r = dut.ping("192.0.2.2", count=20, interval=0.01)
+    assert r.received == 20, r
+    got = _echoes(cap.pcap, "192.0.2.1", "192.0.2.2")
+    assert got.count(("192.0.2.1", "192.0.2.2")) == 20 and got.count(("192.0.2.2", "192.0.2.1")) == 20, got
+    assert cap.counts is not None and cap.counts.caught_up and cap.counts.captured == 40, cap.counts
+    assert not dut.host.exists(cap.path) and not dut.host.exists(cap.path + ".log")
+
+
+def test_wire_capture_on_loopback_waits_for_a_quiet_file_instead(lab):
+    """On Linux's lo every packet passes the filter twice, so tcpdump's counts never
+    prove it has caught up: the stop falls back to the quiet file and still loses nothing."""
+    from plugin.lab.capture import WireCapture
+
+    dut = lab.apps["dut3300"]
+    with WireCapture(dut.host, "lo", bpf="icmp") as cap:
+        r = dut.ping("127.0.0.1", count=10, interval=0.01)
+    assert r.received == 10, r
+    got = _echoes(cap.pcap, "127.0.0.1", "127.0.0.1")
+    assert len(got) == 20, got
+    assert cap.counts is not None and not cap.counts.caught_up, cap.counts
