@@ -94,9 +94,13 @@ def main(argv: Sequence[str]) -> dict:
         if len(answered) >= a.count:
             all_answered.set()
 
-    sniffer = AsyncSniffer(iface=iface, filter="icmp6", store=True, prn=note)
+    # scapy calls started_callback once its socket and filter are open: waited for, not a
+    # fixed 0.2 s (issue 15: two probes in each forwarded-IPv6 test)
+    listening = threading.Event()
+    sniffer = AsyncSniffer(iface=iface, filter="icmp6", store=True, prn=note, started_callback=listening.set)
     sniffer.start()
-    time.sleep(0.2)
+    if not listening.wait(10.0):
+        raise RuntimeError(f"the sniffer on {iface} did not start within 10 s")
     pkt = IPv6(dst=a.dst, **({"src": a.src} if a.src else {})) / ICMPv6EchoRequest(
         id=ident, data=bytes(i & 0xFF for i in range(a.size))
     )
