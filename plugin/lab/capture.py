@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class CaptureError(LabError):
-    """tcpdump did not start, or its file could not be read."""
+    """tcpdump did not start, its file could not be read, or the kernel dropped packets from it."""
 
 
 #: seconds the capture file must stop growing before tcpdump is stopped, when its counts
