@@ -82,6 +82,11 @@ def _blob(frames: list[Frame]) -> bytes:
     return b"".join(struct.pack("!H", len(f.esp)) + f.esp for f in frames)
 
 
+#: seconds between two looks for the receiver's answer: 10 ms, as a 50 ms poll added 25 ms
+#: on average to each of a run's ~45 injections (issue 15)
+ANSWER_POLL_S = 0.01
+
+
 class _Receiver:
     """The counting program on ``receiver`` for one batch: started (listening) before the
     sender runs, its answer collected after, its files removed either way."""
@@ -110,10 +115,10 @@ class _Receiver:
     def answer(self) -> dict:
         """The receiver's count; its files are removed in the same round trip."""
         b = self.base
-        # looked for every 10 ms: the file comes GRACE (0.1 s) after END, and a 50 ms poll
-        # added 25 ms on average to each of a run's ~45 injections (issue 15)
+        # the file comes GRACE (0.1 s) after END; looked for until the receiver's cap + 5 s
+        polls = int((self.cap + 5) / ANSWER_POLL_S)
         wait = "\n".join([
-            "i=0", f"while [ ! -s {b}-out ] && [ $i -lt {int(self.cap * 100) + 500} ]; do sleep 0.01; i=$((i+1)); done",
+            "i=0", f"while [ ! -s {b}-out ] && [ $i -lt {polls} ]; do sleep {ANSWER_POLL_S}; i=$((i+1)); done",
             f"if [ -s {b}-out ]; then cat {b}-out; rm -f {self._files()}; exit 0; fi",
             f"cat {b}-err >&2; exit 1", ""])
         out = self.host.run(wait, timeout=self.cap + 30).check(f"wire receiver on {self.host.name}").stdout
