@@ -10,9 +10,10 @@ from scapy.layers.inet6 import IPv6, ICMPv6EchoRequest
 from scapy.layers.ipsec import ESP, SecurityAssociation
 
 from plugin.lab import esp_math
-from twin.engine.esp import EspError, ReplayWindow, make_suite
+from twin.engine.esp import EspError, ReplayWindow, _hmac_pads, make_suite
 from twin.engine.sa import SaSpec
-from twin.engine.selectors import matches, parse_selector
+from twin.engine.selectors import addr_key, addresses_only, fast_key, matches, parse_selector
+from twin.engine.sizes import forwarded_gate, gate_checks
 import ipaddress
 
 CIPHERS = ["aes-gcm-16", "aes-cbc-hmac-sha256"]
@@ -108,3 +109,55 @@ def test_sa_spec_errors_name_field_not_key():
     assert "enc_key" in str(ei.value) and "ab" * 8 not in str(ei.value)
     ok = SaSpec.model_validate(dict(base, enc_key="cd" * 36))
     assert "enc_key" not in ok.public() and "cdcd" not in repr(ok)
+
+
+def test_cbc_first_blocks_stay_distinct_and_open_across_random_pool_refills():
+    """CBC draws its random first blocks 4 KiB at a time (256 packets): across two refills
+    every packet still carries its own IV and opens with scapy's independent ESP."""
+    enc, auth = _keys("aes-cbc-hmac-sha256")
+    suite = make_suite("aes-cbc-hmac-sha256", 0x2345, enc, auth)
+    sa = scapy_sa("aes-cbc-hmac-sha256", 0x2345, enc, auth, "ipv4")
+    pkt = inner("ipv4", 300)
+    ivs = set()
+    for seq in range(1, 601):
+        esp = suite.seal(pkt, 4, seq)
+        ivs.add(esp[8:24])
+        if seq in (1, 256, 257, 513, 600):
+            outer_pkt = IP(bytes(IP(src="192.0.2.1", dst="192.0.2.2", proto=50) / esp))
+            assert bytes(sa.decrypt(outer_pkt)) == pkt, seq
+    assert len(ivs) == 600
+
+
+@pytest.mark.parametrize("key, data, mac", [
+    (b"\x0b" * 20, b"Hi There", "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"),
+    (b"\xaa" * 131, b"Test Using Larger Than Block-Size Key - Hash Key First",
+     "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"),
+])
+def test_hmac_from_precomputed_pads_matches_rfc4231(key, data, mac):
+    """The CBC suite's HMAC-SHA-256 (states after K^ipad and K^opad, copied per packet)
+    against RFC 4231 test cases 1 and 6 (a key longer than the block is hashed first)."""
+    ipad, opad = _hmac_pads(key)
+    h = ipad.copy()
+    h.update(data)
+    o = opad.copy()
+    o.update(h.digest())
+    assert o.hexdigest() == mac
+
+
+def test_address_key_only_where_no_selector_names_a_protocol_or_port():
+    v4 = inner("ipv4", 100)
+    assert addresses_only([parse_selector("198.51.100.0/26"), parse_selector("fd00:b::/64")])
+    assert not addresses_only([parse_selector("198.51.100.0/26"), parse_selector("203.0.113.0/24[tcp/5201]")])
+    assert not addresses_only([parse_selector("203.0.113.0/24[udp]")])
+    assert addr_key(v4) == v4[12:20] and addr_key(inner("ipv6", 100)) == inner("ipv6", 100)[8:40]
+    assert addr_key(b"\x00" * 40) is None and fast_key(v4) != addr_key(v4)
+
+
+@pytest.mark.parametrize("version", [4, 6, 5])
+@pytest.mark.parametrize("dfbit", [0, 1, 2, 3])
+@pytest.mark.parametrize("df_set", [False, True])
+def test_gate_checks_says_when_forwarded_gate_can_refuse(version, dfbit, df_set):
+    """The transmit loop skips forwarded_gate where gate_checks says no: that must be
+    exactly where the gate passes even a packet far above the path MTU."""
+    verdict = forwarded_gate(9000, version, 1500, "ipv4", dfbit, df_set)
+    assert (verdict.action != "pass") == gate_checks(version, dfbit, df_set)

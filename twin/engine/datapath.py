@@ -32,6 +32,7 @@ import ipaddress
 import os
 import select
 import socket
+import struct
 import sys
 import time
 from pathlib import Path
@@ -45,9 +46,9 @@ from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
 from .pacer import FirstStreamPacer
 from .sa_state import InSa, OutSa
 from .satable import SaJournalReader
-from .selectors import fast_key, flow, parse_selector, policy_pairs, sel_match
+from .selectors import addr_key, addresses_only, fast_key, flow, parse_selector, policy_pairs, sel_match
 from .txfaults import ClearLeak
-from .sizes import FRAMING, encap_header, forwarded_gate, outer_df
+from .sizes import FRAMING, encap_header, forwarded_gate, gate_checks, outer_df
 
 IGEN_SA = INDEX["gen:gen_sa"]
 IGEN_FAULTS = INDEX["gen:gen_faults"]
@@ -61,6 +62,7 @@ X_RECV_BYTES, X_WRITE_FAIL = (INDEX[k] for k in ("esp:receieve-bytes", "eng:rx_w
 X_NO_TDB = INDEX["esp:dropped-no-tdb"]
 X_SHORT_HEADER, X_WRAPS = INDEX["esp:dropped-short-header"], INDEX["esp:replay-counter-wraps"]
 ESPSTAT = {k[4:]: i for k, i in INDEX.items() if k.startswith("esp:")}
+SPI_SEQ = struct.Struct("!II").unpack_from  # (SPI, 32-bit sequence number) of an ESP header
 
 
 def _idx(names: tuple[str, ...]) -> tuple[int, ...]:
@@ -111,6 +113,7 @@ class TxLoop(_Loop):
         self.order: list[OutSa] = []
         self.pairs: list = []
         self.cache: dict = {}
+        self.keyf = fast_key  # the flow cache's key: addr_key when every selector allows it
         self.own: set[bytes] = set()
         self.own_step: list = []
         self.faults_ver = -1
@@ -148,6 +151,7 @@ class TxLoop(_Loop):
         self.sas = new
         self.order = order
         self.pairs = policy_pairs(order)
+        self.keyf = addr_key if all(addresses_only(o.local + o.remote) for o in order) else fast_key
         self.cache.clear()
         self.faults.refresh(time.monotonic(), force=True)
         self.sysctl.refresh(time.monotonic(), force=True)
@@ -178,7 +182,7 @@ class TxLoop(_Loop):
             remote=[parse_selector(t) for t in e.get("remote_ts", [])],
             seal=netio.sealed_in_udp(suite.seal) if encap else suite.seal, sock=sock,
             addr=(e["dst"], 0, 0, 0) if outer == "ipv6" else (e["dst"], 0),
-            slot=e["slot"], path_mtu=e["path_mtu"], own_limit=e["own_limit"],
+            slot=e["slot"], base=_SA_BASE + SA_STRIDE * e["slot"], path_mtu=e["path_mtu"], own_limit=e["own_limit"],
             fwd_limit=e["fwd_limit"], rate_Bps=(e.get("rate_mbit") or 0) * 125000.0,
             inc_own=inc_own, inc_own_step=inc_own_step, inc_fwd=inc_fwd,
             ibytes=-1 if off else I["esp:sent-bytes"], fail_idx=fail, esn=bool(e.get("esn")),
@@ -191,12 +195,9 @@ class TxLoop(_Loop):
             self.faults_ver = self.faults.version
             self.extra_pending = 1 if fault_params(self.faults, "count_extra") is not None else 0
 
-    def select(self, pkt: bytes) -> tuple[OutSa | None, bool, tuple[int, ...]]:
-        """(SA, own?, counter indexes to bump) for an inner packet, cached per flow."""
-        key = fast_key(pkt) or flow(pkt)
-        hit = self.cache.get(key)
-        if hit is not None:
-            return hit
+    def select(self, pkt: bytes, key: object) -> tuple[OutSa | None, bool, tuple[int, ...]]:
+        """(SA, own?, counter indexes to bump) for an inner packet not yet in the flow
+        cache; cached under `key` (the loop's `keyf(pkt)`, see reload)."""
         f = flow(pkt)
         if f is None:
             return None, False, ()
@@ -225,6 +226,10 @@ class TxLoop(_Loop):
 
     # -- loop --------------------------------------------------------------------------
     def run(self) -> None:
+        """The per-packet path.  Every name it touches per packet is a local: Python's
+        cost per packet is the engine's rate (issue 15), and a local costs less than an
+        attribute or a global.  Faults and sysctls are re-read every 0.1 s; SA changes
+        (the generations) are seen on the next packet."""
         a = self.a
         read = os.read
         tun = self.tun
@@ -234,21 +239,29 @@ class TxLoop(_Loop):
         i_ptb = INDEX["eng:tx_ptb"]
         i_big = INDEX["eng:tx_too_big_own"]
         i_faulted = INDEX["eng:tx_faulted"]
+        ig_sa, ig_f, ig_r = IGEN_SA, IGEN_FAULTS, IGEN_RESET
+        seq_low = SEQ_LOW
         fp = fault_params
         next_check = 0.0
         f_drop = f_icv = f_replay = f_nh = f_frag = f_ptb = f_slow = f_esn = f_pad = None
         f_padx = f_nonce = False
         f_clear = None
+        df = 0
+        df_work = False  # an outer DF to set or to clear (dfbit, or sockets left with DF)
+        gated: dict[int, tuple[bool, bool]] = {}  # version -> (gate checks it?) by inner DF
         g_sa, g_f, g_r = self.gen
         select = self.select
+        cache_get = self.cache.get
+        keyf = self.keyf
         wall = int(time.time())
         while True:
             pkt = read(tun, 65536)
             if not pkt:
                 continue
-            if a[IGEN_SA] != g_sa or a[IGEN_FAULTS] != g_f or a[IGEN_RESET] != g_r:
+            if a[ig_sa] != g_sa or a[ig_f] != g_f or a[ig_r] != g_r:
                 self.reload()
                 g_sa, g_f, g_r = self.gen
+                keyf = self.keyf
                 next_check = 0.0
             now = mono()
             if now >= next_check:
@@ -267,7 +280,11 @@ class TxLoop(_Loop):
                 # fault ipv4_df_gate: gate forwarded IPv4 by its DF bit (dfbit 2's rule)
                 # although net.inet.ipsec.dfbit says 0 -- the 000 page's IPv4 test must fail
                 df = 2 if fp(F, "ipv4_df_gate") is not None else dfbit(self.sysctl)
-            osa, own, incs = select(pkt)
+                df_work = bool(df or self.df_on)
+                gated = {v: (gate_checks(v, df, False), gate_checks(v, df, True)) for v in (4, 6)}
+            key = keyf(pkt) or flow(pkt)
+            hit = cache_get(key)
+            osa, own, incs = hit if hit is not None else select(pkt, key)
             if osa is None:
                 a[i_nosa] += 1
                 continue
@@ -275,7 +292,10 @@ class TxLoop(_Loop):
             v = pkt[0] >> 4
             nh = 4 if v == 4 else 41
             # FreeBSD's gate for forwarded packets (twin.engine.sizes.forwarded_gate)
-            if not own and n > osa.fwd_limit:
+            if own:
+                if n > osa.own_limit:
+                    a[i_big] += 1  # only reachable when the own route MTU was raised (fault)
+            elif n > osa.fwd_limit and gated[v][pkt[6] >> 6 & 1]:
                 verdict = forwarded_gate(n, v, osa.path_mtu, osa.outer, df, v == 4 and bool(pkt[6] & 0x40))
                 if verdict.action == "icmp" and not (v == 6 and f_frag is not None):
                     mtu = verdict.mtu + (int(f_ptb.get("delta", -8)) if f_ptb is not None else 0)
@@ -290,42 +310,31 @@ class TxLoop(_Loop):
                     continue
                 if verdict.action == "drop":
                     continue  # pmtu <= hlen: FreeBSD frees the packet without an error
-            elif own and n > osa.own_limit:
-                a[i_big] += 1  # only reachable when the own route MTU was raised (fault)
             # pacing: the port is the bottleneck, so wait here and let esp0's queue drop
             if osa.rate_Bps:
-                wire = n + 80
-                self.tokens += (now - self.t_last) * osa.rate_Bps
-                self.t_last = now
-                if self.tokens > 65536:
-                    self.tokens = 65536.0
-                self.tokens -= wire
-                if self.tokens < 0:
-                    time.sleep(-self.tokens / osa.rate_Bps)
+                self._pace(osa, n, now)
             if f_slow is not None and pkt[9 if v == 4 else 6] == 6:
                 self._slow(f_slow, n)
-            if osa.outer_hdr == 20 and (df or self.df_on):
+            if df_work and osa.outer_hdr == 20:
                 self._outer_df(osa.sock, outer_df(df, v == 4 and bool(pkt[6] & 0x40)))
             if f_nh is not None and nh == 41:
                 nh = 4  # IPv6 inner announced as IPv4: the peer cannot deliver it
-            osa.seq += 1
-            seq = osa.seq
-            if seq > SEQ_LOW and not osa.esn:  # RFC 4303 3.3.3: a 32-bit counter never cycles
-                osa.seq = SEQ_LOW
+            seq = osa.seq + 1
+            if seq > seq_low and not osa.esn:  # RFC 4303 3.3.3: a 32-bit counter never cycles
+                osa.seq = seq_low
                 a[X_WRAPS] += 1
                 continue
+            osa.seq = seq
             # fault esn_high_bits_lost: the ICV/AAD covers 0 as the high half
-            esp = osa.seal(pkt, nh, seq if f_esn is None else seq & SEQ_LOW, f_padx, f_nonce)
-            a[incs[0]] += 1
-            if len(incs) > 1:
-                for i in incs[1:]:
-                    a[i] += 1
+            esp = osa.seal(pkt, nh, seq if f_esn is None else seq & seq_low, f_padx, f_nonce)
+            for i in incs:
+                a[i] += 1
             if self.extra_pending:
                 self.extra_pending = 0
                 a[incs[0]] += 1
             if osa.ibytes >= 0:
                 a[osa.ibytes] += len(esp) - osa.fixed  # ESP plaintext: inner + pad + 2
-            b = SA_STRIDE * osa.slot + _SA_BASE
+            b = osa.base
             a[b] += 1
             a[b + 1] += n
             a[b + 2] = wall
@@ -347,17 +356,34 @@ class TxLoop(_Loop):
                 if f_replay is not None and k % max(1, int(f_replay.get("every", 50))) == 0:
                     self._send(osa, esp)
                     a[i_faulted] += 1
-            self._send(osa, esp)
+            try:
+                osa.sock.sendto(esp, osa.addr)
+            except OSError as exc:
+                self._send_failed(osa, exc)
+
+    def _pace(self, osa: OutSa, n: int, now: float) -> None:
+        """The SA's port rate (`rate_mbit`): a token bucket of 64 KiB, 80 bytes of wire
+        overhead a packet; sleeping here lets esp0's queue fill and drop, as a port would."""
+        self.tokens += (now - self.t_last) * osa.rate_Bps
+        self.t_last = now
+        if self.tokens > 65536:
+            self.tokens = 65536.0
+        self.tokens -= n + 80
+        if self.tokens < 0:
+            time.sleep(-self.tokens / osa.rate_Bps)
 
     def _send(self, osa: OutSa, esp: bytes) -> None:
         try:
             osa.sock.sendto(esp, osa.addr)
         except OSError as exc:
-            self.a[osa.fail_idx] += 1
-            if osa.fail_idx != INDEX["eng:tx_sendfail"]:
-                self.a[INDEX["eng:tx_sendfail"]] += 1
-            if exc.errno not in (105, 11, 90):  # ENOBUFS, EAGAIN, EMSGSIZE
-                print(f"engine tx: send failed: {exc}", file=sys.stderr)
+            self._send_failed(osa, exc)
+
+    def _send_failed(self, osa: OutSa, exc: OSError) -> None:
+        self.a[osa.fail_idx] += 1
+        if osa.fail_idx != INDEX["eng:tx_sendfail"]:
+            self.a[INDEX["eng:tx_sendfail"]] += 1
+        if exc.errno not in (105, 11, 90):  # ENOBUFS, EAGAIN, EMSGSIZE
+            print(f"engine tx: send failed: {exc}", file=sys.stderr)
 
     def _outer_df(self, sock: socket.socket, on: bool) -> None:
         """Outer DF per net.inet.ipsec.dfbit (ipsec_output.c ipsec_encap); IPv6 inner
@@ -409,7 +435,7 @@ class RxLoop(_Loop):
             replay = old.replay if old is not None and old.replay is not None else (ReplayWindow(w, esn) if w else None)
             new[key] = InSa(spi=e["spi"], dst=e["dst"], open_=suite.open_, replay=replay,
                             fits=suite.fits, open_unverified=suite.open_unverified,
-                            slot=e["slot"], offloaded=e["offloaded"],
+                            slot=e["slot"], base=_SA_BASE + SA_STRIDE * e["slot"], offloaded=e["offloaded"],
                             alg_idx=INDEX["hist:" + ALG_OF_CIPHER[e["cipher"]]],
                             fixed=FRAMING[e["cipher"]].fixed,
                             local=[parse_selector(t) for t in e.get("local_ts", [])],
@@ -446,6 +472,7 @@ class RxLoop(_Loop):
         anc = socket.CMSG_SPACE(20)
         s4, s6 = self.s4, self.s6
         f4, f6, fu = s4.fileno(), s6.fileno(), self.su.fileno()
+        frame = self.frame
         while True:
             events = ep.poll()
             self.wall = int(time.time())
@@ -462,7 +489,7 @@ class RxLoop(_Loop):
                         except BlockingIOError:
                             break
                         ihl = (buf[0] & 15) * 4
-                        self.frame(bytes(mv[ihl:n]), bytes(buf[16:20]))
+                        frame(bytes(mv[ihl:n]), bytes(buf[16:20]))
                 elif fd == f6:
                     for _i in range(64):
                         try:
@@ -473,7 +500,7 @@ class RxLoop(_Loop):
                         for lvl, typ, data in ancdata:
                             if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_PKTINFO:
                                 dst = bytes(data[:16])
-                        self.frame(bytes(mv[:n]), dst)
+                        frame(bytes(mv[:n]), dst)
                 elif fd == fu:
                     self._udp_batch(buf, mv)
 
@@ -494,7 +521,8 @@ class RxLoop(_Loop):
             a[X_SHORT_HEADER] += 1
             return
         a[X_FRAMES] += 1
-        sa = self.sas.get((int.from_bytes(esp[:4], "big"), dst))
+        spi, seq = SPI_SEQ(esp)
+        sa = self.sas.get((spi, dst))
         x = self.x
         if sa is None:
             a[x.no_sa] += 1
@@ -510,7 +538,6 @@ class RxLoop(_Loop):
             a[x.malformed if off else X_BAD_LENGTH] += 1
             return
         rp = sa.replay
-        seq = int.from_bytes(esp[4:8], "big")
         if rp is not None:
             seq = rp.check(seq)  # the full (ESN) number, 0 to drop
             if not seq:
@@ -537,7 +564,7 @@ class RxLoop(_Loop):
             else:
                 a[X_POLICY] += 1
             return
-        b = _SA_BASE + SA_STRIDE * sa.slot
+        b = sa.base
         a[b] += 1
         a[b + 1] += len(inner)
         a[b + 2] = self.wall

@@ -23,6 +23,7 @@ the espstat key (`dropped-bad-length`, `dropped-bad-auth`, `dropped-bad-crypto`)
 """
 from __future__ import annotations
 
+import hashlib
 import hmac as _hmac
 import os
 import struct
@@ -30,8 +31,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives import hmac as crypto_hmac
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -130,26 +129,38 @@ def make_suite(cipher: str, spi: int, enc_key: bytes, auth_key: bytes | None, es
         # (NIST SP 800-38A appendix C: an IV from the forward cipher of a nonce), and the
         # remaining output is exactly CBC(IV, plaintext).  Decryption feeds IV||C and drops
         # the first output block; CBC needs nothing else from the previous packet.
+        # The random blocks come from a pool of 4 KiB, drawn again every 256 packets:
+        # the same kernel randomness as a getrandom() call per packet, without the call.
         aes = algorithms.AES(enc_key)
         encryptor = Cipher(aes, modes.CBC(os.urandom(16))).encryptor()
         decryptor = Cipher(aes, modes.CBC(bytes(16))).decryptor()
         e_update, d_update = encryptor.update, decryptor.update
         urandom = os.urandom
+        pool, at = b"", _POOL
         trail = _trailers(16)
         cmp = _hmac.compare_digest
-        mac0 = crypto_hmac.HMAC(bytes(auth_key), hashes.SHA256())  # keyed once, copied per packet
+        # HMAC (RFC 2104) from the key's inner and outer SHA-256 states, hashed once and
+        # copied per packet: H(K^opad || H(K^ipad || m)), as hmac.HMAC computes it, without
+        # re-keying or a new HMAC object per packet
+        inner0, outer0 = _hmac_pads(bytes(auth_key))
         pack_i = struct.Struct("!I").pack
 
         def icv(body: bytes, hi: int) -> bytes:
-            m = mac0.copy()
-            m.update(body)
+            h = inner0.copy()
+            h.update(body)
             if esn:
-                m.update(pack_i(hi))
-            return m.finalize()[:16]
+                h.update(pack_i(hi))
+            o = outer0.copy()
+            o.update(h.digest())
+            return o.digest()[:16]
 
         def seal(inner: bytes, nh: int, seq: int, pad_extra: bool = False, swap_nonce: bool = False) -> bytes:
+            nonlocal pool, at
+            if at == _POOL:
+                pool, at = urandom(_POOL), 0
             pad = (-(len(inner) + 2) & 15) + (16 if pad_extra else 0)  # swap_nonce: GCM only
-            body = spi_b + pack_i(seq & SEQ_LOW) + e_update(urandom(16) + inner + trail[pad, nh])
+            body = spi_b + pack_i(seq & SEQ_LOW) + e_update(pool[at:at + 16] + inner + trail[pad, nh])
+            at += 16
             return body + icv(body, seq >> 32)
 
         def fits(n: int) -> bool:  # header + IV + k * 16 + ICV, k >= 1
@@ -169,6 +180,18 @@ def make_suite(cipher: str, spi: int, enc_key: bytes, auth_key: bytes | None, es
 
         return Suite(seal, open_, 16, fits, open_unverified)
     raise ValueError(f"cipher {cipher!r}: expected {GCM} or {CBC}")
+
+
+_POOL = 4096  # bytes of randomness drawn at once for CBC's first blocks (256 packets)
+
+
+def _hmac_pads(key: bytes) -> tuple["hashlib._Hash", "hashlib._Hash"]:
+    """SHA-256 states after K^ipad and K^opad (RFC 2104; a key longer than the 64-byte
+    block is hashed first)."""
+    if len(key) > 64:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    return (hashlib.sha256(bytes(b ^ 0x36 for b in key)), hashlib.sha256(bytes(b ^ 0x5C for b in key)))
 
 
 def _strip(pt: bytes) -> tuple[bytes, int]:
@@ -235,7 +258,7 @@ class ReplayWindow:
 
     def check(self, seql: int) -> int:
         """The full sequence number if the frame may be accepted, else 0."""
-        seq = self.infer(seql)
+        seq = self.infer(seql) if self.esn else seql  # infer() is the identity without ESN
         if seq <= 0:
             return 0
         if seq > self.top:

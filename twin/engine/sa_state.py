@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .esp import ReplayWindow
-from .selectors import Selector, fast_key, flow, sel_match
+from .selectors import Selector, addr_key, addresses_only, fast_key, flow, sel_match
 
 
 @dataclass
@@ -28,6 +28,7 @@ class OutSa:
     # the counters a packet moves: its slot's, and the indexes bumped for a forwarded
     # packet, an own one, an own one via the output step, its bytes, a failed send
     slot: int
+    base: int  # the slot's first counter in the block (counters.SA_BASE + SA_STRIDE * slot)
     inc_fwd: tuple[int, ...]
     inc_own: tuple[int, ...]
     inc_own_step: tuple[int, ...]
@@ -55,6 +56,7 @@ class InSa:
     open_unverified: Any
     replay: ReplayWindow | None
     slot: int
+    base: int  # the slot's first counter in the block (counters.SA_BASE + SA_STRIDE * slot)
     offloaded: bool
     alg_idx: int
     fixed: int = 32
@@ -63,9 +65,13 @@ class InSa:
     encap: bool = False  # NAT-T: takes ESP from UDP 4500 (RxLoop._udp_batch)
     policy_cache: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # subnet-to-subnet selectors (the usual child) need only the address pair as key
+        self.key = addr_key if addresses_only(self.local + self.remote) else fast_key
+
     def allowed(self, inner: bytes) -> bool:
         """Inbound policy: inner source inside remote_ts, destination inside local_ts."""
-        key = fast_key(inner) or flow(inner)
+        key = self.key(inner) or flow(inner)
         ok = self.policy_cache.get(key)
         if ok is None:
             f = flow(inner)

@@ -9,6 +9,7 @@ import ipaddress
 import re
 import struct
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 _PROTOS = {"tcp": 6, "udp": 17, "icmp": 1, "ipv6-icmp": 58, "icmp6": 58, "icmpv6": 58,
@@ -107,6 +108,25 @@ def flow(pkt: bytes) -> tuple[int, bytes, bytes, int, int, int] | None:
             sp = dp = -1
         return 6, pkt[8:24], pkt[24:40], proto, sp, dp
     return None
+
+
+def addr_key(pkt: bytes) -> bytes | None:
+    """The cache key of a packet whose policy depends on its addresses alone (every
+    selector it can meet is a prefix with no protocol or port: `addresses_only`): the
+    source and destination as they stand in the header, one slice.  None if not IP."""
+    v = pkt[0] >> 4
+    if v == 4:
+        return pkt[12:20]
+    if v == 6 and len(pkt) >= 40:
+        return pkt[8:40]
+    return None
+
+
+def addresses_only(sels: Iterable[Selector]) -> bool:
+    """True when no selector names a protocol or a port range, so that the addresses
+    decide every match and `addr_key` may stand for `fast_key` (the usual tunnel:
+    subnet to subnet; a child with `[tcp/80]` keeps the longer key)."""
+    return all(s.proto is None and s.port_lo == 0 and s.port_hi == 65535 for s in sels)
 
 
 def fast_key(pkt: bytes) -> bytes | None:

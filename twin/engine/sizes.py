@@ -152,6 +152,16 @@ class GateVerdict:
 PASS = GateVerdict("pass")
 
 
+def gate_checks(version: int, dfbit: int, df_set: bool) -> bool:
+    """Whether FreeBSD's forwarded gate looks at a packet's size at all (forwarded_gate's
+    first step): IPv6 always; IPv4 by net.inet.ipsec.dfbit (0 never, 1 always, 2 and
+    above when the inner header has DF).  The transmit loop asks this once per sysctl
+    refresh, so the packets the gate exempts cost no call."""
+    if version == 4:
+        return dfbit == 1 or (dfbit >= 2 and df_set)
+    return version == 6
+
+
 def forwarded_gate(length: int, version: int, path_mtu: int, outer: str, dfbit: int,
                    df_set: bool) -> GateVerdict:
     """FreeBSD 14's decision for a forwarded inner packet of `length` bytes.
@@ -172,12 +182,7 @@ def forwarded_gate(length: int, version: int, path_mtu: int, outer: str, dfbit: 
       a PTB below 1,280 is sent as computed (1,263 for an IPv6 outer on a 1,400 path).
       The invoking packet is quoted up to ICMPV6_PLD_MAXLEN.
     """
-    if version == 4:
-        if dfbit == 0 or (dfbit >= 2 and not df_set):
-            return PASS
-    elif version != 6:
-        return PASS
-    if path_mtu <= 0:
+    if not gate_checks(version, dfbit, df_set) or path_mtu <= 0:
         return PASS
     hlen = ipsec_hdrsiz(outer)
     if length + hlen <= path_mtu:
