@@ -538,7 +538,9 @@ class RxLoop(_Loop):
             a[x.malformed if off else X_BAD_LENGTH] += 1
             return
         rp = sa.replay
-        if rp is not None:
+        # a frame ahead of the window without ESN is the usual case and needs no lookup
+        # (ReplayWindow.check's first answer); anything else asks the window
+        if rp is not None and (rp.esn or seq <= rp.top):
             seq = rp.check(seq)  # the full (ESN) number, 0 to drop
             if not seq:
                 a[x.replay if off else X_POSSIBLE_REPLAY] += 1
@@ -558,7 +560,8 @@ class RxLoop(_Loop):
             rp.update(seq)
         if self.f_pad is not None and len(inner) % 16 == self.f_pad:
             return  # fault pad_length_lost: this padding length never comes out of the driver
-        if not sa.allowed(inner):
+        ok = sa.policy_cache.get(sa.key(inner) or flow(inner))  # InSa.allowed's cache, read here
+        if not (ok if ok is not None else sa.allowed(inner)):
             if off:
                 a[x.blocked] += 1
             else:
