@@ -41,7 +41,7 @@ from twin.faults import JsonWatch, dfbit, fault_params
 from twin.personality import for_driver
 
 from . import netio
-from .counters import ALG_OF_CIPHER, INDEX, SA_BASE as _SA_BASE, SA_STRIDE, CounterBlock, RxCounters
+from .counters import ALG_OF_CIPHER, INDEX, CounterBlock, RxCounters
 from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
 from .pacer import FirstStreamPacer
 from .sa_state import InSa, OutSa
@@ -182,7 +182,7 @@ class TxLoop(_Loop):
             remote=[parse_selector(t) for t in e.get("remote_ts", [])],
             seal=netio.sealed_in_udp(suite.seal) if encap else suite.seal, sock=sock,
             addr=(e["dst"], 0, 0, 0) if outer == "ipv6" else (e["dst"], 0),
-            slot=e["slot"], base=_SA_BASE + SA_STRIDE * e["slot"], path_mtu=e["path_mtu"], own_limit=e["own_limit"],
+            slot=e["slot"], base=self.c.sa_slot(e["slot"]), path_mtu=e["path_mtu"], own_limit=e["own_limit"],
             fwd_limit=e["fwd_limit"], rate_Bps=(e.get("rate_mbit") or 0) * 125000.0,
             inc_own=inc_own, inc_own_step=inc_own_step, inc_fwd=inc_fwd,
             ibytes=-1 if off else I["esp:sent-bytes"], fail_idx=fail, esn=bool(e.get("esn")),
@@ -435,7 +435,7 @@ class RxLoop(_Loop):
             replay = old.replay if old is not None and old.replay is not None else (ReplayWindow(w, esn) if w else None)
             new[key] = InSa(spi=e["spi"], dst=e["dst"], open_=suite.open_, replay=replay,
                             fits=suite.fits, open_unverified=suite.open_unverified,
-                            slot=e["slot"], base=_SA_BASE + SA_STRIDE * e["slot"], offloaded=e["offloaded"],
+                            slot=e["slot"], base=self.c.sa_slot(e["slot"]), offloaded=e["offloaded"],
                             alg_idx=INDEX["hist:" + ALG_OF_CIPHER[e["cipher"]]],
                             fixed=FRAMING[e["cipher"]].fixed,
                             local=[parse_selector(t) for t in e.get("local_ts", [])],
@@ -538,9 +538,7 @@ class RxLoop(_Loop):
             a[x.malformed if off else X_BAD_LENGTH] += 1
             return
         rp = sa.replay
-        # a frame ahead of the window without ESN is the usual case and needs no lookup
-        # (ReplayWindow.check's first answer); anything else asks the window
-        if rp is not None and (rp.esn or seq <= rp.top):
+        if rp is not None:
             seq = rp.check(seq)  # the full (ESN) number, 0 to drop
             if not seq:
                 a[x.replay if off else X_POSSIBLE_REPLAY] += 1
@@ -560,8 +558,7 @@ class RxLoop(_Loop):
             rp.update(seq)
         if self.f_pad is not None and len(inner) % 16 == self.f_pad:
             return  # fault pad_length_lost: this padding length never comes out of the driver
-        ok = sa.policy_cache.get(sa.key(inner) or flow(inner))  # InSa.allowed's cache, read here
-        if not (ok if ok is not None else sa.allowed(inner)):
+        if not sa.allowed(inner):
             if off:
                 a[x.blocked] += 1
             else:

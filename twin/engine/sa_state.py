@@ -28,7 +28,7 @@ class OutSa:
     # the counters a packet moves: its slot's, and the indexes bumped for a forwarded
     # packet, an own one, an own one via the output step, its bytes, a failed send
     slot: int
-    base: int  # the slot's first counter in the block (counters.SA_BASE + SA_STRIDE * slot)
+    base: int  # the slot's first counter in the block (CounterBlock.sa_slot)
     inc_fwd: tuple[int, ...]
     inc_own: tuple[int, ...]
     inc_own_step: tuple[int, ...]
@@ -56,7 +56,7 @@ class InSa:
     open_unverified: Any
     replay: ReplayWindow | None
     slot: int
-    base: int  # the slot's first counter in the block (counters.SA_BASE + SA_STRIDE * slot)
+    base: int  # the slot's first counter in the block (CounterBlock.sa_slot)
     offloaded: bool
     alg_idx: int
     fixed: int = 32
