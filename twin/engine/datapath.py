@@ -41,7 +41,7 @@ from twin.faults import JsonWatch, dfbit, fault_params
 from twin.personality import for_driver
 
 from . import netio
-from .counters import ALG_OF_CIPHER, INDEX, CounterBlock, RxCounters
+from .counters import ALG_OF_CIPHER, HIST_ALGS, INDEX, CounterBlock, PendingCounts, RxCounters
 from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
 from .pacer import FirstStreamPacer
 from .sa_state import InSa, OutSa
@@ -74,6 +74,7 @@ class _Loop:
     first-stream pacer, and the generations they last loaded (see the module docstring)."""
 
     sas: dict  # this direction's SAs, by the key its packets are looked up with
+    pend: PendingCounts  # the per-packet counts not yet stored (set by each loop)
 
     def __init__(self, host_dir: Path, tun_fd: int, driver: str) -> None:
         self.dir = Path(host_dir)
@@ -94,8 +95,11 @@ class _Loop:
         a = self.a
         gen = (a[IGEN_SA], a[IGEN_FAULTS], a[IGEN_RESET])
         if gen[2] != self.gen[2]:
+            self.pend.discard()  # counts of before the reset
             self.slow.reset()
             self.sas.clear()
+        else:
+            self.pend.flush(int(time.time()))  # stored before the SAs they count are replaced
         self.gen = gen
         return self.table.load()
 
@@ -105,7 +109,9 @@ class TxLoop(_Loop):
 
     def __init__(self, host_dir: Path, tun_fd: int, driver: str) -> None:
         super().__init__(host_dir, tun_fd, driver)
-        self.counting = for_driver(driver).counting
+        self.counting = cnt = for_driver(driver).counting
+        self.pend = PendingCounts(self.a, _idx(cnt.tx_forwarded + cnt.tx_own + cnt.tx_own_output_step) + _idx(
+            ("esp:sent-packets", "esp:sent-bytes", *("hist:" + h for h in HIST_ALGS))))
         self.sysctl = JsonWatch(self.dir / "sysctl.json")
         self.icmp4, self.icmp6 = netio.icmp_sockets()
         self.socks: dict[str, socket.socket] = {}
@@ -229,11 +235,18 @@ class TxLoop(_Loop):
         """The per-packet path.  Every name it touches per packet is a local: Python's
         cost per packet is the engine's rate (issue 15), and a local costs less than an
         attribute or a global.  Faults and sysctls are re-read every 0.1 s; SA changes
-        (the generations) are seen on the next packet."""
+        (the generations) are seen on the next packet.  esp0 is read without blocking:
+        when its queue is empty the loop stores its pending counts, then waits."""
         a = self.a
         read = os.read
         tun = self.tun
+        os.set_blocking(tun, False)
+        waiter = select.poll()
+        waiter.register(tun, select.POLLIN)
+        wait = waiter.poll
         mono = time.monotonic
+        pend = self.pend
+        p, records, flush = pend.p, pend.records, pend.flush
         self.reload()
         i_nosa = INDEX["eng:tx_no_sa"]
         i_ptb = INDEX["eng:tx_ptb"]
@@ -250,12 +263,17 @@ class TxLoop(_Loop):
         df_work = False  # an outer DF to set or to clear (dfbit, or sockets left with DF)
         gated: dict[int, tuple[bool, bool]] = {}  # version -> (gate checks it?) by inner DF
         g_sa, g_f, g_r = self.gen
-        select = self.select
+        pick = self.select
         cache_get = self.cache.get
         keyf = self.keyf
         wall = int(time.time())
         while True:
-            pkt = read(tun, 65536)
+            try:
+                pkt = read(tun, 65536)
+            except BlockingIOError:
+                flush(wall)
+                wait()
+                continue
             if not pkt:
                 continue
             if a[ig_sa] != g_sa or a[ig_f] != g_f or a[ig_r] != g_r:
@@ -267,6 +285,7 @@ class TxLoop(_Loop):
             if now >= next_check:
                 next_check = now + 0.1
                 wall = int(time.time())
+                flush(wall)
                 self.faults.refresh(now, force=True)
                 self.sysctl.refresh(now, force=True)
                 self._faults_changed()
@@ -284,7 +303,7 @@ class TxLoop(_Loop):
                 gated = {v: (gate_checks(v, df, False), gate_checks(v, df, True)) for v in (4, 6)}
             key = keyf(pkt) or flow(pkt)
             hit = cache_get(key)
-            osa, own, incs = hit if hit is not None else select(pkt, key)
+            osa, own, incs = hit if hit is not None else pick(pkt, key)
             if osa is None:
                 a[i_nosa] += 1
                 continue
@@ -328,17 +347,17 @@ class TxLoop(_Loop):
             # fault esn_high_bits_lost: the ICV/AAD covers 0 as the high half
             esp = osa.seal(pkt, nh, seq if f_esn is None else seq & seq_low, f_padx, f_nonce)
             for i in incs:
-                a[i] += 1
+                p[i] += 1
             if self.extra_pending:
                 self.extra_pending = 0
-                a[incs[0]] += 1
+                p[incs[0]] += 1
             if osa.ibytes >= 0:
-                a[osa.ibytes] += len(esp) - osa.fixed  # ESP plaintext: inner + pad + 2
+                p[osa.ibytes] += len(esp) - osa.fixed  # ESP plaintext: inner + pad + 2
             b = osa.base
-            a[b] += 1
-            a[b + 1] += n
-            a[b + 2] = wall
-            a[b + 3] = seq
+            if not p[b]:
+                records.append(osa)
+            p[b] += 1
+            p[b + 1] += n
             if f_pad is not None and n % 16 == f_pad.get("residue", 9):
                 a[i_faulted] += 1  # fault pad_length_lost: counted, never sent
                 continue
@@ -409,7 +428,10 @@ class RxLoop(_Loop):
         self.s6 = netio.rx_socket(socket.AF_INET6)
         self.su = netio.udp_encap_rx_socket()
         self.sas: dict[tuple[int, bytes], InSa] = {}
-        self.x = RxCounters.of(for_driver(driver).counting)
+        self.x = x = RxCounters.of(for_driver(driver).counting)
+        # what every delivered frame moves, summed per epoll batch (PendingCounts)
+        self.pend = PendingCounts(self.a, (X_FRAMES, X_RECEIVED, X_RECV_BYTES, x.frame, x.inner_v6, x.done_v4,
+                                           x.done_v6, *(INDEX["hist:" + h] for h in HIST_ALGS)))
         self.wall = int(time.time())
         self.f_slow: dict | None = None
         self.f_icv_ok: dict | None = None
@@ -473,6 +495,7 @@ class RxLoop(_Loop):
         s4, s6 = self.s4, self.s6
         f4, f6, fu = s4.fileno(), s6.fileno(), self.su.fileno()
         frame = self.frame
+        flush = self.pend.flush
         while True:
             events = ep.poll()
             self.wall = int(time.time())
@@ -481,7 +504,7 @@ class RxLoop(_Loop):
                 self.reload()
             if self.faults.refresh(time.monotonic()):
                 self.faults_changed()
-            for fd, _ in events:  # at most 64 frames per socket, then re-check generations
+            for fd, _ in events:  # at most 64 frames per socket, then store the counts, re-check generations
                 if fd == f4:
                     for _i in range(64):
                         try:
@@ -503,6 +526,7 @@ class RxLoop(_Loop):
                         frame(bytes(mv[:n]), dst)
                 elif fd == fu:
                     self._udp_batch(buf, mv)
+            flush(self.wall)
 
     def _udp_batch(self, buf: bytearray, mv: memoryview) -> None:
         """ESP from UDP 4500 (udp_ipsec_input), up to 64 datagrams."""
@@ -514,13 +538,16 @@ class RxLoop(_Loop):
             self.frame(esp, dst)
 
     def frame(self, esp: bytes, dst: bytes) -> None:
-        """One received ESP payload (generation checked per epoll batch by run())."""
+        """One received ESP payload (generation checked per epoll batch by run()). The
+        counters every delivered frame moves go to `self.pend` (stored after the batch),
+        the rest to the block at once."""
         a = self.a
         if len(esp) < 8:  # FreeBSD ipsec_common_input: esps_hdrops before any SA lookup
             a[X_NOT_ESP] += 1
             a[X_SHORT_HEADER] += 1
             return
-        a[X_FRAMES] += 1
+        p = self.pend.p
+        p[X_FRAMES] += 1
         spi, seq = SPI_SEQ(esp)
         sa = self.sas.get((spi, dst))
         x = self.x
@@ -530,10 +557,10 @@ class RxLoop(_Loop):
         off = sa.offloaded
         if off:
             if x.frame >= 0:
-                a[x.frame] += 1
+                p[x.frame] += 1
         else:
-            a[X_RECEIVED] += 1
-            a[sa.alg_idx] += 1
+            p[X_RECEIVED] += 1
+            p[sa.alg_idx] += 1
         if not sa.fits(len(esp)):  # FreeBSD esp_input: esps_badilen, before the replay check
             a[x.malformed if off else X_BAD_LENGTH] += 1
             return
@@ -565,21 +592,20 @@ class RxLoop(_Loop):
                 a[X_POLICY] += 1
             return
         b = sa.base
-        a[b] += 1
-        a[b + 1] += len(inner)
-        a[b + 2] = self.wall
-        if sa.replay is not None:
-            a[b + 3] = sa.replay.top
+        if not p[b]:
+            self.pend.records.append(sa)
+        p[b] += 1
+        p[b + 1] += len(inner)
         if not off:
-            a[X_RECV_BYTES] += len(esp) - sa.fixed
+            p[X_RECV_BYTES] += len(esp) - sa.fixed
         if self.f_slow is not None and inner[9 if nh == 4 else 6] == 6:
             self.slow.pace(self.f_slow, len(inner))
         if off and nh == 41 and x.inner_v6 >= 0:
-            a[x.inner_v6] += 1
+            p[x.inner_v6] += 1
         try:
             os.write(self.tun, inner)
         except OSError:
             a[x.refused if off else X_WRITE_FAIL] += 1
             return
         if off:
-            a[x.done_v4 if nh == 4 else x.done_v6] += 1
+            p[x.done_v4 if nh == 4 else x.done_v6] += 1

@@ -46,6 +46,10 @@ class OutSa:
     outer_hdr: int = 20
     fixed: int = 32  # SPI+seq+IV+ICV: 32 for GCM, 40 for CBC
 
+    def record_seq(self) -> int:
+        """The sequence number its counter record shows: the last one sent."""
+        return self.seq
+
 
 @dataclass
 class InSa:
@@ -68,6 +72,11 @@ class InSa:
     def __post_init__(self) -> None:
         # subnet-to-subnet selectors (the usual child) need only the address pair as key
         self.key = addr_key if addresses_only(self.local + self.remote) else fast_key
+
+    def record_seq(self) -> int | None:
+        """The sequence number its counter record shows: the highest accepted (none
+        without a replay window)."""
+        return self.replay.top if self.replay is not None else None
 
     def allowed(self, inner: bytes) -> bool:
         """Inbound policy: inner source inside remote_ts, destination inside local_ts."""
