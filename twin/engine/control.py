@@ -215,7 +215,7 @@ class EngineState:
             self.c.set("sa_inet6", sum(1 for i in off if i.outer == "ipv6"))
             if self.routes is not None:
                 self.routes.sync(desired_routes(self, own))
-            self.c.add("gen:gen_sa")
+            self.c.bump("gen_sa")
 
     def op_add_sa(self, req: dict) -> dict:
         raw = req.get("sa")
@@ -338,7 +338,7 @@ class EngineState:
             self.leaked.clear()
             self.fbsd_routes.clear()
             self.c.zero()
-            self.c.add("gen:gen_reset")
+            self.c.bump("gen_reset")
             self._unpublish_all()
             self.publish()
         return {"ok": True}
@@ -368,7 +368,7 @@ class EngineState:
 
     def op_faults(self, req: dict) -> dict:
         self.check_faults(force=True)
-        self.c.add("gen:gen_faults")
+        self.c.bump("gen_faults")
         return {"ok": True, "faults": sorted(self.faults.data)}
 
     def check_faults(self, force: bool = False) -> None:

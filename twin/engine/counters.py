@@ -37,7 +37,10 @@ ALG_OF_CIPHER = {"aes-gcm-16": "aes-gcm-16", "aes-cbc-hmac-sha256": "aes-cbc"}
 #   rx_not_esp  frames shorter than an ESP header
 ENGINE_NAMES = ("tx_no_sa", "tx_ptb", "tx_too_big_own", "tx_sendfail", "rx_write_fail",
                 "rx_not_esp", "tx_faulted", "rx_frames")
-GEN_NAMES = ("gen_sa", "gen_faults", "gen_reset")
+# Generations the control process bumps (CounterBlock.bump): SA table, faults, reset; and
+# gen_any, bumped after each of them, so a loop reads one slot per packet to learn that
+# something moved (issue 15: one memoryview read instead of three, ~45 ns a packet).
+GEN_NAMES = ("gen_sa", "gen_faults", "gen_reset", "gen_any")
 
 DRIVER_NAMES = ALL_DRIVER_COUNTERS
 MAX_SA = 1024
@@ -85,6 +88,12 @@ class CounterBlock:
 
     def set(self, name: str, v: int) -> None:
         self.a[INDEX[name]] = v
+
+    def bump(self, gen: str) -> None:
+        """Move generation `gen` (gen_sa, gen_faults or gen_reset), then gen_any: a loop
+        that sees gen_any move finds the generation that moved already moved."""
+        self.a[INDEX["gen:" + gen]] += 1
+        self.a[INDEX["gen:gen_any"]] += 1
 
     def sa_slot(self, slot: int) -> int:
         if not 0 <= slot < MAX_SA:

@@ -53,6 +53,7 @@ from .sizes import FRAMING, encap_header, forwarded_gate, gate_checks, outer_df
 IGEN_SA = INDEX["gen:gen_sa"]
 IGEN_FAULTS = INDEX["gen:gen_faults"]
 IGEN_RESET = INDEX["gen:gen_reset"]
+IGEN_ANY = INDEX["gen:gen_any"]  # moves after any of the three (CounterBlock.bump)
 # receive-side counter indexes (the layout is static)
 # receive-side kernel/engine counter indexes (the layout is static; driver ones: RxCounters)
 X_NOT_ESP, X_FRAMES, X_RECEIVED = (INDEX[k] for k in ("eng:rx_not_esp", "eng:rx_frames", "esp:received-packets"))
@@ -86,6 +87,7 @@ class _Loop:
         self.slow = FirstStreamPacer()
         self.table = SaJournalReader(self.dir)
         self.gen = (-1, -1, -1)
+        self.gen_any = -1
 
     def _take_generations(self) -> dict:
         """Note the control process's current generations and return its state (the SA
@@ -93,6 +95,7 @@ class _Loop:
         every SA and zeroed the counters) the loop forgets its SAs and the first stream's
         pace too, so none of them outlives the reset."""
         a = self.a
+        self.gen_any = a[IGEN_ANY]  # read first: a bump after this read is seen next time
         gen = (a[IGEN_SA], a[IGEN_FAULTS], a[IGEN_RESET])
         if gen[2] != self.gen[2]:
             self.pend.discard()  # counts of before the reset
@@ -252,7 +255,7 @@ class TxLoop(_Loop):
         i_ptb = INDEX["eng:tx_ptb"]
         i_big = INDEX["eng:tx_too_big_own"]
         i_faulted = INDEX["eng:tx_faulted"]
-        ig_sa, ig_f, ig_r = IGEN_SA, IGEN_FAULTS, IGEN_RESET
+        ig_any = IGEN_ANY
         seq_low = SEQ_LOW
         fp = fault_params
         next_check = 0.0
@@ -262,7 +265,7 @@ class TxLoop(_Loop):
         df = 0
         df_work = False  # an outer DF to set or to clear (dfbit, or sockets left with DF)
         gated: dict[int, tuple[bool, bool]] = {}  # version -> (gate checks it?) by inner DF
-        g_sa, g_f, g_r = self.gen
+        g_any = self.gen_any
         pick = self.select
         cache_get = self.cache.get
         keyf = self.keyf
@@ -276,9 +279,9 @@ class TxLoop(_Loop):
                 continue
             if not pkt:
                 continue
-            if a[ig_sa] != g_sa or a[ig_f] != g_f or a[ig_r] != g_r:
+            if a[ig_any] != g_any:
                 self.reload()
-                g_sa, g_f, g_r = self.gen
+                g_any = self.gen_any
                 keyf = self.keyf
                 next_check = 0.0
             now = mono()
@@ -500,7 +503,7 @@ class RxLoop(_Loop):
             events = ep.poll()
             self.wall = int(time.time())
             a = self.a
-            if a[IGEN_SA] != self.gen[0] or a[IGEN_FAULTS] != self.gen[1] or a[IGEN_RESET] != self.gen[2]:
+            if a[IGEN_ANY] != self.gen_any:
                 self.reload()
             if self.faults.refresh(time.monotonic()):
                 self.faults_changed()
