@@ -239,7 +239,9 @@ class TxLoop(_Loop):
         cost per packet is the engine's rate (issue 15), and a local costs less than an
         attribute or a global.  Faults and sysctls are re-read every 0.1 s; SA changes
         (the generations) are seen on the next packet.  esp0 is read without blocking:
-        when its queue is empty the loop stores its pending counts, then waits."""
+        when its queue is empty the loop stores its pending counts, then waits.  The
+        receive loop's writes share the fd's O_NONBLOCK; a TUN write never waits for
+        buffer space anyway (Linux tun_chr_open: sk_sndbuf = INT_MAX)."""
         a = self.a
         read = os.read
         tun = self.tun
