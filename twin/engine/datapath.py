@@ -43,7 +43,7 @@ from twin.personality import for_driver
 from . import netio
 from .counters import ALG_OF_CIPHER, HIST_ALGS, INDEX, CounterBlock, PendingCounts, RxCounters
 from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
-from .pacer import FirstStreamPacer
+from .pacer import FirstStreamPacer, PortPacer
 from .sa_state import InSa, OutSa
 from .satable import SaJournalReader
 from .selectors import addr_key, addresses_only, fast_key, flow, parse_selector, policy_pairs, sel_match
@@ -54,7 +54,6 @@ IGEN_SA = INDEX["gen:gen_sa"]
 IGEN_FAULTS = INDEX["gen:gen_faults"]
 IGEN_RESET = INDEX["gen:gen_reset"]
 IGEN_ANY = INDEX["gen:gen_any"]  # moves after any of the three (CounterBlock.bump)
-# receive-side counter indexes (the layout is static)
 # receive-side kernel/engine counter indexes (the layout is static; driver ones: RxCounters)
 X_NOT_ESP, X_FRAMES, X_RECEIVED = (INDEX[k] for k in ("eng:rx_not_esp", "eng:rx_frames", "esp:received-packets"))
 X_POSSIBLE_REPLAY, X_BAD_LENGTH, X_POLICY = (INDEX[k] for k in (
@@ -126,11 +125,10 @@ class TxLoop(_Loop):
         self.own: set[bytes] = set()
         self.own_step: list = []
         self.faults_ver = -1
-        self.tokens = 0.0
-        self.t_last = time.monotonic()
+        self.port = PortPacer()
         self.fault_n = 0
         self.extra_pending = 0
-        self.df_on: dict[socket.socket, bool] = {}  # outer IPv4 sockets whose DF is set
+        self.outer_df = netio.OuterDf()  # outer DF per dfbit (ipsec_output.c ipsec_encap)
         self.leak = ClearLeak()  # fault cleartext_leak
 
     # -- state -------------------------------------------------------------------------
@@ -304,7 +302,7 @@ class TxLoop(_Loop):
                 # fault ipv4_df_gate: gate forwarded IPv4 by its DF bit (dfbit 2's rule)
                 # although net.inet.ipsec.dfbit says 0 -- the 000 page's IPv4 test must fail
                 df = 2 if fp(F, "ipv4_df_gate") is not None else dfbit(self.sysctl)
-                df_work = bool(df or self.df_on)
+                df_work = bool(df or self.outer_df.on)
                 gated = {v: (gate_checks(v, df, False), gate_checks(v, df, True)) for v in (4, 6)}
             key = keyf(pkt) or flow(pkt)
             hit = cache_get(key)
@@ -336,11 +334,12 @@ class TxLoop(_Loop):
                     continue  # pmtu <= hlen: FreeBSD frees the packet without an error
             # pacing: the port is the bottleneck, so wait here and let esp0's queue drop
             if osa.rate_Bps:
-                self._pace(osa, n, now)
+                self.port.pace(osa.rate_Bps, n, now)
             if f_slow is not None and pkt[9 if v == 4 else 6] == 6:
-                self._slow(f_slow, n)
+                self.slow.pace(f_slow, n)
             if df_work and osa.outer_hdr == 20:
-                self._outer_df(osa.sock, outer_df(df, v == 4 and bool(pkt[6] & 0x40)))
+                # an IPv6 inner counts as no DF (FreeBSD leaves `setdf` unset for it)
+                self.outer_df.set(osa.sock, outer_df(df, v == 4 and bool(pkt[6] & 0x40)))
             if f_nh is not None and nh == 41:
                 nh = 4  # IPv6 inner announced as IPv4: the peer cannot deliver it
             seq = osa.seq + 1
@@ -385,17 +384,6 @@ class TxLoop(_Loop):
             except OSError as exc:
                 self._send_failed(osa, exc)
 
-    def _pace(self, osa: OutSa, n: int, now: float) -> None:
-        """The SA's port rate (`rate_mbit`): a token bucket of 64 KiB, 80 bytes of wire
-        overhead a packet; sleeping here lets esp0's queue fill and drop, as a port would."""
-        self.tokens += (now - self.t_last) * osa.rate_Bps
-        self.t_last = now
-        if self.tokens > 65536:
-            self.tokens = 65536.0
-        self.tokens -= n + 80
-        if self.tokens < 0:
-            time.sleep(-self.tokens / osa.rate_Bps)
-
     def _send(self, osa: OutSa, esp: bytes) -> None:
         try:
             osa.sock.sendto(esp, osa.addr)
@@ -408,20 +396,6 @@ class TxLoop(_Loop):
             self.a[INDEX["eng:tx_sendfail"]] += 1
         if exc.errno not in (105, 11, 90):  # ENOBUFS, EAGAIN, EMSGSIZE
             print(f"engine tx: send failed: {exc}", file=sys.stderr)
-
-    def _outer_df(self, sock: socket.socket, on: bool) -> None:
-        """Outer DF per net.inet.ipsec.dfbit (ipsec_output.c ipsec_encap); IPv6 inner
-        counts as no DF (FreeBSD leaves `setdf` unset for it).  A syscall only on change."""
-        if self.df_on.get(sock, False) == on:
-            return
-        netio.set_outer_df(sock, on)
-        if on:
-            self.df_on[sock] = True
-        else:
-            self.df_on.pop(sock, None)
-
-    def _slow(self, params: dict, n: int) -> None:
-        self.slow.pace(params, n)
 
 
 class RxLoop(_Loop):

@@ -159,6 +159,23 @@ def set_outer_df(s: socket.socket, on: bool) -> None:
     s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO if on else IP_PMTUDISC_DONT)
 
 
+class OuterDf:
+    """Which outer IPv4 sockets send with DF now (`on`): net.inet.ipsec.dfbit decides per
+    packet (sizes.outer_df), the socket option changes with a syscall only when it must."""
+
+    def __init__(self) -> None:
+        self.on: dict[socket.socket, bool] = {}  # the sockets whose DF is set
+
+    def set(self, sock: socket.socket, on: bool) -> None:
+        if self.on.get(sock, False) == on:
+            return
+        set_outer_df(sock, on)
+        if on:
+            self.on[sock] = True
+        else:
+            self.on.pop(sock, None)
+
+
 def icmp_sockets() -> tuple[socket.socket, socket.socket]:
     """Raw ICMP (v4) and ICMPv6 sockets for the PMTU gate's answers (send only)."""
     s4 = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)

@@ -1,7 +1,23 @@
-"""Issue 531's slow first stream (fault `slow_first_stream`), shared by both datapath loops."""
+"""The datapath's pacers: an SA's port rate (the transmit loop) and issue 531's slow first
+stream (fault `slow_first_stream`, both loops)."""
 from __future__ import annotations
 
 import time
+
+
+class PortPacer:
+    """An SA's port rate (`rate_mbit`): a token bucket of 64 KiB, 80 bytes of wire
+    overhead a packet; sleeping here lets esp0's queue fill and drop, as a port would."""
+
+    def __init__(self) -> None:
+        self.tokens = 0.0
+        self.last = time.monotonic()
+
+    def pace(self, rate_Bps: float, n: int, now: float) -> None:
+        self.tokens = min(65536.0, self.tokens + (now - self.last) * rate_Bps) - n - 80
+        self.last = now
+        if self.tokens < 0:
+            time.sleep(-self.tokens / rate_Bps)
 
 
 class FirstStreamPacer:
