@@ -51,6 +51,10 @@ def test_flush_stores_every_pending_count_once(block):
     assert not any(p) and not pend.records
     pend.flush(wall=9999)  # a second flush adds nothing
     assert (block["tx_encrypt"], block.a[sa1.base], block.a[sa1.base + 2]) == (3, 2, 1234)
+    assert block.sa_record(3) == {"packets": 2, "bytes": 300, "last_use": 1234, "seq": 17}
+    block.clear_sa(3)
+    assert block.sa_record(3) == dict.fromkeys(("packets", "bytes", "last_use", "seq"), 0)
+    assert block.sa_record(900)["packets"] == 1  # the neighbour's record untouched
 
 
 def test_discard_stores_nothing(block):

@@ -215,7 +215,7 @@ class EngineState:
             self.c.set("sa_inet6", sum(1 for i in off if i.outer == "ipv6"))
             if self.routes is not None:
                 self.routes.sync(desired_routes(self, own))
-            self.c.bump("gen_sa")
+            self.c.bump()  # the SA table changed
 
     def op_add_sa(self, req: dict) -> dict:
         raw = req.get("sa")
@@ -236,8 +236,7 @@ class EngineState:
             if not self.free:
                 raise ValueError(f"sa: table full ({MAX_SA} SAs)")
             slot = self.free.pop()
-            b = self.c.sa_slot(slot)
-            self.c.a[b] = self.c.a[b + 1] = self.c.a[b + 2] = self.c.a[b + 3] = 0
+            self.c.clear_sa(slot)
             inst = Installed(spec, slot, self._offload(spec), time.time())
             self.sas[spec.key] = inst
             self._put(inst)
@@ -283,10 +282,8 @@ class EngineState:
         out = []
         with self.lock:
             for inst in self.sas.values():
-                b = self.c.sa_slot(inst.slot)
                 d = inst.spec.model_dump()  # keys included: setkey -D shows them to root
-                d.update(packets=self.c.a[b], bytes=self.c.a[b + 1], last_use=self.c.a[b + 2],
-                         seq=self.c.a[b + 3], offloaded=inst.offloaded, created=inst.created)
+                d.update(self.c.sa_record(inst.slot), offloaded=inst.offloaded, created=inst.created)
                 out.append(d)
         return {"ok": True, "sas": out}
 
@@ -338,7 +335,7 @@ class EngineState:
             self.leaked.clear()
             self.fbsd_routes.clear()
             self.c.zero()
-            self.c.bump("gen_reset")
+            self.c.bump(reset=True)
             self._unpublish_all()
             self.publish()
         return {"ok": True}
@@ -368,7 +365,7 @@ class EngineState:
 
     def op_faults(self, req: dict) -> dict:
         self.check_faults(force=True)
-        self.c.bump("gen_faults")
+        self.c.bump()  # faults re-read
         return {"ok": True, "faults": sorted(self.faults.data)}
 
     def check_faults(self, force: bool = False) -> None:

@@ -15,6 +15,7 @@ import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from twin.personality import ALL_DRIVER_COUNTERS, Counting, for_driver
 
@@ -37,10 +38,10 @@ ALG_OF_CIPHER = {"aes-gcm-16": "aes-gcm-16", "aes-cbc-hmac-sha256": "aes-cbc"}
 #   rx_not_esp  frames shorter than an ESP header
 ENGINE_NAMES = ("tx_no_sa", "tx_ptb", "tx_too_big_own", "tx_sendfail", "rx_write_fail",
                 "rx_not_esp", "tx_faulted", "rx_frames")
-# Generations the control process bumps (CounterBlock.bump): SA table, faults, reset; and
-# gen_any, bumped after each of them, so a loop reads one slot per packet to learn that
-# something moved (issue 15: one memoryview read instead of three, ~45 ns a packet).
-GEN_NAMES = ("gen_sa", "gen_faults", "gen_reset", "gen_any")
+# Generations the control process bumps (CounterBlock.bump): gen_any on every change the
+# loops reload for (SA table, faults, reset), gen_reset before it on a reset. A loop reads
+# gen_any once a packet (issue 15: it replaced three generations read a packet, ~45 ns).
+GEN_NAMES = ("gen_reset", "gen_any")
 
 DRIVER_NAMES = ALL_DRIVER_COUNTERS
 MAX_SA = 1024
@@ -57,6 +58,8 @@ LINE = 8
 INDEX = {n: i * LINE for i, n in enumerate(_NAMES)}
 SA_BASE = len(_NAMES) * LINE
 SA_STRIDE = LINE  # packets, bytes, last_use, seq; the rest of the line unused
+SA_FIELDS = ("packets", "bytes", "last_use", "seq")  # an SA record's slots, from its base
+SA_PACKETS, SA_BYTES, SA_LAST_USE, SA_SEQ = range(len(SA_FIELDS))
 SLOTS = SA_BASE + SA_STRIDE * MAX_SA
 
 
@@ -89,16 +92,27 @@ class CounterBlock:
     def set(self, name: str, v: int) -> None:
         self.a[INDEX[name]] = v
 
-    def bump(self, gen: str) -> None:
-        """Move generation `gen` (gen_sa, gen_faults or gen_reset), then gen_any: a loop
-        that sees gen_any move finds the generation that moved already moved."""
-        self.a[INDEX["gen:" + gen]] += 1
+    def bump(self, reset: bool = False) -> None:
+        """Tell the loops to reload: gen_any moves; on a reset gen_reset first, so a loop
+        that sees gen_any move also sees the reset."""
+        if reset:
+            self.a[INDEX["gen:gen_reset"]] += 1
         self.a[INDEX["gen:gen_any"]] += 1
 
     def sa_slot(self, slot: int) -> int:
         if not 0 <= slot < MAX_SA:
             raise ValueError(f"SA slot {slot} outside 0..{MAX_SA - 1}")
         return SA_BASE + SA_STRIDE * slot
+
+    def sa_record(self, slot: int) -> dict[str, int]:
+        """An SA record by field name (SA_FIELDS)."""
+        b = self.sa_slot(slot)
+        return {f: self.a[b + i] for i, f in enumerate(SA_FIELDS)}
+
+    def clear_sa(self, slot: int) -> None:
+        """Zero an SA record (its slot is given to a new SA)."""
+        b = self.sa_slot(slot)
+        self.a[b:b + len(SA_FIELDS)] = memoryview(bytes(8 * len(SA_FIELDS))).cast("Q")
 
     def zero(self, keep_gens: bool = True) -> None:
         """Reset (reboot): every counter and per-SA record to 0, generations kept."""
@@ -134,13 +148,14 @@ class PendingCounts:
     loops flush before they block -- the receive loop after each epoll batch (at most 64
     frames a socket), the transmit loop when esp0's queue is empty -- and at least every
     0.1 s while packets keep coming; a read in between lags by at most that much (the
-    suite's settle needs two equal reads 0.5 s apart). Only the per-packet counters go
+    suite's settle needs two equal reads the counter lag apart: 0.1 s on the virtual lab,
+    0.5 s after a load). Only the per-packet counters go
     through here (``hot``: fixed for the loop's driver); drops and errors are stored at
     once. An SA record's packets and bytes are summed too, its last use and sequence
     number written at the flush (``record_seq()`` of the SA).
     """
 
-    def __init__(self, a: memoryview, hot: "tuple[int, ...] | list[int]") -> None:
+    def __init__(self, a: memoryview, hot: Iterable[int]) -> None:
         self.a = a
         self.p = [0] * SLOTS
         self.hot = tuple(sorted({i for i in hot if i >= 0}))
@@ -155,14 +170,14 @@ class PendingCounts:
                 a[i] += v
                 p[i] = 0
         for sa in self.records:
-            b = sa.base
-            a[b] += p[b]
-            a[b + 1] += p[b + 1]
-            p[b] = p[b + 1] = 0
-            a[b + 2] = wall
+            pk, by = sa.base + SA_PACKETS, sa.base + SA_BYTES
+            a[pk] += p[pk]
+            a[by] += p[by]
+            p[pk] = p[by] = 0
+            a[sa.base + SA_LAST_USE] = wall
             seq = sa.record_seq()
             if seq is not None:
-                a[b + 3] = seq
+                a[sa.base + SA_SEQ] = seq
         self.records.clear()
 
     def discard(self) -> None:
@@ -171,7 +186,7 @@ class PendingCounts:
         for i in self.hot:
             p[i] = 0
         for sa in self.records:
-            p[sa.base] = p[sa.base + 1] = 0
+            p[sa.base + SA_PACKETS] = p[sa.base + SA_BYTES] = 0
         self.records.clear()
 
 

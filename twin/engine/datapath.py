@@ -41,7 +41,7 @@ from twin.faults import JsonWatch, dfbit, fault_params
 from twin.personality import for_driver
 
 from . import netio
-from .counters import ALG_OF_CIPHER, HIST_ALGS, INDEX, CounterBlock, PendingCounts, RxCounters
+from .counters import ALG_OF_CIPHER, HIST_ALGS, INDEX, SA_BYTES, SA_PACKETS, CounterBlock, PendingCounts, RxCounters
 from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
 from .pacer import FirstStreamPacer, PortPacer
 from .sa_state import InSa, OutSa
@@ -50,10 +50,8 @@ from .selectors import addr_key, addresses_only, fast_key, flow, parse_selector,
 from .txfaults import ClearLeak
 from .sizes import FRAMING, encap_header, forwarded_gate, gate_checks, outer_df
 
-IGEN_SA = INDEX["gen:gen_sa"]
-IGEN_FAULTS = INDEX["gen:gen_faults"]
 IGEN_RESET = INDEX["gen:gen_reset"]
-IGEN_ANY = INDEX["gen:gen_any"]  # moves after any of the three (CounterBlock.bump)
+IGEN_ANY = INDEX["gen:gen_any"]  # moves on every change, after gen_reset (CounterBlock.bump)
 # receive-side kernel/engine counter indexes (the layout is static; driver ones: RxCounters)
 X_NOT_ESP, X_FRAMES, X_RECEIVED = (INDEX[k] for k in ("eng:rx_not_esp", "eng:rx_frames", "esp:received-packets"))
 X_POSSIBLE_REPLAY, X_BAD_LENGTH, X_POLICY = (INDEX[k] for k in (
@@ -85,7 +83,7 @@ class _Loop:
         self.faults = JsonWatch(self.dir / "faults.json")
         self.slow = FirstStreamPacer()
         self.table = SaJournalReader(self.dir)
-        self.gen = (-1, -1, -1)
+        self.gen_reset = -1
         self.gen_any = -1
 
     def _take_generations(self) -> dict:
@@ -95,14 +93,14 @@ class _Loop:
         pace too, so none of them outlives the reset."""
         a = self.a
         self.gen_any = a[IGEN_ANY]  # read first: a bump after this read is seen next time
-        gen = (a[IGEN_SA], a[IGEN_FAULTS], a[IGEN_RESET])
-        if gen[2] != self.gen[2]:
+        gen_reset = a[IGEN_RESET]
+        if gen_reset != self.gen_reset:
             self.pend.discard()  # counts of before the reset
             self.slow.reset()
             self.sas.clear()
         else:
             self.pend.flush(int(time.time()))  # stored before the SAs they count are replaced
-        self.gen = gen
+        self.gen_reset = gen_reset
         return self.table.load()
 
 
@@ -357,11 +355,11 @@ class TxLoop(_Loop):
                 p[incs[0]] += 1
             if osa.ibytes >= 0:
                 p[osa.ibytes] += len(esp) - osa.fixed  # ESP plaintext: inner + pad + 2
-            b = osa.base
-            if not p[b]:
+            b = osa.base  # its record: packets and bytes here, the rest at the flush
+            if not p[b + SA_PACKETS]:
                 records.append(osa)
-            p[b] += 1
-            p[b + 1] += n
+            p[b + SA_PACKETS] += 1
+            p[b + SA_BYTES] += n
             if f_pad is not None and n % 16 == f_pad.get("residue", 9):
                 a[i_faulted] += 1  # fault pad_length_lost: counted, never sent
                 continue
@@ -570,11 +568,11 @@ class RxLoop(_Loop):
             else:
                 a[X_POLICY] += 1
             return
-        b = sa.base
-        if not p[b]:
+        b = sa.base  # its record: packets and bytes here, the rest at the flush
+        if not p[b + SA_PACKETS]:
             self.pend.records.append(sa)
-        p[b] += 1
-        p[b + 1] += len(inner)
+        p[b + SA_PACKETS] += 1
+        p[b + SA_BYTES] += len(inner)
         if not off:
             p[X_RECV_BYTES] += len(esp) - sa.fixed
         if self.f_slow is not None and inner[9 if nh == 4 else 6] == 6:
