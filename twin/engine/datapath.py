@@ -46,7 +46,7 @@ from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
 from .pacer import FirstStreamPacer, PortPacer
 from .sa_state import InSa, OutSa
 from .satable import SaJournalReader
-from .selectors import addr_key, addresses_only, fast_key, flow, parse_selector, policy_pairs, sel_match
+from .selectors import ADDR4, ADDR6, addr_key, addresses_only, fast_key, flow, parse_selector, policy_pairs, sel_match
 from .txfaults import ClearLeak
 from .sizes import FRAMING, encap_header, forwarded_gate, gate_checks, outer_df
 
@@ -432,7 +432,7 @@ class RxLoop(_Loop):
             old = self.sas.get(key)
             w = int(e.get("replay_window", 32))
             replay = old.replay if old is not None and old.replay is not None else (ReplayWindow(w, esn) if w else None)
-            new[key] = InSa(spi=e["spi"], dst=e["dst"], open_=suite.open_, replay=replay,
+            new[key] = InSa(spi=e["spi"], dst=e["dst"], open_fitted=suite.open_fitted, replay=replay,
                             fits=suite.fits, open_unverified=suite.open_unverified,
                             slot=e["slot"], base=self.c.sa_slot(e["slot"]), offloaded=e["offloaded"],
                             alg_idx=INDEX["hist:" + ALG_OF_CIPHER[e["cipher"]]],
@@ -542,13 +542,14 @@ class RxLoop(_Loop):
             a[x.malformed if off else X_BAD_LENGTH] += 1
             return
         rp = sa.replay
-        if rp is not None:
+        # past the right edge without ESN: ReplayWindow.check's first answer, without the call
+        if rp is not None and (seq <= rp.top or rp.esn):
             seq = rp.check(seq)  # the full (ESN) number, 0 to drop
             if not seq:
                 a[x.replay if off else X_POSSIBLE_REPLAY] += 1
                 return
         try:
-            inner, nh = sa.open_(esp, seq >> 32)
+            inner, nh = sa.open_fitted(esp, seq >> 32)
         except EspError as e:
             a[(x.bad if e.kind == "auth" else x.malformed) if off else ESPSTAT[e.espstat]] += 1
             if e.kind != "auth" or self.f_icv_ok is None:
@@ -562,7 +563,9 @@ class RxLoop(_Loop):
             rp.update(seq)
         if self.f_pad is not None and len(inner) % 16 == self.f_pad:
             return  # fault pad_length_lost: this padding length never comes out of the driver
-        if not sa.allowed(inner):
+        # the policy cache first (nh 4/41: _strip checked the version and length)
+        ok = sa.policy_cache.get(inner[ADDR4 if nh == 4 else ADDR6]) if sa.addr_only else None
+        if not (ok if ok is not None else sa.allowed(inner)):
             if off:
                 a[x.blocked] += 1
             else:

@@ -60,7 +60,9 @@ class Suite:
     seal(inner, next_header, seq) -> ESP payload (seq: the full 64-bit number);
     open_(esp, seq_hi=0) -> (inner, nh) after ICV verification;
     fits(len) -> whether a payload of that length has the suite's shape (checked first);
-    open_unverified(esp) -> (inner, nh) without the ICV (only fault tampered_icv_delivered).
+    open_unverified(esp) -> (inner, nh) without the ICV (only fault tampered_icv_delivered);
+    open_fitted(esp, seq_hi=0) -> open_ for a caller that has checked `fits` itself (the
+    engine's receive loop must, before the replay check: one call a frame fewer).
     """
 
     seal: Callable[[bytes, int, int], bytes]
@@ -68,6 +70,17 @@ class Suite:
     align: int
     fits: Callable[[int], bool]
     open_unverified: Callable[[bytes], tuple[bytes, int]]
+    open_fitted: Callable[..., tuple[bytes, int]]
+
+
+def _checked(fits: Callable[[int], bool], open_fitted: Callable[..., tuple[bytes, int]],
+             shape: str) -> Callable[..., tuple[bytes, int]]:
+    """open_: the payload's shape (`fits`, FreeBSD's esps_badilen) first, then open_fitted."""
+    def open_(esp: bytes, hi: int = 0) -> tuple[bytes, int]:
+        if not fits(len(esp)):
+            raise EspError("malformed", f"ESP payload length not {shape}")
+        return open_fitted(esp, hi)
+    return open_
 
 
 def _trailers(align: int) -> dict[tuple[int, int], bytes]:
@@ -97,9 +110,7 @@ def make_suite(cipher: str, spi: int, enc_key: bytes, auth_key: bytes | None, es
         def fits(n: int) -> bool:  # FreeBSD: (skip & 3) || (len & 3), plen > 0
             return n > 16 + 16 and not n & 3
 
-        def open_(esp: bytes, hi: int = 0) -> tuple[bytes, int]:
-            if not fits(len(esp)):
-                raise EspError("malformed", "ESP payload length not header+IV+4k+ICV")
+        def open_fitted(esp: bytes, hi: int = 0) -> tuple[bytes, int]:
             aad = spi_b + struct.pack("!I", hi) + esp[4:8] if esn else esp[:8]
             try:
                 pt = dec(salt + esp[8:16], esp[16:], aad)
@@ -118,7 +129,7 @@ def make_suite(cipher: str, spi: int, enc_key: bytes, auth_key: bytes | None, es
             d = Cipher(ctr_key, modes.CTR(salt + esp[8:16] + b"\0\0\0\2")).decryptor()
             return _strip(d.update(esp[16:-16]) + d.finalize())
 
-        return Suite(seal, open_, 4, fits, open_unverified)
+        return Suite(seal, _checked(fits, open_fitted, "header+IV+4k+ICV"), 4, fits, open_unverified, open_fitted)
 
     if cipher == CBC:
         if len(enc_key) != 32 or auth_key is None or len(auth_key) != 32:
@@ -166,9 +177,7 @@ def make_suite(cipher: str, spi: int, enc_key: bytes, auth_key: bytes | None, es
         def fits(n: int) -> bool:  # header + IV + k * 16 + ICV, k >= 1
             return n >= 8 + 16 + 16 + 16 and not (n - 40) % 16
 
-        def open_(esp: bytes, hi: int = 0) -> tuple[bytes, int]:
-            if not fits(len(esp)):
-                raise EspError("malformed", "ESP payload length not header+IV+k*16+ICV")
+        def open_fitted(esp: bytes, hi: int = 0) -> tuple[bytes, int]:
             body = esp[:-16]
             if not cmp(icv(body, hi), esp[-16:]):
                 raise EspError("auth", "ICV mismatch")
@@ -178,7 +187,7 @@ def make_suite(cipher: str, spi: int, enc_key: bytes, auth_key: bytes | None, es
             d = Cipher(aes, modes.CBC(esp[8:24])).decryptor()
             return _strip(d.update(esp[24:-16]) + d.finalize())
 
-        return Suite(seal, open_, 16, fits, open_unverified)
+        return Suite(seal, _checked(fits, open_fitted, "header+IV+k*16+ICV"), 16, fits, open_unverified, open_fitted)
     raise ValueError(f"cipher {cipher!r}: expected {GCM} or {CBC}")
 
 

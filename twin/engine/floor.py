@@ -48,8 +48,9 @@ def tx_loop(tun: int, sock: socket.socket, seal, peer: str) -> None:
         send(seal(pkt, 4 if pkt[0] >> 4 == 4 else 41, seq), dst)
 
 
-def rx_loop(tun: int, sock: socket.socket, open_) -> None:
-    """Raw socket -> open -> TUN, up to 64 frames per wake-up (the engine's RxLoop, bare)."""
+def rx_loop(tun: int, sock: socket.socket, fits, open_fitted) -> None:
+    """Raw socket -> shape check -> open -> TUN, up to 64 frames per wake-up (the engine's
+    RxLoop, bare; `fits` and `open_fitted` of one twin.engine.esp suite, as the engine calls them)."""
     sock.setblocking(False)
     ep = select.epoll()
     ep.register(sock.fileno(), select.EPOLLIN)
@@ -63,8 +64,11 @@ def rx_loop(tun: int, sock: socket.socket, open_) -> None:
                 n = recv(buf)
             except BlockingIOError:
                 break
+            esp = bytes(mv[(buf[0] & 15) * 4:n])
+            if not fits(len(esp)):
+                continue
             try:
-                inner, _nh = open_(bytes(mv[(buf[0] & 15) * 4:n]))
+                inner, _nh = open_fitted(esp)
             except EspError:
                 continue
             write(tun, inner)
@@ -83,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         keys = json.loads(sys.stdin.read())
         out_sa, in_sa = keys["out"], keys["in"]
         seal = make_suite(GCM, int(out_sa["spi"]), bytes.fromhex(out_sa["enc_key"]), None).seal
-        open_ = make_suite(GCM, int(in_sa["spi"]), bytes.fromhex(in_sa["enc_key"]), None).open_
+        opener = make_suite(GCM, int(in_sa["spi"]), bytes.fromhex(in_sa["enc_key"]), None)
     except (ValueError, KeyError, TypeError) as exc:
         print(f"twin.engine.floor: stdin: expected {{'out': {{'spi', 'enc_key'}}, 'in': {{...}}}} "
               f"(AES-GCM-16 keys in hex): {exc}", file=sys.stderr)
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         idx = ipr.link_lookup(ifname=args.tun)[0]
         ipr.route("add", dst=dst, dst_len=int(plen), oif=idx, metrics={"mtu": max_inner(GCM, "ipv4", args.path_mtu)})
     pids = [fork_worker(lambda: tx_loop(tun, tx, seal, args.peer)),
-            fork_worker(lambda: rx_loop(tun, rx, open_))]
+            fork_worker(lambda: rx_loop(tun, rx, opener.fits, opener.open_fitted))]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -55,7 +55,7 @@ class OutSa:
 class InSa:
     spi: int
     dst: str
-    open_: Any
+    open_fitted: Any  # esp.Suite.open_fitted: the loop checks `fits` first itself
     fits: Any
     open_unverified: Any
     replay: ReplayWindow | None
@@ -71,7 +71,8 @@ class InSa:
 
     def __post_init__(self) -> None:
         # subnet-to-subnet selectors (the usual child) need only the address pair as key
-        self.key = addr_key if addresses_only(self.local + self.remote) else fast_key
+        self.addr_only = addresses_only(self.local + self.remote)
+        self.key = addr_key if self.addr_only else fast_key
 
     def record_seq(self) -> int | None:
         """The sequence number its counter record shows: the highest accepted (none

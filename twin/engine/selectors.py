@@ -110,15 +110,20 @@ def flow(pkt: bytes) -> tuple[int, bytes, bytes, int, int, int] | None:
     return None
 
 
+ADDR4, ADDR6 = slice(12, 20), slice(8, 40)
+"""Source and destination address, as one slice of an IPv4 / IPv6 header: `addr_key`,
+and the receive loop's own lookup of a packet whose version it already knows."""
+
+
 def addr_key(pkt: bytes) -> bytes | None:
     """The cache key of a packet whose policy depends on its addresses alone (every
     selector it can meet is a prefix with no protocol or port: `addresses_only`): the
     source and destination as they stand in the header, one slice.  None if not IP."""
     v = pkt[0] >> 4
     if v == 4:
-        return pkt[12:20]
+        return pkt[ADDR4]
     if v == 6 and len(pkt) >= 40:
-        return pkt[8:40]
+        return pkt[ADDR6]
     return None
 
 
