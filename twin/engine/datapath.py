@@ -267,6 +267,7 @@ class TxLoop(_Loop):
         pick = self.select
         cache_get = self.cache.get
         keyf = self.keyf
+        addr_only = keyf is addr_key  # then the key is one slice of the header, no call
         wall = int(time.time())
         while True:
             try:
@@ -281,6 +282,7 @@ class TxLoop(_Loop):
                 self.reload()
                 g_any = self.gen_any
                 keyf = self.keyf
+                addr_only = keyf is addr_key
                 next_check = 0.0
             now = mono()
             if now >= next_check:
@@ -302,14 +304,16 @@ class TxLoop(_Loop):
                 df = 2 if fp(F, "ipv4_df_gate") is not None else dfbit(self.sysctl)
                 df_work = bool(df or self.outer_df.on)
                 gated = {v: (gate_checks(v, df, False), gate_checks(v, df, True)) for v in (4, 6)}
-            key = keyf(pkt) or flow(pkt)
+            v = pkt[0] >> 4
+            # addr_key's slices inline (esp0 carries IPv4 and IPv6 only; a packet too short
+            # for its header finds no SA under either key: flow() is None for it)
+            key = (pkt[ADDR4] if v == 4 else pkt[ADDR6]) if addr_only else (keyf(pkt) or flow(pkt))
             hit = cache_get(key)
             osa, own, incs = hit if hit is not None else pick(pkt, key)
             if osa is None:
                 a[i_nosa] += 1
                 continue
             n = len(pkt)
-            v = pkt[0] >> 4
             nh = 4 if v == 4 else 41
             # FreeBSD's gate for forwarded packets (twin.engine.sizes.forwarded_gate)
             if own:
