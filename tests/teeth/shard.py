@@ -3,7 +3,7 @@ fault, passes without.
 
 Why one shard per model: the whole matrix is ~30 minutes of node runs (three healthy runs
 of every row, and its cells); the two shards run on two xdist workers at once, and each
-splits its rows by tunnel configuration among ``TEETH_PARTS`` (default 2) pytest
+splits its rows by their measured seconds among ``TEETH_PARTS`` (default 3) pytest
 subprocesses (tests/teeth/runner.py, tests/teeth/stepper.py), each on a lab of its own.
 Rows are per (function, model) already, so a model's coverage is decided by its shard
 alone. tests/teeth/test_fault_matrix_<model>.py each import this module and say which
@@ -23,8 +23,9 @@ then not asserted). ``TEETH_WORK=DIR`` keeps the subprocess's plan, results and 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import re
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -70,41 +71,84 @@ def _rows(model: str) -> tuple[matrix.Row, ...]:
 teeth_lab = lab_fixture(name="teeth_lab", rate_mbit=QUIET_RATE_MBIT)
 
 
-#: a node's tunnel case in its parameters: ``[lab-v4in4-gcm]``, ``[npu-v6in6-cbc-own]``, ``[many-v4in4-gcm-c6]``
-CASE_ID = re.compile(r"\[([A-Za-z0-9_]+-v[46]in[46]-(?:gcm|cbc)(?:-c\d+)?)")
+#: Seconds each row's node runs took (its healthy runs and cells together) in a measured
+#: matrix run, by "model item-name": what split_rows balances. Written by
+#: ``TEETH_WRITE_SECONDS=1 pytest tests/teeth/test_fault_matrix_<model>.py`` (that model's
+#: rows replaced); tests/teeth/test_matrix_data.py fails naming a row it lacks.
+ROW_SECONDS = Path(__file__).with_name("row_seconds.json")
 
 
-def split_rows(rows: tuple[matrix.Row, ...], parts: int, healthy_runs: int) -> list[tuple[matrix.Row, ...]]:
-    """``rows`` in ``parts`` groups of about equal work, whole tunnel configurations
-    together (the rows of one configuration share its bring-up in one subprocess); the
-    work of a row is its node runs (healthy runs + cells). Each group keeps the rows' order."""
-    by_case: dict[str, list[matrix.Row]] = {}
-    for r in rows:
-        m = CASE_ID.search(r.node)
-        by_case.setdefault(m.group(1) if m else r.node, []).append(r)
-    work = {case: sum(healthy_runs + len(r.cells) for r in group) for case, group in by_case.items()}
-    loads = [0] * parts
+def load_row_seconds(path: Path = ROW_SECONDS) -> dict[str, float]:
+    """{"model item-name": seconds}; a file that is not such a table fails naming it."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: line {exc.lineno}: {exc.msg}") from None
+    seconds = data.get("seconds") if isinstance(data, dict) else None
+    if not isinstance(seconds, dict) or not all(isinstance(v, (int, float)) for v in seconds.values()):
+        raise ValueError(f"{path}: expected {{\"seconds\": {{\"model item-name\": number}}}}")
+    return {str(k): float(v) for k, v in seconds.items()}
+
+
+def row_key(row: matrix.Row) -> str:
+    return f"{row.model} {row.name}"
+
+
+def split_rows(rows: tuple[matrix.Row, ...], parts: int, healthy_runs: int,
+               seconds: dict[str, float] | None = None) -> list[tuple[matrix.Row, ...]]:
+    """``rows`` in ``parts`` groups of about equal seconds (longest first, each to the
+    least loaded part); each group keeps the rows' order.
+
+    A row's weight is its measured seconds (``seconds``, from ROW_SECONDS), else its node
+    runs (healthy runs + cells) at the median measured second a run. Why rows, not whole
+    tunnel configurations: one configuration holds most of a model's time (npu-v4in4-gcm:
+    315 of the XGS 136 shard's 700 node-run seconds, 12-05), and kept whole it alone set
+    the shard's wall time; a part that shares a configuration with another brings its
+    tunnel up once more (about a second on the virtual lab)."""
+    seconds = {} if seconds is None else seconds
+    runs = {r.name: healthy_runs + len(r.cells) for r in rows}
+    known = [seconds[row_key(r)] / runs[r.name] for r in rows if row_key(r) in seconds]
+    per_run = statistics.median(known) if known else 1.0
+    weight = {r.name: seconds.get(row_key(r), runs[r.name] * per_run) for r in rows}
+    loads = [0.0] * max(1, parts)
     member: dict[str, int] = {}
-    for case in sorted(work, key=lambda c: -work[c]):
+    for r in sorted(rows, key=lambda r: -weight[r.name]):
         k = loads.index(min(loads))
-        member[case] = k
-        loads[k] += work[case]
-    out: list[list[matrix.Row]] = [[] for _ in range(parts)]
-    for case, group in by_case.items():
-        out[member[case]].extend(group)
-    order = {r.name: i for i, r in enumerate(rows)}
-    return [tuple(sorted(g, key=lambda r: order[r.name])) for g in out if g]
+        member[r.name] = k
+        loads[k] += weight[r.name]
+    return [g for k in range(len(loads)) if (g := tuple(r for r in rows if member[r.name] == k))]
+
+
+def measured_seconds(m: runner.MatrixResult) -> dict[str, float]:
+    """{"model item-name": seconds} of every row's node runs in this result."""
+    out: dict[str, float] = {}
+    for c in m.cells:
+        out[row_key(c.row)] = out.get(row_key(c.row), 0.0) + c.result.seconds
+    for r in m.rows:
+        out[row_key(r)] = out.get(row_key(r), 0.0) + sum(run[r.name].seconds for run in m.healthy if r.name in run)
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def write_row_seconds(model: str, measured: dict[str, float], path: Path = ROW_SECONDS) -> None:
+    """Replace ``model``'s rows in ROW_SECONDS with this run's figures."""
+    old = load_row_seconds(path) if path.exists() else {}
+    keep = {k: v for k, v in old.items() if not k.startswith(f"{model} ")}
+    merged = dict(sorted({**keep, **measured}.items()))
+    path.write_text(json.dumps({"source": "tests/teeth/shard.py with TEETH_WRITE_SECONDS=1: seconds of each "
+                                          "row's node runs (healthy runs and cells) in a measured matrix run",
+                                "seconds": merged}, indent=1) + "\n")
 
 
 @pytest.fixture(scope="module")
 def result(matrix_model, teeth_lab, tmp_path_factory, request) -> runner.MatrixResult:
-    """The model's matrix, run in ``TEETH_PARTS`` (default 2) subprocesses at once, each on
+    """The model's matrix, run in ``TEETH_PARTS`` (default 3) subprocesses at once, each on
     a virtual lab of its own (the shard's lab and ``TEETH_PARTS - 1`` more), the rows split
-    by tunnel configuration; the results are merged before anything is judged.
+    by their measured seconds (split_rows); the results are merged before anything is judged.
 
     Why parts: a node run waits far more than it computes (SSH round trips, the settles'
-    half-second pauses, rekey timers), so two subprocesses per model finish in little more
-    than half the time on two cores (issue 15: the own tests in 10 minutes)."""
+    half-second pauses, rekey timers, a health check's 5 s of pings): a shard used 148
+    CPU-s in 415 s of wall time in a CI run of 12-05 (SELFTESTS_CPU_BY_FILE=1), so its
+    parts share the cores with little loss (issue 15: the own tests in 10 minutes)."""
     from twin.faults import REGISTRY
 
     work = (Path(os.environ["TEETH_WORK"]) / matrix_model if os.environ.get("TEETH_WORK")
@@ -113,7 +157,8 @@ def result(matrix_model, teeth_lab, tmp_path_factory, request) -> runner.MatrixR
     if not rows:
         pytest.fail(f"the fault matrix has no row on {matrix_model} (TEETH_ONLY={os.environ.get('TEETH_ONLY', '')})")
     healthy_runs = int(os.environ.get("TEETH_HEALTHY_RUNS", "3"))
-    parts = split_rows(rows, max(1, int(os.environ.get("TEETH_PARTS", "2"))), healthy_runs)
+    parts = split_rows(rows, max(1, int(os.environ.get("TEETH_PARTS", "3"))), healthy_runs,
+                       load_row_seconds() if ROW_SECONDS.exists() else None)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     t0 = time.monotonic()
     collections = [runner.Collection(matrix_model, teeth_lab.resolved, REPO)]
@@ -138,6 +183,8 @@ def result(matrix_model, teeth_lab, tmp_path_factory, request) -> runner.MatrixR
             extra.close()
     m.seconds = time.monotonic() - t0
     m.parts = len(parts)
+    if os.environ.get("TEETH_WRITE_SECONDS") == "1" and not _only():
+        write_row_seconds(matrix_model, measured_seconds(m))
     text = runner.render(m)
     report = report_path(matrix_model)
     report.parent.mkdir(parents=True, exist_ok=True)

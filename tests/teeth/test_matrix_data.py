@@ -220,22 +220,55 @@ def test_matrix_file_checked(tmp_path, entry, message):
     assert message in str(e.value)
 
 
-def test_split_keeps_configurations_whole_and_balances_the_work():
-    """TEETH_PARTS: the rows of one tunnel configuration stay in one part (they share its
-    bring-up); the parts carry about equal node runs; nothing is lost or doubled."""
-    from .shard import CASE_ID, split_rows
+def test_split_balances_the_measured_seconds():
+    """TEETH_PARTS: every row in exactly one part, each part keeps the rows' order, and
+    the parts carry about equal measured seconds (tests/teeth/row_seconds.json)."""
+    from .shard import load_row_seconds, row_key, split_rows
 
+    seconds = load_row_seconds()
     for model in ("xgs136", "xgs3300"):
         rows = matrix.rows(model)
-        parts = split_rows(rows, 2, healthy_runs=3)
-        assert sorted(r.name for p in parts for r in p) == sorted(r.name for r in rows)
-        case = {r.name: (CASE_ID.search(r.node).group(1) if CASE_ID.search(r.node) else r.node) for r in rows}
-        homes = {}
-        for i, p in enumerate(parts):
-            for r in p:
-                assert homes.setdefault(case[r.name], i) == i, f"{case[r.name]} split between parts"
-        work = [sum(3 + len(r.cells) for r in p) for p in parts]
-        assert len(parts) == 2 and max(work) <= 1.5 * min(work), f"{model}: parts of {work} node runs"
+        order = [r.name for r in rows]
+        for n in (2, 3):
+            parts = split_rows(rows, n, healthy_runs=3, seconds=seconds)
+            assert sorted(r.name for p in parts for r in p) == sorted(order)
+            for p in parts:
+                assert [r.name for r in p] == [x for x in order if x in {r.name for r in p}]
+            load = [sum(seconds[row_key(r)] for r in p) for p in parts]
+            biggest = max(seconds[row_key(r)] for r in rows)
+            # longest-first greedy: no part more than the longest row above the lightest
+            assert len(parts) == n and max(load) - min(load) <= biggest, f"{model}: parts of {load} s"
+
+
+def test_every_row_has_measured_seconds():
+    """A row the table lacks is split by a guess (its node runs at the median second a run):
+    measure it. How: TEETH_WRITE_SECONDS=1 pytest tests/teeth/test_fault_matrix_<model>.py."""
+    from .shard import ROW_SECONDS, load_row_seconds, row_key
+
+    seconds = load_row_seconds()
+    missing = [row_key(r) for r in matrix.rows() if row_key(r) not in seconds]
+    assert not missing, f"{ROW_SECONDS}: no seconds for {missing}"
+
+
+def test_split_weighs_an_unmeasured_row_by_its_node_runs():
+    from .shard import row_key, split_rows
+
+    rows = matrix.rows("xgs136")[:3]
+    runs = [3 + len(r.cells) for r in rows]
+    # the first two measured at 1 s a run; the third, unmeasured, weighs its runs x 1 s
+    seconds = {row_key(r): float(n) for r, n in zip(rows[:2], runs[:2])}
+    parts = split_rows(rows, 2, healthy_runs=3, seconds=seconds)
+    loads = sorted(sum(seconds.get(row_key(r), 3 + len(r.cells)) for r in p) for p in parts)
+    assert sum(loads) == sum(runs) and loads[1] - loads[0] <= max(runs)
+
+
+def test_a_broken_row_seconds_file_names_itself(tmp_path):
+    from .shard import load_row_seconds
+
+    bad = tmp_path / "row_seconds.json"
+    bad.write_text('{"seconds": {"xgs136 test_x[npu-v4in4-gcm]": "slow"}}')
+    with pytest.raises(ValueError, match="row_seconds.json"):
+        load_row_seconds(bad)
 
 
 def test_merged_parts_read_as_one_run():
