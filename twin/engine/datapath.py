@@ -262,6 +262,8 @@ class TxLoop(_Loop):
         f_clear = None
         df = 0
         df_work = False  # an outer DF to set or to clear (dfbit, or sockets left with DF)
+        df_by = (False, False)
+        df_on = self.outer_df.on  # the sockets sending with DF now (OuterDf keeps this dict)
         gated: dict[int, tuple[bool, bool]] = {}  # version -> (gate checks it?) by inner DF
         g_any = self.gen_any
         pick = self.select
@@ -303,6 +305,7 @@ class TxLoop(_Loop):
                 # although net.inet.ipsec.dfbit says 0 -- the 000 page's IPv4 test must fail
                 df = 2 if fp(F, "ipv4_df_gate") is not None else dfbit(self.sysctl)
                 df_work = bool(df or self.outer_df.on)
+                df_by = (outer_df(df, False), outer_df(df, True))  # by the inner's DF
                 gated = {v: (gate_checks(v, df, False), gate_checks(v, df, True)) for v in (4, 6)}
             v = pkt[0] >> 4
             # addr_key's slices inline (esp0 carries IPv4 and IPv6 only; a packet too short
@@ -340,8 +343,10 @@ class TxLoop(_Loop):
             if f_slow is not None and pkt[9 if v == 4 else 6] == 6:
                 self.slow.pace(f_slow, n)
             if df_work and osa.outer_hdr == 20:
-                # an IPv6 inner counts as no DF (FreeBSD leaves `setdf` unset for it)
-                self.outer_df.set(osa.sock, outer_df(df, v == 4 and bool(pkt[6] & 0x40)))
+                # an IPv6 inner counts as no DF (FreeBSD: `setdf` unset); a call only on a change
+                on = df_by[v == 4 and pkt[6] >> 6 & 1]
+                if df_on.get(osa.sock, False) != on:
+                    self.outer_df.set(osa.sock, on)
             if f_nh is not None and nh == 41:
                 nh = 4  # IPv6 inner announced as IPv4: the peer cannot deliver it
             seq = osa.seq + 1
