@@ -308,8 +308,8 @@ class TxLoop(_Loop):
                 df_by = (outer_df(df, False), outer_df(df, True))  # by the inner's DF
                 gated = {v: (gate_checks(v, df, False), gate_checks(v, df, True)) for v in (4, 6)}
             v = pkt[0] >> 4
-            # addr_key's slices inline (esp0 carries IPv4 and IPv6 only; a packet too short
-            # for its header finds no SA under either key: flow() is None for it)
+            # addr_key's slices inline: esp0 carries only whole IPv4 and IPv6 packets (what
+            # the kernel routes to it), for which they are addr_key's answer
             key = (pkt[ADDR4] if v == 4 else pkt[ADDR6]) if addr_only else (keyf(pkt) or flow(pkt))
             hit = cache_get(key)
             osa, own, incs = hit if hit is not None else pick(pkt, key)
