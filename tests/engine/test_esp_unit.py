@@ -68,6 +68,21 @@ def test_engine_output_decrypts_with_scapy_and_back(cipher, outer, family):
     assert ei.value.kind == "auth"
 
 
+@pytest.mark.parametrize("cipher", CIPHERS)
+def test_open_checks_the_shape_first_open_fitted_leaves_it_to_the_caller(cipher):
+    """open_ = fits, then open_fitted (the receive loop calls the two itself, the replay
+    check between them): a payload of the wrong shape is `malformed` before any ICV."""
+    enc, auth = _keys(cipher)
+    s = make_suite(cipher, 0x4242, enc, auth)
+    esp = s.seal(inner("ipv4", 300), 4, 3)
+    assert s.fits(len(esp)) and s.open_fitted(esp) == s.open_(esp) == (inner("ipv4", 300), 4)
+    short = esp[:-1]
+    assert not s.fits(len(short))
+    with pytest.raises(EspError, match="ESP payload length not header") as ei:
+        s.open_(short)
+    assert ei.value.kind == "malformed" and ei.value.espstat == "dropped-bad-length"
+
+
 def test_wrong_next_header_is_malformed():
     enc, auth = _keys("aes-gcm-16")
     s = make_suite("aes-gcm-16", 300, enc, auth)
