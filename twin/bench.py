@@ -405,6 +405,8 @@ def report(mtu: int, runs: list[dict[str, PathResult]]) -> bool:
     print(f"ratios at MTU {mtu}{' (medians)' if len(runs) > 1 else ''}:")
     for k, v in q.items():
         print(f"  {k:<24} {v:6.2f}")
+    if len(runs) > 1:
+        print(per_run_ratios(runs))
     for p in r.values():
         for n in p.notes:
             print(f"  note ({p.name}): {n}")
@@ -415,6 +417,20 @@ def report(mtu: int, runs: list[dict[str, PathResult]]) -> bool:
     if not ok and "floor/strongswan A->B" in q:
         print("  " + floor_verdict(q, r["floor"], r["strongswan"]))
     return ok
+
+
+def per_run_ratios(runs: list[dict[str, PathResult]]) -> str:
+    """The target ratios of each run on its own, with their median: shown beside the
+    verdicts (which are those of the medians per path, as issue 15 asks), because the
+    paths of one run are measured within a minute or two of each other and the machine's
+    speed drifts between runs (stop 36: the same code 6.1 to 10.0 us of user time a packet)."""
+    keys = ("twin/strongswan A->B", "twin/strongswan B->A", "cbc/gcm A->B", "cbc/gcm B->A")
+    each = [ratios(r) for r in runs]
+    lines = ["ratios run by run (not the verdict's basis):"]
+    for k in keys:
+        vals = [q[k] for q in each]
+        lines.append(f"  {k:<24} {', '.join(f'{v:.2f}' for v in vals)}   (median {statistics.median(vals):.2f})")
+    return "\n".join(lines)
 
 
 def floor_verdict(q: dict[str, float], floor_path: PathResult | None = None, ss: PathResult | None = None) -> str:
