@@ -97,6 +97,10 @@ def both_ways(lab: MiniLab, name: str, seconds: int, profile=None, into: PathRes
     flushed between them) carried a median 1,001 Mbit/s with dfbit 0 (two fragments a
     packet) and 964 with dfbit 1 (none): more, smaller packets cost what fragments do."""
     res = into if into is not None else PathResult(name)
+    for role in ("hA", "gA", "gB", "hB"):
+        # a path MTU an earlier path taught the hosts (the floor's route, strongSwan's TUN)
+        # would otherwise size this path's packets: each path starts from the link MTU
+        lab.run(role, ["ip", "route", "flush", "cache"], check=True)
     frags = ip_fragments_made(lab)
     if profile is None:
         res.fwd = iperf(lab, seconds, False)
