@@ -94,22 +94,28 @@ def row_key(row: matrix.Row) -> str:
     return f"{row.model} {row.name}"
 
 
+def row_weights(rows: tuple[matrix.Row, ...], healthy_runs: int,
+                seconds: dict[str, float] | None = None) -> dict[str, float]:
+    """{item name: weight}: the measured seconds, else the row's node runs (healthy runs +
+    cells) at the median measured second a run (1 s when nothing is measured)."""
+    seconds = {} if seconds is None else seconds
+    runs = {r.name: healthy_runs + len(r.cells) for r in rows}
+    known = [seconds[row_key(r)] / runs[r.name] for r in rows if row_key(r) in seconds]
+    per_run = statistics.median(known) if known else 1.0
+    return {r.name: seconds.get(row_key(r), runs[r.name] * per_run) for r in rows}
+
+
 def split_rows(rows: tuple[matrix.Row, ...], parts: int, healthy_runs: int,
                seconds: dict[str, float] | None = None) -> list[tuple[matrix.Row, ...]]:
     """``rows`` in ``parts`` groups of about equal seconds (longest first, each to the
     least loaded part); each group keeps the rows' order.
 
-    A row's weight is its measured seconds (``seconds``, from ROW_SECONDS), else its node
-    runs (healthy runs + cells) at the median measured second a run. Why rows, not whole
+    A row's weight: row_weights (``seconds`` from ROW_SECONDS). Why rows, not whole
     tunnel configurations: one configuration holds most of a model's time (npu-v4in4-gcm:
     315 of the XGS 136 shard's 700 node-run seconds, 12-05), and kept whole it alone set
     the shard's wall time; a part that shares a configuration with another brings its
     tunnel up once more (about a second on the virtual lab)."""
-    seconds = {} if seconds is None else seconds
-    runs = {r.name: healthy_runs + len(r.cells) for r in rows}
-    known = [seconds[row_key(r)] / runs[r.name] for r in rows if row_key(r) in seconds]
-    per_run = statistics.median(known) if known else 1.0
-    weight = {r.name: seconds.get(row_key(r), runs[r.name] * per_run) for r in rows}
+    weight = row_weights(rows, healthy_runs, seconds)
     loads = [0.0] * max(1, parts)
     member: dict[str, int] = {}
     for r in sorted(rows, key=lambda r: -weight[r.name]):

@@ -251,11 +251,16 @@ def test_every_row_has_measured_seconds():
 
 
 def test_split_weighs_an_unmeasured_row_by_its_node_runs():
-    from .shard import row_key, split_rows
+    from .shard import row_key, row_weights, split_rows
 
     rows = matrix.rows("xgs136")[:3]
     runs = [3 + len(r.cells) for r in rows]
-    # the first two measured at 1 s a run; the third, unmeasured, weighs its runs x 1 s
+    # the first two measured at 1 and 3 s a run; the third, unmeasured, weighs its runs
+    # at their median, 2 s a run
+    seconds = {row_key(rows[0]): 1.0 * runs[0], row_key(rows[1]): 3.0 * runs[1]}
+    assert row_weights(rows, 3, seconds) == {rows[0].name: runs[0], rows[1].name: 3.0 * runs[1],
+                                             rows[2].name: 2.0 * runs[2]}
+    assert row_weights(rows, 3) == {r.name: float(n) for r, n in zip(rows, runs)}  # nothing measured: 1 s a run
     seconds = {row_key(r): float(n) for r, n in zip(rows[:2], runs[:2])}
     parts = split_rows(rows, 2, healthy_runs=3, seconds=seconds)
     loads = sorted(sum(seconds.get(row_key(r), 3 + len(r.cells)) for r in p) for p in parts)
