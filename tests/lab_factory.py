@@ -1,9 +1,9 @@
 """One virtual lab for a test module: the project's tests start it the way the plugin does.
 
-Why one factory: five test folders each had their own "run ``python -m twin up``, parse
+Why one factory: five test folders each had their own "run ``python -m ipsec_hil_twin up``, parse
 its JSON line, build Appliances, ``twin down`` in finally" -- each with its own idea of
 the prefix, the run dir, the owner pid and what counts as a clean teardown. They now all
-go through :func:`plugin.virtual_lab.start` / :func:`~plugin.virtual_lab.stop` (the
+go through :func:`ipsec_hil.virtual_lab.start` / :func:`~ipsec_hil.virtual_lab.stop` (the
 plugin's own path, so a test lab and a suite run's lab cannot drift apart) and
 :func:`lab_fixture` below, which makes the module-scoped pytest fixture:
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin import virtual_lab
-from plugin.virtual_lab import VirtualLab
+from ipsec_hil import virtual_lab
+from ipsec_hil.virtual_lab import VirtualLab
 
 REPO = Path(__file__).resolve().parents[1]
 VIRTUAL_TOPOLOGY = REPO / "topologies" / "virtual.yaml"
@@ -57,7 +57,7 @@ class TestLab(VirtualLab):
 
     @cached_property
     def topo(self):
-        from plugin.lab.topology import load_topology
+        from ipsec_hil.lab.topology import load_topology
 
         return load_topology(self.resolved)
 
@@ -70,8 +70,8 @@ class TestLab(VirtualLab):
     @cached_property
     def apps(self) -> dict:
         """Every appliance of the lab file, connected over SSH as the suite connects."""
-        from plugin.lab.appliance import Appliance
-        from plugin.lab.remote import host_from_mgmt
+        from ipsec_hil.lab.appliance import Appliance
+        from ipsec_hil.lab.remote import host_from_mgmt
 
         topo = self.topo
         self._opened.update({n: Appliance(n, host_from_mgmt(n, h.mgmt, topo.lab.known_hosts), h.hardware)
@@ -84,7 +84,7 @@ class TestLab(VirtualLab):
 
     def attach(self):
         """The twin's own in-process handle on this lab (faults, control requests)."""
-        from twin.lab import Lab
+        from ipsec_hil_twin.machinery.lab import Lab
 
         return Lab.attach(run_dir=self.run_dir)
 
@@ -179,7 +179,7 @@ def lab_fixture(*, name: str = "lab", topology: Path = VIRTUAL_TOPOLOGY,
 
 
 def minilab_fixture(*, name: str = "lab", engines: bool = True, **minilab: object):
-    """A module-scoped fixture ``name`` yielding a built ``twin.engine.minilab.MiniLab``
+    """A module-scoped fixture ``name`` yielding a built ``ipsec_hil_twin.engine.minilab.MiniLab``
     (hostA | gwA | gwB | hostB, two engines unless ``engines`` is False; ``minilab`` are
     its constructor's keywords),
     its files under pytest's basetemp; closed after the module, and a namespace of its
@@ -187,7 +187,7 @@ def minilab_fixture(*, name: str = "lab", engines: bool = True, **minilab: objec
 
     @pytest.fixture(scope="module", name=name)
     def _minilab(tmp_path_factory: pytest.TempPathFactory):
-        from twin.engine.minilab import MiniLab
+        from ipsec_hil_twin.engine.minilab import MiniLab
 
         why = MiniLab.unavailable()
         if why:

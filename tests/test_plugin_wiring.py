@@ -28,7 +28,7 @@ def test_needs_3300():
     pass
 
 def test_plain(request):
-    from plugin.pytest_plugin import get_topology
+    from ipsec_hil.pytest_plugin import get_topology
     topo = get_topology(request.config)
     assert topo.lab.name
     assert request.config.getoption("--traffic-seconds") == 0.5
@@ -41,7 +41,7 @@ def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env.pop("HIL_PSK_T", None)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(REPO / "pytest.ini"), "--rootdir", str(REPO),
-         "-p", "plugin.pytest_plugin", "-p", "no:cacheprovider", "-rs",
+         "-p", "ipsec_hil.pytest_plugin", "-p", "no:cacheprovider", "-rs",
          "--traffic-seconds", "0.5", str(tmp_path / "test_wiring_sample.py"), *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
     )
@@ -99,7 +99,7 @@ def test_unregistered_marker_fails_collection(tmp_path):
     (tmp_path / "test_typo.py").write_text("import pytest\n@pytest.mark.xgs1360\ndef test_x():\n    pass\n")
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(REPO / "pytest.ini"), "--rootdir", str(REPO),
-         "-p", "plugin.pytest_plugin", "-p", "no:cacheprovider", str(tmp_path / "test_typo.py")],
+         "-p", "ipsec_hil.pytest_plugin", "-p", "no:cacheprovider", str(tmp_path / "test_typo.py")],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )
     assert r.returncode != 0
@@ -111,8 +111,8 @@ def test_loaded_once_from_its_entry_point_or_from_the_conftest():
     pytest_plugins entry finds it registered; with autoload off, the conftest loads it."""
     from importlib.metadata import entry_points
 
-    assert [ep.value for ep in entry_points(group="pytest11") if ep.name == "plugin.pytest_plugin"] == [
-        "plugin.pytest_plugin"]
+    assert [ep.value for ep in entry_points(group="pytest11") if ep.name == "ipsec_hil.pytest_plugin"] == [
+        "ipsec_hil.pytest_plugin"]
     counts = []
     for extra in ({}, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | extra

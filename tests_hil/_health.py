@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from plugin.lab.health import DriverScope, HealthPolicy
+from ipsec_hil.lab.measuring.health import DriverScope, HealthPolicy
 
 POLICY = HealthPolicy()
-"""The tolerances of every health comparison in tests_hil (plugin.lab.health says why each)."""
+"""The tolerances of every health comparison in tests_hil (ipsec_hil.lab.measuring.health says why each)."""
 
 
 def driver_scope(app) -> DriverScope:

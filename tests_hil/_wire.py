@@ -7,8 +7,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from plugin.lab.inject import NoInjectionPoint, TunnelWire
-from plugin.lab.measure import settle
+from ipsec_hil.lab.inject import NoInjectionPoint, TunnelWire
+from ipsec_hil.lab.measuring.measure import settle
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def moved(d: dict[str, dict[str, int]], where: tuple[str, str]) -> int:
 
 def assert_drops_counted(record, app, d: dict[str, dict[str, int]], counters: dict[str, tuple[str, str]],
                          want: dict[str, int]) -> None:
-    """Each reason's counter (plugin.lab.inject.reasons.drop_counter) moved exactly as many
+    """Each reason's counter (ipsec_hil.lab.inject.reasons.drop_counter) moved exactly as many
     times as frames were dropped for it; reasons sharing one counter are summed."""
     merged: dict[tuple[str, str], list] = {}
     for r, n in want.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.measure import expect_at_least
+from ipsec_hil.lab.measuring.measure import expect_at_least
 
 pytestmark = [pytest.mark.page("001")]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.measure import Ledger, expect_conserved, expect_equal, expect_zero
+from ipsec_hil.lab.measuring.measure import Ledger, expect_conserved, expect_equal, expect_zero
 
 
 @pytest.mark.page("000")

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.cases import ANY
-from plugin.lab.inject.reasons import drop_counter
-from plugin.lab.measure import expect_equal
+from ipsec_hil.lab.cases import ANY
+from ipsec_hil.lab.inject.reasons import drop_counter
+from ipsec_hil.lab.measuring.measure import expect_equal
 
 from ._wire import assert_drops_counted, deltas, wire  # noqa: F401  (fixture)
 

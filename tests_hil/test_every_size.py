@@ -18,10 +18,10 @@ from collections import Counter
 
 import pytest
 
-from plugin.lab import esp_math
-from plugin.lab.capture import WireCapture, is_esp, packets
-from plugin.lab.inject import Inner, min_inner, sweep_udp
-from plugin.lab.inject.tunnel import share_of_path
+from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil.lab.traffic.capture import WireCapture, is_esp, packets
+from ipsec_hil.lab.inject import Inner, min_inner, sweep_udp
+from ipsec_hil.lab.inject.tunnel import share_of_path
 
 from ._wire import wire  # noqa: F401  (fixture)
 

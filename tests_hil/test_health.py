@@ -4,7 +4,7 @@ Before and after the configuration's traffic, on both ends: kern.boottime (no re
 nobody asked for), kldstat (the driver still loaded), dmesg lines added (panic, witness
 or lock-order messages, the driver's own errors), netstat -m (mbufs and clusters back to
 the baseline within the policy's slack, no denied or delayed requests) and the driver's
-UMA zones and malloc types. One snapshot is one SSH round trip (plugin.lab.health); the
+UMA zones and malloc types. One snapshot is one SSH round trip (ipsec_hil.lab.measuring.health); the
 before/after diff is on the measurement page and in Allure, and it is the failure text.
 
 An appliance that reboots under the test's pings takes their SSH session with it: that is
@@ -19,10 +19,10 @@ from __future__ import annotations
 import allure
 import pytest
 
-from plugin.lab.errors import TransportError
-from plugin.lab.health import HealthReport, HealthSnapshot, compare, take_snapshot, take_snapshots
-from plugin.lab.remote.together import each_at_once
-from plugin.lab.timeshare import TRAFFIC, spent
+from ipsec_hil.lab.errors import TransportError
+from ipsec_hil.lab.measuring.health import HealthReport, HealthSnapshot, compare, take_snapshot, take_snapshots
+from ipsec_hil.lab.remote.together import each_at_once
+from ipsec_hil.lab.measuring.timeshare import TRAFFIC, spent
 
 from ._health import POLICY, driver_scope
 

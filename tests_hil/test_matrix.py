@@ -1,7 +1,7 @@
 """The matrix: outer {IPv4, IPv6} x inner {IPv4, IPv6} x {GCM, CBC}.
 
 The 001 page: "five 1,300-byte IPv6 pings from the 3300 were answered in each run" (here
-the size is the path's limit, from plugin.lab.esp_math), and
+the size is the path's limit, from ipsec_hil.lab.expectations.esp_math), and
 one stream each way "at the gigabit link's rate" with every combination.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab import esp_math
-from plugin.lab.measure import expect_at_least
+from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil.lab.measuring.measure import expect_at_least
 
 pytestmark = [pytest.mark.page("001")]
 

@@ -1,7 +1,7 @@
 """NAT traversal (issue 13): ESP in UDP 4500 (RFC 3948), forced with `encap = yes`.
 
 Only tunnels with ``encap: true`` (topologies: natt, natt136; IPv4 outer, as FreeBSD's
-udp_ipsec_output allows). Expectations are plugin.lab.esp_math's formulas: the
+udp_ipsec_output allows). Expectations are ipsec_hil.lab.expectations.esp_math's formulas: the
 appliance's own largest inner packet is 8 bytes smaller than without encapsulation
 (1,438 for AES-GCM over IPv4 on a 1,500-byte path); the wire carries UDP 4500 frames of
 the formula's length that scapy decrypts with setkey's keys; conservation holds, carried
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab import esp_math, expect
-from plugin.lab.capture import CaptureError, capture_pings, decrypt, is_udp_esp
-from plugin.lab.measure import expect_equal, expect_zero
+from ipsec_hil.lab.expectations import esp_math, expect
+from ipsec_hil.lab.traffic.capture import CaptureError, capture_pings, decrypt, is_udp_esp
+from ipsec_hil.lab.measuring.measure import expect_equal, expect_zero
 
 pytestmark = [pytest.mark.tunnels(encap=True, children="one")]
 

@@ -1,10 +1,10 @@
 """NDR and PDR of the tunnel, as the benchmarking methodology defines throughput (issue 14).
 
 UDP datagrams of one size offered from the bench through the tunnel to the far end
-(plugin.lab.udp_load: iperf3 -u, its receiver's loss count), fed to the MLRsearch-style
-search (plugin.lab.decision.search): per goal the bounds the final-duration trials proved
+(ipsec_hil.lab.traffic.udp_load: iperf3 -u, its receiver's loss count), fed to the MLRsearch-style
+search (ipsec_hil.lab.decision.search): per goal the bounds the final-duration trials proved
 and every trial it needed, on the page and as a plot. Then round-trip latency at 10/50/90
-% of the PDR's lower bound (plugin.lab.decision.latency). One configuration per model by
+% of the PDR's lower bound (ipsec_hil.lab.decision.latency). One configuration per model by
 default (outer and inner IPv4, AES-GCM, one child). Goals from the options
 (``--ndr-loss``, ``--pdr-loss``, ``--search-width``, ``--search-trial-seconds``).
 
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.decision.latency import latency_profile
-from plugin.lab.decision.plot import plot_latency, plot_search
-from plugin.lab.decision.search import search
-from plugin.lab.udp_load import RTT_LOAD_SECONDS, rtt_probe, udp_trial
+from ipsec_hil.lab.decision.latency import latency_profile
+from ipsec_hil.lab.decision.plot import plot_latency, plot_search
+from ipsec_hil.lab.decision.search import search
+from ipsec_hil.lab.traffic.udp_load import RTT_LOAD_SECONDS, rtt_probe, udp_trial
 
 pytestmark = [pytest.mark.throughput, pytest.mark.forwarded]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.hardware import FIRST_STREAM_AFTER_BOOT
-from plugin.lab.measure import expect_at_least, expect_conserved
+from ipsec_hil.lab.expectations.hardware import FIRST_STREAM_AFTER_BOOT
+from ipsec_hil.lab.measuring.measure import expect_at_least, expect_conserved
 
 pytestmark = [pytest.mark.throughput, pytest.mark.forwarded]
 

@@ -19,7 +19,7 @@ reports reconfiguration tests, bounded by the profile's ``rekey_blocked_ms``.
 
 Around the rekeys the offloading ends' mbufs are compared too: a driver that frees the old
 association's in-flight packets late, or never, leaks mbufs per rekey while its SA count
-stays right. One health snapshot (plugin.lab.health.take_snapshot: netstat -m with the rest,
+stays right. One health snapshot (ipsec_hil.lab.measuring.health.take_snapshot: netstat -m with the rest,
 one round trip) before and after the stream; mbufs and clusters in use may rise by the
 same slack test_health.py allows a whole configuration (tests_hil/_health.py POLICY, no
 number of this module's own), and no mbuf request may be denied or delayed. Both readings
@@ -37,12 +37,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from plugin.lab.appliance import Appliance, parser
-from plugin.lab.health import HealthSnapshot, compare, take_snapshots
-from plugin.lab.measure import expect_equal
-from plugin.lab.remote import argv
-from plugin.lab.timeshare import TRAFFIC, spent
-from plugin.lab.tunnel import ActiveTunnel
+from ipsec_hil.lab.appliance import Appliance, parser
+from ipsec_hil.lab.measuring.health import HealthSnapshot, compare, take_snapshots
+from ipsec_hil.lab.measuring.measure import expect_equal
+from ipsec_hil.lab.remote import argv
+from ipsec_hil.lab.measuring.timeshare import TRAFFIC, spent
+from ipsec_hil.lab.tunnel import ActiveTunnel
 
 from ._health import POLICY, driver_scope
 
@@ -162,7 +162,7 @@ def engine_sample(app: Appliance, conn: str) -> tuple[list[ChildView], EngineSam
 
     A count that disagrees with its listing is read again after :data:`CONFIRM_S`, and the
     second reading is the one returned. Why: equal listings do not prove that nothing
-    moved between them -- when charon (and the twin's daemon, twin/ike/rekey.py) drops a
+    moved between them -- when charon (and the twin's daemon, twin/ipsec_hil_twin/ike/rekey.py) drops a
     DELETED child, the kernel's SA goes first and the listing follows once the daemon runs
     again; a count read in that gap is one association short of a listing that has not
     changed yet (CI, 4 workers at load 5: "holds 4 where strongSwan lists 5 (DELETED,
@@ -252,7 +252,7 @@ def ping_stream(tunnel: ActiveTunnel, seconds: float, interval: float, record) -
 
     The stream is the test's traffic: its seconds are added to the record's traffic asked,
     and the block's time with the wait for the stream's end is "traffic" up to them
-    (plugin.lab.timeshare; the wait was "other" before, 6.4 s of a 9 s stream)."""
+    (ipsec_hil.lab.measuring.timeshare; the wait was "other" before, 6.4 s of a 9 s stream)."""
     s = PingStream(tunnel.local, tunnel.inner_address("remote"), tunnel.inner_address("local"), seconds, interval)
     record.traffic_seconds += seconds
     s.start()

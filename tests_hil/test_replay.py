@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.cases import ANY
-from plugin.lab.inject.reasons import drop_counter
+from ipsec_hil.lab.cases import ANY
+from ipsec_hil.lab.inject.reasons import drop_counter
 
 from ._wire import assert_drops_counted, deltas, wire  # noqa: F401  (fixture)
 
@@ -35,7 +35,7 @@ def rfc4303_sequence(w: int) -> list[tuple[int, str | None]]:
 
 
 def reason(why: str, esn: bool) -> str:
-    """The drop counter's reason (plugin.lab.inject.reasons) for a frame RFC 4303 drops."""
+    """The drop counter's reason (ipsec_hil.lab.inject.reasons) for a frame RFC 4303 drops."""
     return "auth" if why == OLD and esn else "replay"
 
 

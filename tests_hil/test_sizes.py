@@ -4,7 +4,7 @@ The 000 page: "a 1,398-byte ping passes (inner 1,446) ... 1,402 is refused and n
 fragmented"; forwarded IPv6 "1,335 bytes of ping data passing and 1,336 not, which is 1,383
 to the byte" (path MTU - the kernel's worst-case ESP header); "a 1,446-byte IPv4 packet with
 DF passes the same tunnel" while net.inet.ipsec.dfbit is 0. Every expected number is a
-formula of plugin.lab.esp_math over the topology's path MTU.
+formula of ipsec_hil.lab.expectations.esp_math over the topology's path MTU.
 
 The forwarded tests send from the bench, so its LAN must carry a packet above the gate: a
 topology whose bench cannot reach it is an error naming the port to raise (the virtual
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab import esp_math
-from plugin.lab.errors import TopologyError
-from plugin.lab.measure import expect_at_least, expect_zero
-from plugin.lab.traffic import bisect_largest
+from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil.lab.errors import TopologyError
+from ipsec_hil.lab.measuring.measure import expect_at_least, expect_zero
+from ipsec_hil.lab.traffic.bench import bisect_largest
 
 pytestmark = [pytest.mark.page("000")]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.inject.reasons import VARIANT_REASON, drop_counter
+from ipsec_hil.lab.inject.reasons import VARIANT_REASON, drop_counter
 
 from ._wire import deltas, moved, wire  # noqa: F401  (fixture)
 

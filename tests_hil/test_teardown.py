@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.files import remote_sha256
+from ipsec_hil.lab.files import remote_sha256
 
 pytestmark = [pytest.mark.page("001"), pytest.mark.runs_last]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab import esp_math
-from plugin.lab.capture import CaptureError, addresses, capture_pings, decrypt, inside, is_ike
+from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil.lab.traffic.capture import CaptureError, addresses, capture_pings, decrypt, inside, is_ike
 
 pytestmark = [pytest.mark.page("000")]
 

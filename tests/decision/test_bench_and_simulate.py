@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plugin.lab.decision import bench
-from plugin.lab.decision.compare import interleaved_schedule, split_trials
-from plugin.lab.decision.errors import DecisionError
-from plugin.lab.decision.simulate import SimulatedDut, drift_factors, simulated_trials
+from ipsec_hil.lab.decision import bench
+from ipsec_hil.lab.decision.compare import interleaved_schedule, split_trials
+from ipsec_hil.lab.decision.errors import DecisionError
+from ipsec_hil.lab.decision.simulate import SimulatedDut, drift_factors, simulated_trials
 
 
 @pytest.mark.parametrize("kind", ["sharp", "livelock", "gradual"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plugin.lab.baseline import NOISE_FLOOR, NOISE_STDEVS
-from plugin.lab.decision.bench import SCENARIOS, scenario_verdicts
-from plugin.lab.decision.compare import (
+from ipsec_hil.lab.measuring.baseline import NOISE_FLOOR, NOISE_STDEVS
+from ipsec_hil.lab.decision.bench import SCENARIOS, scenario_verdicts
+from ipsec_hil.lab.decision.compare import (
     CANDIDATE,
     PARENT,
     RECOMMENDED_PAIRS,
@@ -19,8 +19,8 @@ from plugin.lab.decision.compare import (
     interleaved_schedule,
     split_trials,
 )
-from plugin.lab.decision.errors import DecisionError
-from plugin.lab.decision.simulate import simulated_trials
+from ipsec_hil.lab.decision.errors import DecisionError
+from ipsec_hil.lab.decision.simulate import simulated_trials
 
 
 def _scenario(name_start: str):
@@ -137,7 +137,7 @@ def test_bad_input_names_the_parameter(call, fragment):
 
 def test_unpaired_rule_for_baseline_repeats_across_days():
     """Baseline repeats from another day are not pairs: the unpaired rule takes them, and it
-    agrees with plugin.lab.baseline's noise rule on a clear case of each kind."""
+    agrees with ipsec_hil.lab.measuring.baseline's noise rule on a clear case of each kind."""
     baseline_repeats = [940.0, 950.0, 945.0]
     today = [760.0, 755.0, 765.0, 758.0]
     mean = sum(baseline_repeats) / 3

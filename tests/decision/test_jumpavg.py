@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.decision.bench import SCENARIOS, scenario_verdicts
-from plugin.lab.decision.compare import Direction, Verdict
-from plugin.lab.decision.errors import DecisionError
-from plugin.lab.decision.jumpavg import compare_jumpavg, group_bits
+from ipsec_hil.lab.decision.bench import SCENARIOS, scenario_verdicts
+from ipsec_hil.lab.decision.compare import Direction, Verdict
+from ipsec_hil.lab.decision.errors import DecisionError
+from ipsec_hil.lab.decision.jumpavg import compare_jumpavg, group_bits
 
 
 def test_two_separated_populations_are_cheaper_as_two_groups():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.decision.errors import DecisionError
-from plugin.lab.decision.latency import ProbeSample, latency_profile, nearest_rank, summarize
+from ipsec_hil.lab.decision.errors import DecisionError
+from ipsec_hil.lab.decision.latency import ProbeSample, latency_profile, nearest_rank, summarize
 
 
 def _probes(latencies, lost=0, start=100.0):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plugin.lab.decision.bench import SEARCH_CASES, run_case
-from plugin.lab.decision.compare import compare_trials, interleaved_schedule
-from plugin.lab.decision.errors import DecisionError
-from plugin.lab.decision.latency import ProbeSample, summarize
-from plugin.lab.decision.plot import plot_comparisons, plot_latency, plot_search
-from plugin.lab.decision.simulate import simulated_trials
+from ipsec_hil.lab.decision.bench import SEARCH_CASES, run_case
+from ipsec_hil.lab.decision.compare import compare_trials, interleaved_schedule
+from ipsec_hil.lab.decision.errors import DecisionError
+from ipsec_hil.lab.decision.latency import ProbeSample, summarize
+from ipsec_hil.lab.decision.plot import plot_comparisons, plot_latency, plot_search
+from ipsec_hil.lab.decision.simulate import simulated_trials
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

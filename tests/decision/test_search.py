@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.decision.bench import GOALS, SEARCH_CASES, SEARCH_OPTIONS, brackets, run_case
-from plugin.lab.decision.errors import DecisionError
-from plugin.lab.decision.search import INITIAL, SEARCH, WARMUP, Goal, TrialResult, search
-from plugin.lab.decision.simulate import SimulatedDut
+from ipsec_hil.lab.decision.bench import GOALS, SEARCH_CASES, SEARCH_OPTIONS, brackets, run_case
+from ipsec_hil.lab.decision.errors import DecisionError
+from ipsec_hil.lab.decision.search import INITIAL, SEARCH, WARMUP, Goal, TrialResult, search
+from ipsec_hil.lab.decision.simulate import SimulatedDut
 
 
 def _case(start: str):
@@ -77,7 +77,7 @@ def test_undecided_load_is_measured_again_until_the_exceed_ratio_decides():
 def test_relevant_bounds_ignore_a_lower_result_above_the_upper_bound():
     """Non-monotonic results (a lucky trial above the knee): the draft's relevant lower bound
     is the largest lower-classified load *below* the smallest upper-classified one."""
-    from plugin.lab.decision.search import _Phase
+    from ipsec_hil.lab.decision.search import _Phase
 
     phase = _Phase(0, 1.0, final=True)
     for load, lost in ((100.0, 0), (110.0, 5), (130.0, 0), (120.0, 7)):

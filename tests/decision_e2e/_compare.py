@@ -20,7 +20,7 @@ PAIRS, SECONDS = 4, 2  # 3 pairs of 1 s trials missed the 20 % once with the mac
 UP, DOWN = f"1 TCP stream up, {SECONDS} s", f"1 TCP stream down, {SECONDS} s"
 SLOW_MARKER = b"twin-rate-factor=0.8\n"
 """The twin's marker for a build whose engine paces offloaded SAs to 80 % of the
-appliance's slowest port (twin/fbsd/kld.py): a 20 % slower candidate."""
+appliance's slowest port (twin/ipsec_hil_twin/fbsd/kld.py): a 20 % slower candidate."""
 
 
 def build(path: Path, tag: str, marker: bytes = b"") -> Path:

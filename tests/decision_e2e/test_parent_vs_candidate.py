@@ -2,7 +2,7 @@
 TCP-stream figures (the PDR figure: test_parent_vs_candidate_pdr.py).
 
 The parent is a plain fake build; the slow candidate carries the twin's
-``twin-rate-factor=0.8`` marker (twin/fbsd/kld.py): its engine paces offloaded SAs to
+``twin-rate-factor=0.8`` marker (twin/ipsec_hil_twin/fbsd/kld.py): its engine paces offloaded SAs to
 80 % of the appliance's slowest port, so the "up" stream (bench -> DUT, encrypted by the
 DUT's offloaded SA) is about 20 % slower. The "down" stream is encrypted by the peer's
 kernel cipher (the lab tunnel's remote end is not offloaded) and only its ACKs cross the
@@ -41,7 +41,7 @@ import pytest
 
 from decision_e2e._compare import DOWN, SLOW_MARKER, UP, build, by_figure, compare
 from lab_factory import QUIET_STREAM_RATE_MBIT, lab_fixture
-from plugin.exitcodes import HilExitCode
+from ipsec_hil.exitcodes import HilExitCode
 
 IDENTICAL_REPEATS = 3
 pytestmark = pytest.mark.needs_root

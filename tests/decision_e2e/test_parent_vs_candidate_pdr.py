@@ -15,9 +15,9 @@ import re
 import pytest
 
 from decision_e2e._compare import SLOW_MARKER, build, compare
-from plugin.lab.decision.compare import Rule
+from ipsec_hil.lab.decision.compare import Rule
 from lab_factory import QUIET_RATE_MBIT, lab_fixture
-from plugin.exitcodes import HilExitCode
+from ipsec_hil.exitcodes import HilExitCode
 
 pytestmark = pytest.mark.needs_root
 

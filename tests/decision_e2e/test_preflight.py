@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lab_factory import TestLab, lab_fixture, suite_run
-from plugin.exitcodes import HilExitCode
+from ipsec_hil.exitcodes import HilExitCode
 
 pytestmark = pytest.mark.needs_root
 
@@ -79,7 +79,7 @@ def test_charon_down_is_named_with_its_fix(lab, tmp_path):
     the lab is torn down after this test."""
     ns = lab.namespaces["xgs136"]
     pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=True).stdout.split()
-    # by process name (twin.labprocs.name_process): a component forked warm (twin.prefork)
+    # by process name (ipsec_hil_twin.machinery.labprocs.name_process): a component forked warm (ipsec_hil_twin.machinery.prefork)
     # keeps the supervisor's command line
     daemons = [int(p) for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "twin-ike"]
     assert len(daemons) == 1, f"{ns}: IKE daemon pids {daemons}"

@@ -1,4 +1,4 @@
-"""plugin.lab.udp_load without a lab: iperf3's real UDP JSON on loopback, and its errors."""
+"""ipsec_hil.lab.traffic.udp_load without a lab: iperf3's real UDP JSON on loopback, and its errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from plugin.lab.udp_load import LoadError, blocks_for, client_argv, parse_udp_json
+from ipsec_hil.lab.traffic.udp_load import LoadError, blocks_for, client_argv, parse_udp_json
 
 
 def test_blocks_make_fractional_durations():
@@ -78,7 +78,7 @@ GOOD = json.dumps({"end": {"sum_sent": {"packets": 50}, "sum_received": {"packet
 
 
 def test_a_trial_whose_handshake_was_lost_starts_again():
-    from plugin.lab.udp_load import HANDSHAKE_ATTEMPTS, udp_trial
+    from ipsec_hil.lab.traffic.udp_load import HANDSHAKE_ATTEMPTS, udp_trial
 
     io = _Outputs(LOST_HANDSHAKE, GOOD)
     r = udp_trial(io, io, "10.0.0.1")(5.0, 0.1)

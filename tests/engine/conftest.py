@@ -10,7 +10,7 @@ import time
 import pytest
 
 from lab_factory import minilab_fixture
-from twin.engine.minilab import MiniLab
+from ipsec_hil_twin.engine.minilab import MiniLab
 
 #: what the engine tests drive inside the namespaces
 TOOLS = ("ip", "tcpdump", "ping", "iperf3")

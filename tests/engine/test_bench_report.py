@@ -1,7 +1,7 @@
-"""twin.bench's report: medians of several runs, the 14x and CBC-within-30 % verdicts (issue 15)."""
+"""ipsec_hil_twin.bench's report: medians of several runs, the 14x and CBC-within-30 % verdicts (issue 15)."""
 from __future__ import annotations
 
-from twin.bench import PathResult, median_run, per_run_ratios, report
+from ipsec_hil_twin.bench import PathResult, median_run, per_run_ratios, report
 
 
 def run(gcm: tuple[float, float], cbc: tuple[float, float], ss: tuple[float, float]) -> dict[str, PathResult]:

@@ -14,8 +14,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.ipsec import ESP, SecurityAssociation
 from scapy.layers.l2 import Ether
 
-from plugin.lab import esp_math
-from twin.engine.minilab import ADDR
+from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil_twin.engine.minilab import ADDR
 
 from .conftest import Capture, needs_root, settle
 

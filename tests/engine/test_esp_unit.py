@@ -9,11 +9,11 @@ from scapy.layers.inet import ICMP, IP
 from scapy.layers.inet6 import IPv6, ICMPv6EchoRequest
 from scapy.layers.ipsec import ESP, SecurityAssociation
 
-from plugin.lab import esp_math
-from twin.engine.esp import EspError, ReplayWindow, _hmac_pads, make_suite
-from twin.engine.sa import SaSpec
-from twin.engine.selectors import addr_key, addresses_only, fast_key, matches, parse_selector
-from twin.engine.sizes import forwarded_gate, gate_checks
+from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil_twin.engine.esp import EspError, ReplayWindow, _hmac_pads, make_suite
+from ipsec_hil_twin.engine.sa import SaSpec
+from ipsec_hil_twin.engine.selectors import addr_key, addresses_only, fast_key, matches, parse_selector
+from ipsec_hil_twin.engine.sizes import forwarded_gate, gate_checks
 import ipaddress
 
 CIPHERS = ["aes-gcm-16", "aes-cbc-hmac-sha256"]

@@ -1,4 +1,4 @@
-"""The engine design's floor (twin.engine.floor) and what twin.bench concludes from it
+"""The engine design's floor (ipsec_hil_twin.engine.floor) and what ipsec_hil_twin.bench concludes from it
 (issue 15: the profile that shows whether per-packet Python can reach 14x strongSwan)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from lab_factory import REPO, minilab_fixture
-from twin import bench
+from ipsec_hil_twin import bench
 
 from .conftest import needs_root
 
@@ -27,7 +27,7 @@ def test_floor_carries_a_stream_each_way_as_esp_and_profiles_it(floor_lab):
 
 
 def test_floor_without_keys_says_what_stdin_needs():
-    r = subprocess.run([sys.executable, "-m", "twin.engine.floor", "--src", "192.0.2.1", "--peer", "192.0.2.2",
+    r = subprocess.run([sys.executable, "-m", "ipsec_hil_twin.engine.floor", "--src", "192.0.2.1", "--peer", "192.0.2.2",
                         "--lan", "203.0.113.0/24", "--ready", "/nonexistent/ready"],
                        input="{}", capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 2
@@ -35,9 +35,9 @@ def test_floor_without_keys_says_what_stdin_needs():
 
 
 def _q(floor_x: float, twin_x: float) -> dict[str, float]:
-    """Ratios as twin.bench.ratios gives them; B->A one better, so the verdict's minimum shows."""
+    """Ratios as ipsec_hil_twin.bench.ratios gives them; B->A one better, so the verdict's minimum shows."""
     return {"floor/strongswan A->B": floor_x, "floor/strongswan B->A": floor_x + 1,
-            "twin/floor A->B": twin_x / floor_x, "twin/floor B->A": (twin_x + 1) / (floor_x + 1)}
+            "twin/ipsec_hil_twin/floor A->B": twin_x / floor_x, "twin/ipsec_hil_twin/floor B->A": (twin_x + 1) / (floor_x + 1)}
 
 
 def test_floor_verdict_names_the_design_limit_below_the_target():

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from twin.engine.counters import INDEX, SA_BYTES, SA_FIELDS, SA_PACKETS, SA_SEQ, CounterBlock, PendingCounts
+from ipsec_hil_twin.engine.counters import INDEX, SA_BYTES, SA_FIELDS, SA_PACKETS, SA_SEQ, CounterBlock, PendingCounts
 
 
 @dataclass

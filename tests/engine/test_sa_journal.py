@@ -1,4 +1,4 @@
-"""The published SA table (twin.engine.satable): what the datapath loops read equals the
+"""The published SA table (ipsec_hil_twin.engine.satable): what the datapath loops read equals the
 control process's table after any sequence of adds, replacements and deletes, and the
 journal stays bounded by the live table (O(1) amortised per change, issue 15)."""
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import random
 
-from twin.engine.control import EngineState
-from twin.engine.counters import CounterBlock
-from twin.engine.hostcfg import HostConfig, PortCfg
-from twin.engine.satable import COMPACT_SLACK, JOURNAL, SaJournalReader, SaJournalWriter
+from ipsec_hil_twin.engine.control import EngineState
+from ipsec_hil_twin.engine.counters import CounterBlock
+from ipsec_hil_twin.engine.hostcfg import HostConfig, PortCfg
+from ipsec_hil_twin.engine.satable import COMPACT_SLACK, JOURNAL, SaJournalReader, SaJournalWriter
 
 HOST = HostConfig(name="gA", model="xgs3300", driver="octep", counters={},
                   ports=(PortCfg("wan", "eth0", ("192.0.2.1/24",), mtu=1500),))

@@ -6,7 +6,7 @@ here is ``topologies/virtual.yaml`` with one tunnel's wire set to another MTU (a
 bench's LAN towards it jumbo, so the forwarded gates are reachable: topologies/README.md),
 then the size and PMTU slice of tests_hil runs on it in a pytest subprocess (its own
 scratch rootdir, its own virtual lab). The twin decides every size from its own model of
-FreeBSD (twin/engine/sizes.py), so a formula of the suite that is wrong at some MTU fails
+FreeBSD (twin/ipsec_hil_twin/engine/sizes.py), so a formula of the suite that is wrong at some MTU fails
 here. The IPv6-outer 1,400-byte variant puts the forwarded IPv6 gate at 1,263, below the
 IPv6 minimum MTU: the test must find FreeBSD's Packet Too Big carrying 1,263 there.
 """

@@ -1,4 +1,4 @@
-"""plugin.lab.baseline: load/save/compare with crafted baselines (pure, fast)."""
+"""ipsec_hil.lab.measuring.baseline: load/save/compare with crafted baselines (pure, fast)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from plugin.lab import baseline as bl
+from ipsec_hil.lab.measuring import baseline as bl
 
 NODE = "tests_hil/test_rates.py::test_forwarded_rate[up-1x10s-lab-v4in4-gcm]"
 LABEL = "one stream up, 1 stream(s), 10 s"
@@ -146,7 +146,7 @@ def test_ndr_and_pdr_figures_are_compared_as_rates(tmp_path):
     """tests_hil/test_ndr_pdr.py records each goal's proved lower bound as a figure named by
     the goal in Mbit/s, and the bounds as text: the bound is a rate the gate compares, the
     text is kept for the reader."""
-    from plugin.lab.decision.search import DEFAULT_GOALS
+    from ipsec_hil.lab.decision.search import DEFAULT_GOALS
 
     node = "tests_hil/test_ndr_pdr.py::test_ndr_pdr[lab-v4in4-gcm]"
     path = tmp_path / "base.json"

@@ -1,4 +1,4 @@
-"""plugin.lab.driver against the virtual lab: the twin's kldload "becomes" the file it loads.
+"""ipsec_hil.lab.driver against the virtual lab: the twin's kldload "becomes" the file it loads.
 
 One lab (engine + sshd only) for the module. Each test deploys a fake module (random bytes
 with a readable tag) to dut3300 and checks what issue 7 asks: md5 verified on the
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab import files
-from plugin.lab.appliance import Appliance
-from plugin.lab.driver import DRIVER_JOURNAL_DIR, DriverDeployment, DriverError, recover_driver
+from ipsec_hil.lab import files
+from ipsec_hil.lab.appliance import Appliance
+from ipsec_hil.lab.driver import DRIVER_JOURNAL_DIR, DriverDeployment, DriverError, recover_driver
 from lab_factory import TestLab, lab_fixture
 
 pytestmark = pytest.mark.needs_root

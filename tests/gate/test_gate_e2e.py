@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from lab_factory import QUIET_RATE_MBIT, TestLab, lab_fixture, suite_run
-from plugin.gate_plugin import GATE_REGRESSION
-from plugin.lab import baseline as bl
+from ipsec_hil.gate_plugin import GATE_REGRESSION
+from ipsec_hil.lab.measuring import baseline as bl
 
 TEST = "tests_hil/test_rates.py::test_forwarded_rate[lab-v4in4-gcm-1x10s-up]"
 pytestmark = pytest.mark.needs_root
@@ -100,7 +100,7 @@ def test_two_saved_repeats_then_a_fault_fails_the_gate(lab, tmp_path):
 
 
 def test_a_module_that_does_not_link_stops_the_run_with_19(lab, tmp_path):
-    from plugin.driver_plugin import DRIVER_DEPLOY_FAILED
+    from ipsec_hil.driver_plugin import DRIVER_DEPLOY_FAILED
 
     module = tmp_path / "octep-wrong-kernel.ko"
     module.write_bytes(b"\x7fELF built against another kernel\ntwin-unresolved-symbol=ipsec_accel_sa_newkey\n")

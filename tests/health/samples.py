@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from plugin.lab.health import HealthSnapshot
-from plugin.lab.parsers import boottime, dmesg, kldstat, netstat_m, vmstat_m, vmstat_z
+from ipsec_hil.lab.measuring.health import HealthSnapshot
+from ipsec_hil.lab.parsers import boottime, dmesg, kldstat, netstat_m, vmstat_m, vmstat_z
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.health import DriverScope, HealthPolicy, compare
+from ipsec_hil.lab.measuring.health import DriverScope, HealthPolicy, compare
 
 from .samples import GOLDEN, baseline, malloc_set, mbufs_plus, snapshot, zone_set
 

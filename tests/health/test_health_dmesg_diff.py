@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.parsers.dmesg import DmesgLines, added_since
+from ipsec_hil.lab.parsers.dmesg import DmesgLines, added_since
 
 
 def _lines(*lines: str) -> DmesgLines:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.health import (
+from ipsec_hil.lab.measuring.health import (
     COMMANDS, DriverScope, HealthPolicy, HealthSnapshotError, compare, snapshot_script, split_sections,
     take_snapshot,
 )
-from plugin.lab.remote import LocalHost, RunResult
+from ipsec_hil.lab.remote import LocalHost, RunResult
 
 from .samples import GOLDEN, JSON_FILES, TEXT_FILES, baseline, snapshot
 

@@ -13,7 +13,7 @@ namespace, held open by one process, in which those real paths exist privately:
 - ``/var`` is an overlay whose upper layer is a tmpfs (the journal dir is created privately,
   the machine's /var is never written); ``/run`` is a tmpfs.
 
-:class:`NamespaceHost` is ``plugin.lab.remote.LocalHost`` entering that namespace pair with
+:class:`NamespaceHost` is ``ipsec_hil.lab.remote.LocalHost`` entering that namespace pair with
 ``nsenter`` (scripts on stdin of ``/bin/sh -s`` as always); its file operations run as sh
 inside the namespace too, as SFTP does on an appliance. Only this machine's kernel has no
 ESP: charon uses kernel-libipsec (ESP in user space, a TUN device, routes in table 220), which
@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from plugin.lab.errors import LabError, TransportError
-from plugin.lab.parsers import swanctl_list_sas
-from plugin.lab.remote import LocalHost, RunResult
+from ipsec_hil.lab.errors import LabError, TransportError
+from ipsec_hil.lab.parsers import swanctl_list_sas
+from ipsec_hil.lab.remote import LocalHost, RunResult
 
 log = logging.getLogger(__name__)
 

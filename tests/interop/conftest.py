@@ -11,8 +11,8 @@ import secrets
 
 import pytest
 
-from plugin.lab.provision import Secret
-from plugin.lab.topology import Topology
+from ipsec_hil.lab.provision import Secret
+from ipsec_hil.lab.topology import Topology
 
 from .charon_pair import CharonPair, missing_tools
 from .layout import RESIDENT_CHILD, load, opnsense_swanctl_conf, ports

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plugin.lab.provision import TunnelPlan
-from plugin.lab.topology import Topology, load_topology
+from ipsec_hil.lab.provision import TunnelPlan
+from ipsec_hil.lab.topology import Topology, load_topology
 
 from .charon_pair import Port
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from plugin.lab.appliance import Appliance, RouteChange
-from plugin.lab.errors import LabError
-from plugin.lab.parsers.ifconfig import Inet4, Inet6, Interface
-from plugin.lab.parsers.route_get import RouteGet
-from plugin.lab.remote import RunResult, argv
+from ipsec_hil.lab.appliance import Appliance, RouteChange
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.parsers.ifconfig import Inet4, Inet6, Interface
+from ipsec_hil.lab.parsers.route_get import RouteGet
+from ipsec_hil.lab.remote import RunResult, argv
 
 
 def _fam(family: str | None, address: str) -> list[str]:

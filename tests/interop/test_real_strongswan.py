@@ -3,7 +3,7 @@ topologies/virtual.yaml provisioned onto two real charon daemons, established, c
 traffic, and torn down to exactly what was there.
 
 Per configuration (tunnel x outer x inner x cipher, children as the topology says), one
-``plugin.lab.provision.TunnelProvisioner`` runs against the two gateways of
+``ipsec_hil.lab.provision.TunnelProvisioner`` runs against the two gateways of
 tests/interop/charon_pair.py, through a real Host transport (``NamespaceHost``: sh on stdin
 of ``/bin/sh -s`` inside each gateway's namespaces), with nothing of it replaced:
 
@@ -44,10 +44,10 @@ import sys
 
 import pytest
 
-from plugin.lab.errors import ProvisionError
-from plugin.lab.parsers import ping
-from plugin.lab.parsers.swanctl_initiate import Outcome
-from plugin.lab.provision import (INCLUDE_LINE, PROPOSALS, SWANCTL_CONF, TunnelPlan, TunnelProvisioner, child_plans,
+from ipsec_hil.lab.errors import ProvisionError
+from ipsec_hil.lab.parsers import ping
+from ipsec_hil.lab.parsers.swanctl_initiate import Outcome
+from ipsec_hil.lab.provision import (INCLUDE_LINE, PROPOSALS, SWANCTL_CONF, TunnelPlan, TunnelProvisioner, child_plans,
                                   conn_name)
 
 from .layout import RESIDENT_CHILD, load, sides

@@ -11,8 +11,8 @@ phase are printed (``-s``): a figure, not an assert.
 
 from __future__ import annotations
 
-from plugin.lab.provision import TunnelPlan, TunnelProvisioner
-from plugin.lab.topology import MAX_CHILDREN, TunnelConfig
+from ipsec_hil.lab.provision import TunnelPlan, TunnelProvisioner
+from ipsec_hil.lab.topology import MAX_CHILDREN, TunnelConfig
 
 from .test_real_strongswan import apps_for, check_installed, settled_states, states
 

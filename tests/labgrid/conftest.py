@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from plugin.lab.labgrid_session import LabgridLab
+from ipsec_hil.lab.sharing.labgrid_session import LabgridLab
 
 BIN = Path(sys.executable).parent
 EXPORTER = "exp"

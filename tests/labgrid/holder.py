@@ -6,8 +6,8 @@ separate process (a run on another machine, or one that is SIGKILLed)."""
 
 import sys
 
-from plugin.lab.labgrid_claim import PlaceClaim
-from plugin.lab.topology import LabgridInfo
+from ipsec_hil.lab.sharing.labgrid_claim import PlaceClaim
+from ipsec_hil.lab.topology import LabgridInfo
 
 coord, which, lease, hostname = sys.argv[1:5]
 cfg = LabgridInfo(coordinator=coord, **({"tags": dict([which.split("=")])} if "=" in which else {"place": which}))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.labgrid_claim import LabgridError, PlaceClaim, apply_services
-from plugin.lab.labgrid_session import LabgridLab
-from plugin.lab.lease import LeaseLost
-from plugin.lab.topology import LabgridInfo, parse_topology
+from ipsec_hil.lab.sharing.labgrid_claim import LabgridError, PlaceClaim, apply_services
+from ipsec_hil.lab.sharing.labgrid_session import LabgridLab
+from ipsec_hil.lab.sharing.lease import LeaseLost
+from ipsec_hil.lab.topology import LabgridInfo, parse_topology
 
 REPO = Path(__file__).resolve().parents[2]
 HOLDER = Path(__file__).with_name("holder.py")
@@ -162,7 +162,7 @@ def test_status_and_break_commands_in_labgrid_mode(coordinator, tmp_path):
     claim = PlaceClaim(parse_topology(text).lab.labgrid, holder="alice: pytest", run_id="run-A", renew_every=0.5,
                        lease=10, on_lost=lambda exc: lost.set()).acquire()
     try:
-        cli = [sys.executable, "-m", "plugin.lab.lock"]
+        cli = [sys.executable, "-m", "ipsec_hil.lab.sharing"]
         st = subprocess.run([*cli, "status", str(topo)], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert st.returncode == 0, st.stderr
         assert f"place lab1 [board=xgs]: acquired by {claim.name} (alice: pytest, run run-A" in st.stdout

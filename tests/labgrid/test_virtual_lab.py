@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from plugin.lab.labgrid_claim import PlaceClaim, apply_services
-from plugin.lab.lock import ApplianceLock
-from plugin.lab.remote.factory import host_from_mgmt
-from plugin.lab.topology import load_topology
+from ipsec_hil.lab.sharing.labgrid_claim import PlaceClaim, apply_services
+from ipsec_hil.lab.sharing.lock import ApplianceLock
+from ipsec_hil.lab.remote.factory import host_from_mgmt
+from ipsec_hil.lab.topology import load_topology
 from lab_factory import suite_run
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _twin(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "twin", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "ipsec_hil_twin", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def test_virtual_lab_appliances_through_a_place(coordinator, virtual_lab, tmp_pa
 
 
 def test_the_acceptance_suite_runs_through_the_place(coordinator, virtual_lab, tmp_path):
-    """plugin.places: the run claims the place before touching an appliance, tests reach the
+    """ipsec_hil.places: the run claims the place before touching an appliance, tests reach the
     appliances at the place's addresses, and the place is free again when the run ends."""
     shared, _, _ = _shared_lab_file(coordinator, virtual_lab, tmp_path)
     run = suite_run(["-m", "xgs136", "-k", "test_bringup and npu-v4in4-gcm", f"--topology={shared}", "-q"],

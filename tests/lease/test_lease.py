@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.lease import LeaseKeeper, LeaseLost
-from plugin.lab.lock import ApplianceLock, LockHeld, LockInfo
-from plugin.lab.remote import LocalHost
+from ipsec_hil.lab.sharing.lease import LeaseKeeper, LeaseLost
+from ipsec_hil.lab.sharing.lock import ApplianceLock, LockHeld, LockInfo
+from ipsec_hil.lab.remote import LocalHost
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -151,7 +151,7 @@ def _topology(tmp_path: Path) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "plugin.lab.lock", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ipsec_hil.lab.sharing", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -193,9 +193,9 @@ def test_a_released_lock_can_be_acquired_again_and_renews(lock_path):
 
 
 def test_an_active_tunnel_stops_when_either_end_lost_its_lease(tmp_path):
-    """plugin.fixtures checks ``tunnel.check_leases()`` before every tunnel test: no round
+    """ipsec_hil.fixtures checks ``tunnel.check_leases()`` before every tunnel test: no round
     trip of its own, it reports what the renewal threads found (within one renewal period)."""
-    from plugin.lab.tunnel import ActiveTunnel
+    from ipsec_hil.lab.tunnel import ActiveTunnel
 
     paths = [str(tmp_path / end / "run.lock") for end in ("dut", "peer")]
     lost = threading.Event()

@@ -2,8 +2,8 @@
 
 gwA runs npuep (no NAT-T offload: the kernel carries the associations, its ESP
 counters move and the driver's stay still), gwB octep (offloads them).  The sizes are
-the suite's own formulas (plugin.lab.esp_math), the wire is read by tcpdump and
-decrypted by the suite's probe (plugin.lab.probes.esp_decrypt) -- not by the engine.
+the suite's own formulas (ipsec_hil.lab.expectations.esp_math), the wire is read by tcpdump and
+decrypted by the suite's probe (ipsec_hil.lab.probes.esp_decrypt) -- not by the engine.
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import re
 import pytest
 from scapy.layers.l2 import Ether
 
-from plugin.lab import esp_math
-from plugin.lab.capture import WirePacket, is_esp, is_ike, is_udp_esp
-from plugin.lab.probes.esp_decrypt import decrypt
+from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil.lab.traffic.capture import WirePacket, is_esp, is_ike, is_udp_esp
+from ipsec_hil.lab.probes.esp_decrypt import decrypt
 from tests.engine.conftest import Capture, needs_root, settle
 from tests.engine.test_engine_lab import GB_LAN, HB, delta, fresh, ping
-from twin.engine.minilab import MiniLab
+from ipsec_hil_twin.engine.minilab import MiniLab
 
 pytestmark = needs_root
 GCM = "aes-gcm-16"

@@ -2,14 +2,14 @@
 
 strongSwan's encap=yes fakes the NAT_DETECTION_SOURCE_IP hash, so the peer detects a
 NAT too (RFC 7296 2.23); the twin carries that as `natd_fake` in IKE_SA_INIT.  The
-engines are the recording double of twin.ike.pairlab.
+engines are the recording double of ipsec_hil_twin.ike.pairlab.
 """
 from __future__ import annotations
 
 import pytest
 
 from tests.twin_ike.test_negotiation import LAN_A4, LAN_B4, initiate, load, module_pair, pair  # noqa: F401
-from twin.ike.pairlab import A4, B4, conf
+from ipsec_hil_twin.ike.pairlab import A4, B4, conf
 
 pytestmark = pytest.mark.needs_root
 

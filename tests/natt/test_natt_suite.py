@@ -1,21 +1,21 @@
 """NAT-T on the suite's side: the topology's `encap` field, the rendered `encap = yes`,
 the ESP arithmetic with the UDP header, the model flag -- and the twin's own size model
-(twin.engine.sizes, from FreeBSD's sources) agreeing with the suite's formulas."""
+(ipsec_hil_twin.engine.sizes, from FreeBSD's sources) agreeing with the suite's formulas."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from plugin.lab import esp_math
-from plugin.lab.capture import WirePacket, is_esp, is_ike, is_udp_esp
-from plugin.lab.hardware import profile_for
-from plugin.lab.provision.plan import TunnelPlan
-from plugin.lab.provision.render import check_grammar, render_swanctl
-from plugin.lab.topology import TunnelConfig, load_topology
-from plugin.lab.topology import TopologyError
-from twin.engine import sizes
-from twin.personality import PERSONALITIES
+from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil.lab.traffic.capture import WirePacket, is_esp, is_ike, is_udp_esp
+from ipsec_hil.lab.expectations.hardware import profile_for
+from ipsec_hil.lab.provision.plan import TunnelPlan
+from ipsec_hil.lab.provision.render import check_grammar, render_swanctl
+from ipsec_hil.lab.topology import TunnelConfig, load_topology
+from ipsec_hil.lab.topology import TopologyError
+from ipsec_hil_twin.engine import sizes
+from ipsec_hil_twin.personality import PERSONALITIES
 
 REPO = Path(__file__).resolve().parents[2]
 MINIMAL = (REPO / "tests/topology/minimal-good.yaml").read_text()

@@ -1,7 +1,7 @@
 """A wrong constant in the suite's ESP arithmetic makes the size tests fail on the lab.
 
 Why: before the twin had its own FreeBSD model it took its limits from
-plugin.lab.esp_math, so a wrong formula moved the lab and the expectation together and
+ipsec_hil.lab.expectations.esp_math, so a wrong formula moved the lab and the expectation together and
 every size test passed (issue 10).  Here the acceptance size tests of one configuration
 run twice on a fresh virtual lab: unchanged (they pass: the control) and with constants
 of esp_math made wrong before collection (a `-p` plugin in a temporary directory); the
@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 SELECT = "lab-v6in4-gcm"  # the 3300 pair, IPv6 inner over IPv4 outer: both size tests run
 SIZE_TESTS = ("test_forwarded_ipv6_packet_too_big", "test_own_largest_packet_passes_one_more_refused")
 
-MUTANT = '''"""Loaded with -p before collection: makes plugin.lab.esp_math wrong on purpose."""
-from plugin.lab import esp_math
+MUTANT = '''"""Loaded with -p before collection: makes ipsec_hil.lab.expectations.esp_math wrong on purpose."""
+from ipsec_hil.lab import esp_math
 
 esp_math._KERNEL_WORST_CASE_FIXED += 8  # esp_hdrsiz(NULL) as if the max ICV were 24 bytes
 esp_math.ESP_HEADER += 4                # SPI + sequence as if they were 12 bytes

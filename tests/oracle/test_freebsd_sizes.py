@@ -1,6 +1,6 @@
-"""The twin's own size model (twin.engine.sizes) against FreeBSD's sources and its own ESP.
+"""The twin's own size model (ipsec_hil_twin.engine.sizes) against FreeBSD's sources and its own ESP.
 
-Why these and not the suite's numbers: the lab is the oracle for plugin.lab.esp_math, so
+Why these and not the suite's numbers: the lab is the oracle for ipsec_hil.lab.expectations.esp_math, so
 its expectations here come from FreeBSD's code (quoted in sizes.py), the measurement
 pages' figures and the twin's real ESP seal, never from the suite's formulas.
 """
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from twin.engine import sizes
-from twin.engine.counters import INDEX
-from twin.engine.esp import make_suite
-from twin.personality import PERSONALITIES
+from ipsec_hil_twin.engine import sizes
+from ipsec_hil_twin.engine.counters import INDEX
+from ipsec_hil_twin.engine.esp import make_suite
+from ipsec_hil_twin.personality import PERSONALITIES
 
 KEYS = {"aes-gcm-16": (bytes(range(36)), None), "aes-cbc-hmac-sha256": (bytes(range(32)), bytes(range(32, 64)))}
 

@@ -1,7 +1,7 @@
 """The real engine on a 1,400-byte path: FreeBSD's forwarded-IPv6 gate in both outer
 families, including the IPv6-outer gate of 1,263 that lies below the IPv6 minimum MTU.
 
-What FreeBSD does there (twin.engine.sizes.forwarded_gate): ipsec6_check_pmtu refuses
+What FreeBSD does there (ipsec_hil_twin.engine.sizes.forwarded_gate): ipsec6_check_pmtu refuses
 a forwarded packet longer than 1,400 - 137 and icmp6_error sends a Packet Too Big whose
 MTU is 1,263 as computed (no clamp to 1,280).  A sender that will not go below 1,280
 keeps getting PTBs: nothing of 1,264 bytes or more is carried.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from twin.engine import sizes
-from twin.engine.minilab import ADDR, MiniLab
+from ipsec_hil_twin.engine import sizes
+from ipsec_hil_twin.engine.minilab import ADDR, MiniLab
 
 pytestmark = pytest.mark.needs_root
 

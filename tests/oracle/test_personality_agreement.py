@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.hardware import MODELS, profile_for
-from twin.personality import PERSONALITIES, for_host
+from ipsec_hil.lab.expectations.hardware import MODELS, profile_for
+from ipsec_hil_twin.personality import PERSONALITIES, for_host
 
 
 def test_every_suite_model_has_a_twin_personality():
     missing = [m for m in MODELS if m not in PERSONALITIES]
     assert not missing, (f"the suite knows models {missing} that the virtual lab cannot emulate: "
-                         f"add an entry to twin/personality.py PERSONALITIES")
+                         f"add an entry to twin/ipsec_hil_twin/personality.py PERSONALITIES")
 
 
 @pytest.mark.parametrize("model", sorted(set(MODELS) & set(PERSONALITIES)))
@@ -29,7 +29,7 @@ def test_driver_module_and_every_oid_agree(model, overrides):
         f"{model}: the suite expects driver {suite.driver!r}, the twin emulates {twin.base.driver!r}")
     assert twin.module_file == suite.module_file, (
         f"{model}: the suite expects module file {suite.module_file}, the twin installs {twin.module_file}")
-    emitted = set(twin.counters.values())  # what twin.fbsd.sysctl serves for this host
+    emitted = set(twin.counters.values())  # what ipsec_hil_twin.fbsd.sysctl serves for this host
     for name, oid in suite.counters.items():
         assert oid in emitted, (
             f"{model}: the suite reads counter {name!r} at {oid}, which the twin's sysctl does not emit "

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from twin.engine.control import EngineState
-from twin.engine.counters import CounterBlock
-from twin.engine.hostcfg import load_host
+from ipsec_hil_twin.engine.control import EngineState
+from ipsec_hil_twin.engine.counters import CounterBlock
+from ipsec_hil_twin.engine.hostcfg import load_host
 
 
 def _host(tmp_path, **extra):

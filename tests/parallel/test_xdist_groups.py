@@ -1,9 +1,9 @@
 """xdist groups: one worker per connected set of appliances, and loadgroup by default.
 
 Why these tests: under ``pytest -n`` two workers must never drive one appliance at once,
-and a tunnel must be built once per run. plugin.fixtures puts every tunnel test into the
+and a tunnel must be built once per run. ipsec_hil.fixtures puts every tunnel test into the
 ``xdist_group`` of its connected set of appliances (``appliance_groups``), and
-plugin.pytest_plugin turns ``-n`` into ``--dist loadgroup`` unless a mode was chosen.
+ipsec_hil.pytest_plugin turns ``-n`` into ``--dist loadgroup`` unless a mode was chosen.
 
 The virtual lab's tunnels all end on peer3300, so it has ONE group: there, ``-n auto``
 cannot run two tunnels at once. To see groups really split across workers, a topology
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.cases import appliance_groups
-from plugin.lab.topology import load_topology
+from ipsec_hil.lab.cases import appliance_groups
+from ipsec_hil.lab.topology import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
 VIRTUAL = REPO / "topologies" / "virtual.yaml"
@@ -85,7 +85,7 @@ CONFTEST = '''
 import json, os
 import pytest
 
-pytest_plugins = ["plugin.pytest_plugin"]
+pytest_plugins = ["ipsec_hil.pytest_plugin"]
 
 @pytest.fixture(scope="session")
 def tunnel(request):

@@ -37,7 +37,7 @@ class Case:
 
     def call(self, stdout: str | None = None) -> Any:
         """Run the parser on this case (or on STDOUT replacing the case's stdout)."""
-        module = importlib.import_module(f"plugin.lab.parsers.{self.command}")
+        module = importlib.import_module(f"ipsec_hil.lab.parsers.{self.command}")
         fn: Callable[..., Any] = getattr(module, self.function)
         text = self.stdout if stdout is None else stdout
         if self.command in STREAM_PARSERS and self.function == "parse":

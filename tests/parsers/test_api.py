@@ -7,29 +7,29 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.errors import LabError
-from plugin.lab.parsers import (
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.parsers import (
     MODULES, ParseError, iperf3, kldstat, netstat_esp, ping, setkey, setkey_spd, swanctl_list_sas, sysctl,
 )
-from plugin.lab.parsers import boottime, netstat_m, swanctl_list_sas_raw, vmstat_m, vmstat_z
+from ipsec_hil.lab.parsers import boottime, netstat_m, swanctl_list_sas_raw, vmstat_m, vmstat_z
 
 from .golden import GOLDEN
 
-PARSERS_DIR = Path(__file__).resolve().parents[2] / "plugin" / "lab" / "parsers"
+PARSERS_DIR = Path(__file__).resolve().parents[2] / "plugin" / "ipsec_hil" / "lab" / "parsers"
 
 
 def test_every_module_exists_and_parse_is_callable() -> None:
     import importlib
 
     for name in MODULES:
-        assert callable(importlib.import_module(f"plugin.lab.parsers.{name}").parse), name
+        assert callable(importlib.import_module(f"ipsec_hil.lab.parsers.{name}").parse), name
     on_disk = {p.stem for p in PARSERS_DIR.glob("*.py") if not p.stem.startswith("_")}
     assert on_disk == set(MODULES), "MODULES and the modules on disk differ"
 
 
 def test_parsers_import_neither_paramiko_nor_pytest() -> None:
     code = ("import sys, importlib\n"
-            f"for m in {list(MODULES)!r}: importlib.import_module('plugin.lab.parsers.' + m)\n"
+            f"for m in {list(MODULES)!r}: importlib.import_module('ipsec_hil.lab.parsers.' + m)\n"
             "bad = [m for m in ('paramiko', 'pytest', '_pytest') if m in sys.modules]\n"
             "print(bad); sys.exit(1 if bad else 0)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

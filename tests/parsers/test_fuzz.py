@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plugin.lab.parsers import MODULES, ParseError
+from ipsec_hil.lab.parsers import MODULES, ParseError
 
 from .golden import Case, all_cases, normalise
 

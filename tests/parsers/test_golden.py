@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.parsers import ParseError
+from ipsec_hil.lab.parsers import ParseError
 
 from .golden import Case, all_cases, normalise
 
@@ -26,7 +26,7 @@ def test_each_parser_has_the_four_kinds_of_case() -> None:
     by_command: dict[str, list[Case]] = {}
     for case in CASES:
         by_command.setdefault(case.command, []).append(case)
-    from plugin.lab.parsers import MODULES
+    from ipsec_hil.lab.parsers import MODULES
 
     for name in MODULES:
         cases = by_command.get(name, [])

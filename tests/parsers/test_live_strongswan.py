@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.parsers import ping, swanctl_initiate, swanctl_list_sas, swanctl_list_sas_raw, swanctl_load
-from plugin.lab.parsers.swanctl_initiate import Outcome
+from ipsec_hil.lab.parsers import ping, swanctl_initiate, swanctl_list_sas, swanctl_list_sas_raw, swanctl_load
+from ipsec_hil.lab.parsers.swanctl_initiate import Outcome
 
 SCRIPT = Path(__file__).resolve().parents[1] / "golden" / "_capture" / "strongswan-pair.sh"
 NEEDS = [b for b in ("charon-systemd", "swanctl", "unshare", "ip") if shutil.which(b, path="/usr/sbin:/usr/bin:/sbin:/bin") is None]

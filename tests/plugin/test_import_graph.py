@@ -1,4 +1,4 @@
-"""No import circle in plugin/: every module can be read (and imported) on its own.
+"""No import circle in plugin/ipsec_hil/: every module can be read (and imported) on its own.
 
 Why: a circle (fixtures -> records -> session -> fixtures, as it once was) means no module of
 it can be understood or imported alone; lazy imports inside functions only hid it. The
@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-PACKAGE = "plugin"
+REPO = Path(__file__).resolve().parents[2] / "plugin"  # the source root of the package
+PACKAGE = "ipsec_hil"
 
 
 def module_name(path: Path, repo: Path) -> str:
@@ -51,7 +51,7 @@ def import_graph(repo: Path = REPO) -> dict[str, set[str]]:
                     base = ".".join([*anchor, *([base] if base else [])])
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             for t in targets:
-                while t and t not in modules:  # `import plugin.lab.x as y` / attribute imports
+                while t and t not in modules:  # `import ipsec_hil.lab.x as y` / attribute imports
                     t = t.rpartition(".")[0]
                 if t and t != mod and not mod.startswith(t + "."):  # a package's own __init__ is not a circle
                     graph[mod].add(t)
@@ -83,14 +83,14 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_circle_in_plugin():
     cycle = find_cycle(import_graph())
-    assert cycle is None, "import circle in plugin/: " + " -> ".join(cycle)
+    assert cycle is None, "import circle in plugin/ipsec_hil/: " + " -> ".join(cycle)
 
 
 def test_gate_and_driver_plugins_do_not_import_each_other():
-    """They add page sections through the pytest_hil_page_sections hook (plugin.hookspecs)."""
+    """They add page sections through the pytest_hil_page_sections hook (ipsec_hil.hookspecs)."""
     graph = import_graph()
-    assert "plugin.gate_plugin" not in graph["plugin.driver_plugin"]
-    assert "plugin.driver_plugin" not in graph["plugin.gate_plugin"]
+    assert "ipsec_hil.gate_plugin" not in graph["ipsec_hil.driver_plugin"]
+    assert "ipsec_hil.driver_plugin" not in graph["ipsec_hil.gate_plugin"]
 
 
 def test_the_check_finds_a_circle():
@@ -100,9 +100,9 @@ def test_the_check_finds_a_circle():
 
 
 def test_the_graph_sees_lazy_imports(tmp_path):
-    pkg = tmp_path / "plugin"
+    pkg = tmp_path / "ipsec_hil"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "one.py").write_text("def f():\n    from plugin import two\n")
-    (pkg / "two.py").write_text("from plugin.one import f\n")
-    assert find_cycle(import_graph(tmp_path)) == ["plugin.one", "plugin.two", "plugin.one"]
+    (pkg / "one.py").write_text("def f():\n    from ipsec_hil import two\n")
+    (pkg / "two.py").write_text("from ipsec_hil.one import f\n")
+    assert find_cycle(import_graph(tmp_path)) == ["ipsec_hil.one", "ipsec_hil.two", "ipsec_hil.one"]

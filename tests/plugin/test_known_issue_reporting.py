@@ -20,7 +20,7 @@ LAB = lab_file("local", virtual=False)
 
 TESTS = """\
 import pytest
-from plugin.lab.hardware import KnownIssue
+from ipsec_hil.lab.expectations.hardware import KnownIssue
 
 ISSUE = KnownIssue("first_stream_after_boot", 777, "slow after a boot")
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from labfiles import lab_file
 
-from plugin.lab import expect
-from plugin.lab.cases import appliance_groups, case_marker_names, tunnel_cases
-from plugin.lab.live_lab import Lab
-from plugin.lab.provision import TunnelPlan
-from plugin.lab.topology import load_topology
-from plugin.lab.tunnel import ActiveTunnel
+from ipsec_hil.lab.expectations import expect
+from ipsec_hil.lab.cases import appliance_groups, case_marker_names, tunnel_cases
+from ipsec_hil.lab.live_lab import Lab
+from ipsec_hil.lab.provision import TunnelPlan
+from ipsec_hil.lab.topology import load_topology
+from ipsec_hil.lab.tunnel import ActiveTunnel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def test_cases_groups_and_markers(tmp_path):
 def test_wire_sequence_tunnels_meet_only_the_tests_that_ask():
     """A tunnel with ESN or another replay window is not a plain tunnel: the steady tests
     (no criterion) never meet it, the wire tests ask (esn=True, replay_window=ANY)."""
-    from plugin.lab.cases import ANY
+    from ipsec_hil.lab.cases import ANY
     topo = load_topology(REPO / "topologies" / "virtual.yaml")
     plain = {c.tunnel for c in tunnel_cases(topo)}
     assert plain.isdisjoint({"esn136", "esn3300", "win64x136", "win64x3300"}), plain
@@ -73,7 +73,7 @@ def test_wire_sequence_tunnels_meet_only_the_tests_that_ask():
 
 
 def test_the_library_does_not_import_pytest():
-    code = ("import sys, plugin.lab.tunnel, plugin.lab.cases, plugin.lab.live_lab, plugin.lab.profiles_file; "
+    code = ("import sys, ipsec_hil.lab.tunnel, ipsec_hil.lab.cases, ipsec_hil.lab.live_lab, ipsec_hil.lab.expectations.profiles_file; "
             "print('pytest' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stdout + out.stderr

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from plugin.exitcodes import HilExitCode
-from plugin.lab import baseline as bl
-from plugin.markers import names_in_expression
+from ipsec_hil.exitcodes import HilExitCode
+from ipsec_hil.lab.measuring import baseline as bl
+from ipsec_hil.markers import names_in_expression
 
 pytest_plugins = ["pytester"]
 

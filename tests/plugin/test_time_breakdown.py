@@ -20,9 +20,9 @@ LAB = lab_file("local", virtual=False)
 
 TESTS = """\
 import time
-from plugin.lab.measure import Snapshot, settle
-from plugin.lab.remote import LocalHost
-from plugin.lab.timeshare import TRAFFIC, spent
+from ipsec_hil.lab.measuring.measure import Snapshot, settle
+from ipsec_hil.lab.remote import LocalHost
+from ipsec_hil.lab.measuring.timeshare import TRAFFIC, spent
 
 class Still:
     name = "dut"

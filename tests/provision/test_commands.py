@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.errors import LabError
-from plugin.lab.parsers.swanctl_initiate import Outcome
-from plugin.lab.provision.commands import initiate_children, initiate_script
-from plugin.lab.remote.local import LocalHost
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.parsers.swanctl_initiate import Outcome
+from ipsec_hil.lab.provision.commands import initiate_children, initiate_script
+from ipsec_hil.lab.remote.local import LocalHost
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "swanctl_initiate"
 OK, REFUSED = "real-libipsec-ok", "real-libipsec-ts-unacceptable-create-child"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.errors import LabError, ProvisionError, TransportError
-from plugin.lab.provision.changes import Teardown
+from ipsec_hil.lab.errors import LabError, ProvisionError, TransportError
+from ipsec_hil.lab.provision.changes import Teardown
 
 
 class _Action:

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from plugin.lab.errors import ProvisionError
-from plugin.lab.parsers._swan import SaList
-from plugin.lab.provision import terminate
+from ipsec_hil.lab.errors import ProvisionError
+from ipsec_hil.lab.parsers._swan import SaList
+from ipsec_hil.lab.provision import terminate
 
 from .test_verify import CONN, P1, child, established, ike
 

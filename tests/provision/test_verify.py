@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from plugin.lab.parsers._swan import ChildSa, IkeSa, SaList
-from plugin.lab.parsers.swanctl_initiate import InitiateResult, Outcome
-from plugin.lab.provision import verify
+from ipsec_hil.lab.parsers._swan import ChildSa, IkeSa, SaList
+from ipsec_hil.lab.parsers.swanctl_initiate import InitiateResult, Outcome
+from ipsec_hil.lab.provision import verify
 
 CONN, LAB = "hil-many-v4v4-gcm", "hil-npu-v4v4-gcm"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from plugin.lab.measure import Check
-from plugin.lab.report import Figure, HardwareInfo, PageEntry, RunInfo, render_page
+from ipsec_hil.lab.measuring.measure import Check
+from ipsec_hil.lab.reporting.report import Figure, HardwareInfo, PageEntry, RunInfo, render_page
 
 
 def _run(verdict: list[str]) -> RunInfo:

@@ -30,10 +30,10 @@ import ast  # noqa: E402
 
 from _inject import TEST_COMMAND, Armed, InterruptingHost, at_step, describe, trigger  # noqa: E402
 
-from plugin.fixtures import build_appliances  # noqa: E402
-from plugin.lab.lock import ApplianceLock, LockHeld  # noqa: E402
-from plugin.lab.provision import TunnelPlan, TunnelProvisioner  # noqa: E402
-from plugin.lab.topology import TunnelConfig, load_topology  # noqa: E402
+from ipsec_hil.fixtures import build_appliances  # noqa: E402
+from ipsec_hil.lab.sharing.lock import ApplianceLock, LockHeld  # noqa: E402
+from ipsec_hil.lab.provision import TunnelPlan, TunnelProvisioner  # noqa: E402
+from ipsec_hil.lab.topology import TunnelConfig, load_topology  # noqa: E402
 
 CONFIG = TunnelConfig("ipv4", "ipv6", "aes-gcm-16", 1)
 

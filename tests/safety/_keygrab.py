@@ -19,7 +19,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     fault = os.environ.get("HIL_SAFETY_FAULT")
     if not fault:
         return
-    from plugin.session import VIRTUAL_LAB_KEY
+    from ipsec_hil.session import VIRTUAL_LAB_KEY
 
     lab = session.config.stash.get(VIRTUAL_LAB_KEY, None)
     if lab is None:

@@ -135,7 +135,7 @@ def assert_restored(lab: TestLab, apps: dict, before: dict, *, check_sas: bool =
 def provision_and_test(apps: dict, plan: Any, config: Any, psk: str, run_id: str, log: list[str]) -> None:
     """Bring the tunnel up, run the test body (_inject.TEST_COMMAND), tear it down; the
     provisioner's log lines are appended to ``log`` whatever is raised."""
-    from plugin.lab.provision import TunnelProvisioner
+    from ipsec_hil.lab.provision import TunnelProvisioner
 
     prov = None
     try:
@@ -153,7 +153,7 @@ def provision_and_test(apps: dict, plan: Any, config: Any, psk: str, run_id: str
 def terminate_and_reload(apps: dict, plan: Any, config: Any) -> None:
     """What an operator does after a killed run: SAs it established stay until their peers
     expire them (recovery restores files and routes), so terminate them and reload."""
-    from plugin.lab.provision.plan import conn_name
+    from ipsec_hil.lab.provision.plan import conn_name
 
     for app in apps.values():
         app.swanctl_terminate(ike=conn_name(plan, config), timeout=5)

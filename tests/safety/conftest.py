@@ -6,7 +6,7 @@ import pytest
 from lab_factory import lab_fixture
 from safety._lab import seed, snapshot
 
-from plugin.fixtures import build_appliances
+from ipsec_hil.fixtures import build_appliances
 
 vlab = lab_fixture(name="vlab", prepare=seed)
 

@@ -39,11 +39,11 @@ from safety._inject import (STEPS, Armed, Step, after_then_raise, at_step, cut_m
                             trigger, unwrap_hosts, wrap_hosts)
 from safety._lab import PY, provision_and_test, reaped, restored_differences, terminate_and_reload, wait_for_line
 
-from plugin.lab.errors import LabError
-from plugin.lab.files import recover
-from plugin.lab.lock import ApplianceLock
-from plugin.lab.provision import TunnelPlan
-from plugin.lab.topology import TunnelConfig
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.files import recover
+from ipsec_hil.lab.sharing.lock import ApplianceLock
+from ipsec_hil.lab.provision import TunnelPlan
+from ipsec_hil.lab.topology import TunnelConfig
 
 pytestmark = pytest.mark.needs_root
 
@@ -127,7 +127,7 @@ def _report(what: str, steps: list[Step], total: int, failures: list[str], secon
 @pytest.fixture(scope="module")
 def recorded(vlab) -> dict:
     """Each configuration's steps, recorded once per module: {config: [Step]}."""
-    from plugin.fixtures import build_appliances
+    from ipsec_hil.fixtures import build_appliances
 
     apps, hosts = build_appliances(vlab.topo)
     plan = TunnelPlan.from_topology(vlab.topo, "lab")

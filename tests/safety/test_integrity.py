@@ -24,11 +24,11 @@ import pytest
 from safety._inject import Armed, after_then_raise, cut_mid_command, trigger, unwrap_hosts, wrap_hosts
 from safety._lab import PY, assert_restored, provision_and_test, reaped, terminate_and_reload, wait_for_line
 
-from plugin.lab.errors import LabError
-from plugin.lab.files import recover
-from plugin.lab.lock import ApplianceLock, LockHeld
-from plugin.lab.provision import TunnelPlan, TunnelProvisioner
-from plugin.lab.topology import TunnelConfig
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.files import recover
+from ipsec_hil.lab.sharing.lock import ApplianceLock, LockHeld
+from ipsec_hil.lab.provision import TunnelPlan, TunnelProvisioner
+from ipsec_hil.lab.topology import TunnelConfig
 
 pytestmark = pytest.mark.needs_root
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.errors import ProvisionError, TransportError
-from plugin.lab.files import Transaction, backup, discard, journal_undo, pending, pending_undos, recover, restore
-from plugin.lab.lock import ApplianceLock, LockHeld, LockInfo
-from plugin.lab.remote import LocalHost, argv
+from ipsec_hil.lab.errors import ProvisionError, TransportError
+from ipsec_hil.lab.files import Transaction, backup, discard, journal_undo, pending, pending_undos, recover, restore
+from ipsec_hil.lab.sharing.lock import ApplianceLock, LockHeld, LockInfo
+from ipsec_hil.lab.remote import LocalHost, argv
 
 
 @pytest.fixture

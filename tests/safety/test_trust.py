@@ -22,11 +22,11 @@ import paramiko
 import pytest
 import yaml
 
-from plugin.fixtures import build_appliances
-from plugin.lab.errors import HostKeyError, LabError, ProvisionError, TopologyError
-from plugin.lab.provision import Secret, TunnelPlan, TunnelProvisioner, render_swanctl
-from plugin.lab.remote import SshHost, argv
-from plugin.lab.topology import TunnelConfig, load_topology, parse_topology
+from ipsec_hil.fixtures import build_appliances
+from ipsec_hil.lab.errors import HostKeyError, LabError, ProvisionError, TopologyError
+from ipsec_hil.lab.provision import Secret, TunnelPlan, TunnelProvisioner, render_swanctl
+from ipsec_hil.lab.remote import SshHost, argv
+from ipsec_hil.lab.topology import TunnelConfig, load_topology, parse_topology
 from safety._lab import snapshot
 
 pytestmark = pytest.mark.needs_root

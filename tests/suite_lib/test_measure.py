@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from plugin.lab.errors import InvariantError
-from plugin.lab.measure import (
+from ipsec_hil.lab.errors import InvariantError
+from ipsec_hil.lab.measuring.measure import (
     Ledger,
     SettleTimeout,
     Snapshot,
@@ -274,7 +274,7 @@ def test_expect_at_least_and_within():
 
 
 def test_no_secret_in_invariant_messages():
-    from plugin.lab.provision import Secret
+    from ipsec_hil.lab.provision import Secret
 
     psk = Secret("hunter2-very-secret")
     lg = ledger()

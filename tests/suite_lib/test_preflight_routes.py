@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from plugin.lab import preflight
-from plugin.lab.errors import LabError
-from plugin.lab.topology import load_topology
+from ipsec_hil.lab import preflight
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.topology import load_topology
 
 TOPOLOGY = Path(__file__).resolve().parents[2] / "topologies" / "virtual.yaml"
 

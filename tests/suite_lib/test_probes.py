@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.probes import ProbeUsage, run
-from plugin.lab.probes import capture, esp_decrypt, pmtu
-from plugin.lab.traffic import ProbeError, parse_probe_output
+from ipsec_hil.lab.probes import ProbeUsage, run
+from ipsec_hil.lab.probes import capture, esp_decrypt, pmtu
+from ipsec_hil.lab.traffic.bench import ProbeError, parse_probe_output
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,7 +97,7 @@ def test_decrypt_and_summary_against_the_formula(cipher):
     from scapy.layers.ipsec import ESP, SecurityAssociation
     from scapy.packet import Raw
 
-    from plugin.lab import esp_math
+    from ipsec_hil.lab.expectations import esp_math
 
     algo, auth, elen, alen = esp_decrypt.CIPHERS[cipher]
     ek, ak = os.urandom(elen), (os.urandom(alen) if alen else None)
@@ -127,7 +127,7 @@ def test_run_reports_usage_and_runtime_errors_as_json(capsys):
 
 
 def test_probe_as_a_process_prints_one_json_line():
-    r = subprocess.run([sys.executable, "-m", "plugin.lab.probes.pmtu", "--dst", "nope", "--size", "1"],
+    r = subprocess.run([sys.executable, "-m", "ipsec_hil.lab.probes.pmtu", "--dst", "nope", "--size", "1"],
                        cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     with pytest.raises(ProbeError, match="--dst must be an IPv6 address"):
@@ -151,8 +151,8 @@ def test_bench_esp_decrypt_end_to_end_through_the_host_api(tmp_path):
     from scapy.packet import Raw
     from scapy.utils import wrpcap
 
-    from plugin.lab.remote import LocalHost
-    from plugin.lab.traffic import Bench
+    from ipsec_hil.lab.remote import LocalHost
+    from ipsec_hil.lab.traffic.bench import Bench
 
     ek = os.urandom(36)
     sa = SecurityAssociation(ESP, spi=0xC1F2A3B4, crypt_algo="AES-GCM", crypt_key=ek, auth_algo="NULL",

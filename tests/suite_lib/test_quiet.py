@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab import quiet
-from plugin.lab.errors import ProfileError
-from plugin.lab.hardware import DEFAULT_COUNTER_LAG_S, profile_for
-from plugin.lab.measure import SettleTimeout, Snapshot, settle_all
-from plugin.lab.profiles_file import load_profiles_file
-from plugin.lab.topology.load import load_topology
+from ipsec_hil.lab.measuring import quiet
+from ipsec_hil.lab.errors import ProfileError
+from ipsec_hil.lab.expectations.hardware import DEFAULT_COUNTER_LAG_S, profile_for
+from ipsec_hil.lab.measuring.measure import SettleTimeout, Snapshot, settle_all
+from ipsec_hil.lab.expectations.profiles_file import load_profiles_file
+from ipsec_hil.lab.topology.load import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
 

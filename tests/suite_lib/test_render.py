@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.errors import ProvisionError
-from plugin.lab.provision import (
+from ipsec_hil.lab.errors import ProvisionError
+from ipsec_hil.lab.provision import (
     MASK,
     Secret,
     TunnelPlan,
@@ -21,7 +21,7 @@ from plugin.lab.provision import (
     render_masked,
     render_swanctl,
 )
-from plugin.lab.topology import TunnelConfig, load_topology
+from ipsec_hil.lab.topology import TunnelConfig, load_topology
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -79,8 +79,8 @@ def test_grammar_one_key_per_line_balanced(topo, case):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_twins_strongswan_grammar_reads_it(topo, case):
-    """Cross-check with the independent swanctl.conf parser of the virtual lab (twin.ike.conf)."""
-    from twin.ike import conf
+    """Cross-check with the independent swanctl.conf parser of the virtual lab (ipsec_hil_twin.ike.conf)."""
+    from ipsec_hil_twin.ike import conf
     tname, config, end = CASES[case]
     plan = TunnelPlan.from_topology(topo, tname)
     cfg = conf.loads(render_swanctl(plan, config, end, PSK), file=f"{case}.conf")
@@ -100,7 +100,7 @@ def test_the_twins_strongswan_grammar_reads_it(topo, case):
 def test_esn_and_window_reach_the_child_as_the_twin_reads_them(topo):
     """``esn: true`` -> ``-esn`` on the child's proposal only (the IKE proposal has no ESN);
     ``replay_window`` -> the child's window in packets, read back by the twin's parser."""
-    from twin.ike import conf
+    from ipsec_hil_twin.ike import conf
     plan = TunnelPlan.from_topology(topo, "esn136")
     config = TunnelConfig("ipv4", "ipv4", "aes-gcm-16", 1)
     text = render_swanctl(plan, config, "local", PSK)

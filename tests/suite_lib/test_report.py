@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from plugin.lab.errors import InvariantError, ProvisionError, TransportError
-from plugin.lab.measure import Check, Ledger, Snapshot
-from plugin.lab.report import (
+from ipsec_hil.lab.errors import InvariantError, ProvisionError, TransportError
+from ipsec_hil.lab.measuring.measure import Check, Ledger, Snapshot
+from ipsec_hil.lab.reporting.report import (
     Figure,
     HardwareInfo,
     PageEntry,
@@ -96,7 +96,7 @@ def test_plot_png_written(tmp_path):
 
 
 def test_iperf_series_from_the_real_parser(tmp_path):
-    from plugin.lab.parsers import iperf3
+    from ipsec_hil.lab.parsers import iperf3
     Interval = iperf3.Interval
     r = iperf3.IperfResult(num_streams=2, intervals=(
         Interval(0.0, 1.0, 3.0e8, (1.0e8, 2.0e8), True),
@@ -105,7 +105,7 @@ def test_iperf_series_from_the_real_parser(tmp_path):
     ))
     assert iperf_series(r) == {"stream 1": [(1.0, 2.0, 1.5e8), (2.0, 3.0, 2.0e8)],
                                "stream 2": [(1.0, 2.0, 2.5e8), (2.0, 3.0, 3.0e8)]}
-    from plugin.lab.report import plot_iperf
+    from ipsec_hil.lab.reporting.report import plot_iperf
     assert plot_iperf(r, tmp_path / "i.png", "t").stat().st_size > 1000
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab import timeshare
-from plugin.lab.measure import Snapshot, settle
-from plugin.lab.remote import LocalHost
-from plugin.lab.timeshare import (BRING_UP, OTHER, PROBES, SETTLE, SSH, STREAM, TRAFFIC, Breakdown, TimeShare,
+from ipsec_hil.lab.measuring import timeshare
+from ipsec_hil.lab.measuring.measure import Snapshot, settle
+from ipsec_hil.lab.remote import LocalHost
+from ipsec_hil.lab.measuring.timeshare import (BRING_UP, OTHER, PROBES, SETTLE, SSH, STREAM, TRAFFIC, Breakdown, TimeShare,
                                   markdown, terminal_lines)
-from plugin.lab.traffic import BenchHost, iperf_run
+from ipsec_hil.lab.traffic.bench import BenchHost, iperf_run
 
 
 class Clock:
@@ -216,7 +216,7 @@ class ScriptedHost:
     @timeshare.spent(SSH, within_phase=True)
     def run(self, script: str, *, timeout=None, stdin=None):
         self.clock.advance(next((s for k, s in self.seconds.items() if k in script), 0.1))
-        from plugin.lab.remote import RunResult
+        from ipsec_hil.lab.remote import RunResult
         out = "4242\n" if "iperf3 -s" in script else (IPERF_JSON if "iperf3 -c" in script else '{"ok": 1}\n')
         return RunResult(out, "", 0, 0.0, self.name)
 
@@ -249,7 +249,7 @@ def test_probes_and_settle_charge_their_own_categories(scripted_share, clock):
 
 
 def test_a_provisioner_phase_is_bring_up(scripted_share, clock):
-    from plugin.lab.provision.provisioner import TunnelProvisioner
+    from ipsec_hil.lab.provision.provisioner import TunnelProvisioner
 
     phase = TunnelProvisioner._phase
     holder = type("P", (), {"timings": {}})()
@@ -271,7 +271,7 @@ def test_a_udp_trial_and_a_latency_probe_are_traffic_for_their_seconds(scripted_
     "traffic" up to them, their one-off server and the rest "stream start/stop"."""
     import json
 
-    from plugin.lab.udp_load import RTT_LOAD_SECONDS, rtt_probe, udp_trial
+    from ipsec_hil.lab.traffic.udp_load import RTT_LOAD_SECONDS, rtt_probe, udp_trial
 
     class UdpHost(ScriptedHost):
         def run(self, script, *, timeout=None, stdin=None):

@@ -1,4 +1,4 @@
-"""plugin.lab.remote.together: one call per host at once, results in order, the wait is ssh."""
+"""ipsec_hil.lab.remote.together: one call per host at once, results in order, the wait is ssh."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from plugin.lab import timeshare
-from plugin.lab.remote.together import each_at_once
-from plugin.lab.timeshare import SETTLE, SSH, spent
+from ipsec_hil.lab.measuring import timeshare
+from ipsec_hil.lab.remote.together import each_at_once
+from ipsec_hil.lab.measuring.timeshare import SETTLE, SSH, spent
 
 
 def test_the_calls_overlap_and_the_results_keep_the_order():

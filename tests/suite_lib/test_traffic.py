@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from plugin.lab.remote import LocalHost
-from plugin.lab.traffic import BenchHost, ProbeError, bisect_largest, iperf_run
+from ipsec_hil.lab.remote import LocalHost
+from ipsec_hil.lab.traffic.bench import BenchHost, ProbeError, bisect_largest, iperf_run
 
 
 @pytest.mark.parametrize("line", [1335, 1300, 1200, 1383])
@@ -53,8 +53,8 @@ def test_iperf_run_on_loopback_parses_and_stops_the_server():
 
 
 def test_sa_keys_from_the_setkey_parser():
-    from plugin.lab.parsers import setkey
-    from plugin.lab.traffic import sa_keys
+    from ipsec_hil.lab.parsers import setkey
+    from ipsec_hil.lab.traffic.bench import sa_keys
 
     base = dict(src="192.0.2.1", dst="192.0.2.2", satype="esp", mode="tunnel", spi=0xC1F2A3B4, reqid=1,
                 state="mature", replay_bytes=4, seq=0, flags=0)
@@ -68,8 +68,8 @@ def test_sa_keys_from_the_setkey_parser():
 
 
 def test_sections_split_marker_output():
-    from plugin.lab.appliance import sections
-    from plugin.lab.errors import ParseError
+    from ipsec_hil.lab.appliance import sections
+    from ipsec_hil.lab.errors import ParseError
 
     out = sections("@@hil sysctl\na: 1\nb: 2\n@@hil sysctl-stderr 1\nsysctl: unknown oid 'c'\n@@hil end\n")
     assert out == {"sysctl": "a: 1\nb: 2\n", "sysctl-stderr.arg": "1",
@@ -87,7 +87,7 @@ class _RecordingHost:
         self.scripts: list[str] = []
 
     def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None):
-        from plugin.lab.remote import RunResult
+        from ipsec_hil.lab.remote import RunResult
 
         self.scripts.append(script)
         return RunResult("", "ping: cannot resolve x: Unknown host\n", 68, 0.0, self.name)
@@ -101,7 +101,7 @@ class _AnsweringHost(_RecordingHost):
         self.status = status
 
     def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None):
-        from plugin.lab.remote import RunResult
+        from ipsec_hil.lab.remote import RunResult
 
         self.scripts.append(script)
         out = ("PING 198.51.100.65 (198.51.100.65): 56 data bytes\n"
@@ -113,8 +113,8 @@ class _AnsweringHost(_RecordingHost):
 def test_a_ping_killed_before_its_statistics_is_the_appliance_going_away():
     """A reboot's SIGTERM can end the ping before the SSH session (CI: the silent_reboot
     cell of the health test got a ParseError instead of the test's own REBOOTED row)."""
-    from plugin.lab.appliance import Appliance
-    from plugin.lab.errors import ParseError, TransportError
+    from ipsec_hil.lab.appliance import Appliance
+    from ipsec_hil.lab.errors import ParseError, TransportError
 
     with pytest.raises(TransportError, match="killed by signal 15 before its statistics"):
         Appliance("a", _AnsweringHost(128 + 15), None).ping("198.51.100.65", count=5)
@@ -136,7 +136,7 @@ def _argv_of(pinger, **kw) -> list[str]:
 )
 def test_freebsd_ping6_gets_a_socket_buffer_above_8192_bytes(size, family, sockbuf):
     """FreeBSD's ping6 needs -b above 8,192 data bytes (the 9,000-byte paths); IPv4 never."""
-    from plugin.lab.appliance import Appliance
+    from ipsec_hil.lab.appliance import Appliance
 
     dst = "2001:db8:2::2" if family == "ipv6" else "203.0.113.130"
     args = _argv_of(Appliance("a", _RecordingHost(), None), dst=dst, size=size, count=2, dont_fragment=True,
@@ -161,7 +161,7 @@ def test_bench_ping_speaks_iputils():
 
 
 def test_ping6_sockbuf_rule():
-    from plugin.lab.ping_argv import PING6_DEFAULT_DATA_MAX, ping6_sockbuf
+    from ipsec_hil.lab.traffic.ping_argv import PING6_DEFAULT_DATA_MAX, ping6_sockbuf
 
     assert ping6_sockbuf(None) is None and ping6_sockbuf(PING6_DEFAULT_DATA_MAX) is None
     assert ping6_sockbuf(PING6_DEFAULT_DATA_MAX + 1) >= 2 * (PING6_DEFAULT_DATA_MAX + 1 + 48)

@@ -1,6 +1,6 @@
 """The suite library against the virtual lab, exactly as against hardware (SSH, tcsh, files).
 
-One lab for the module (``python -m twin up``, a unique prefix, torn down after); the
+One lab for the module (``python -m ipsec_hil_twin up``, a unique prefix, torn down after); the
 library is driven through its public API only: Appliance over SshHost, TunnelProvisioner
 with files.Transaction, settle/Ledger/expect_*, iperf_run.
 """
@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from plugin.lab.errors import ProvisionError
-from plugin.lab.measure import Ledger, collect_checks, expect_equal, expect_zero, settle
-from plugin.lab.provision import CONF_DIR, SWANCTL_CONF, Secret, TunnelPlan, TunnelProvisioner
-from plugin.lab.remote import host_from_mgmt
-from plugin.lab.topology import TunnelConfig
-from plugin.lab.traffic import iperf_run
+from ipsec_hil.lab.errors import ProvisionError
+from ipsec_hil.lab.measuring.measure import Ledger, collect_checks, expect_equal, expect_zero, settle
+from ipsec_hil.lab.provision import CONF_DIR, SWANCTL_CONF, Secret, TunnelPlan, TunnelProvisioner
+from ipsec_hil.lab.remote import host_from_mgmt
+from ipsec_hil.lab.topology import TunnelConfig
+from ipsec_hil.lab.traffic.bench import iperf_run
 from lab_factory import TestLab, lab_fixture
 
 pytestmark = pytest.mark.needs_root
@@ -46,7 +46,7 @@ def test_appliance_answers_typed(lab):
     assert set(snap.counters) == set(dut.profile.counters)
     assert dut.last_read is not None and dut.last_read[1] is snap and dut.last_read[0] >= t0  # settle's start
     assert "received-packets" in snap.esp
-    from plugin.lab.report import hardware_info
+    from ipsec_hil.lab.reporting.report import hardware_info
 
     hw = hardware_info(dut)
     assert (hw.model, hw.driver, hw.module_loaded) == ("xgs3300", "octep", True)
@@ -111,8 +111,8 @@ def test_children_not_all_up_stops_with_the_child_named(lab):
 def test_inner_v6_prerequisites_and_both_size_limits(lab):
     """The 000 page through the library: route + IPv6-speaking port, the appliance's own limit
     (exact ESP arithmetic: EMSGSIZE above it) and the forwarded gate (PTB at path MTU - 117)."""
-    from plugin.lab import esp_math
-    from plugin.lab.traffic import BenchHost
+    from ipsec_hil.lab.expectations import esp_math
+    from ipsec_hil.lab.traffic.bench import BenchHost
 
     apps, topo = lab.apps, lab.topo
     dut = apps["dut3300"]
@@ -139,7 +139,7 @@ def test_inner_v6_prerequisites_and_both_size_limits(lab):
 
 
 def _echoes(pcap: bytes, a: str, b: str) -> list[tuple[str, str]]:
-    from plugin.lab.capture import packets
+    from ipsec_hil.lab.traffic.capture import packets
 
     return [(p.src, p.dst) for p in packets(pcap) if p.proto == 1 and {p.src, p.dst} == {a, b}]
 
@@ -147,7 +147,7 @@ def _echoes(pcap: bytes, a: str, b: str) -> list[tuple[str, str]]:
 def test_wire_capture_stops_when_tcpdump_says_it_has_caught_up(lab):
     """On a port, tcpdump's own counts prove every packet is written (issue 15: no quiet
     wait); the capture holds every echo and reply, and its files are gone after."""
-    from plugin.lab.capture import WireCapture
+    from ipsec_hil.lab.traffic.capture import WireCapture
 
     dut = lab.apps["dut3300"]
     with WireCapture(dut.host, "wan10g", bpf="icmp") as cap:
@@ -162,7 +162,7 @@ def test_wire_capture_stops_when_tcpdump_says_it_has_caught_up(lab):
 def test_wire_capture_on_loopback_waits_for_a_quiet_file_instead(lab):
     """On Linux's lo every packet passes the filter twice, so tcpdump's counts never
     prove it has caught up: the stop falls back to the quiet file and still loses nothing."""
-    from plugin.lab.capture import WireCapture
+    from ipsec_hil.lab.traffic.capture import WireCapture
 
     dut = lab.apps["dut3300"]
     with WireCapture(dut.host, "lo", bpf="icmp") as cap:

@@ -29,7 +29,7 @@ drop_every n=2 on a five-ping test drops at least two replies and collapses a si
 stream below the 60 % floor (n=10 did not, reliably: the namespaces' RTT is tiny); n=10
 on the six streams breaks the handed-vs-decrypted tolerance (0.1 %) by two orders of
 magnitude; n=50 (2 %) is what a conservation ledger must catch exactly. Names are those of
-twin.faults.REGISTRY; a unit test checks every parameter against the registry.
+ipsec_hil_twin.faults.REGISTRY; a unit test checks every parameter against the registry.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 
 VIRTUAL = Path(__file__).resolve().parents[2] / "topologies" / "virtual.yaml"
 
-#: the ledger table of plugin.lab.measure.Ledger.table() (its header line)
+#: the ledger table of ipsec_hil.lab.measuring.measure.Ledger.table() (its header line)
 LEDGER_RE = r"appliance\s+counter\s+before\s+after\s+delta"
 
 
@@ -126,7 +126,7 @@ class Row:
 @functools.lru_cache(maxsize=1)
 def tunnel_models() -> dict[str, str]:
     """{tunnel name: model of its local end} of the virtual lab (the suite's own loader)."""
-    from plugin.lab.topology import load_topology
+    from ipsec_hil.lab.topology import load_topology
 
     topo = load_topology(VIRTUAL)
     hosts = {h.name: h for h in topo.appliances()}

@@ -67,7 +67,7 @@ def _rows(model: str) -> tuple[matrix.Row, ...]:
 
 
 #: Every port and link at QUIET_RATE_MBIT: a fault's effect on a test does not depend on the
-#: link's rate (the floors scale with it, plugin.lab.expect), but the engines' CPU does.
+#: link's rate (the floors scale with it, ipsec_hil.lab.expectations.expect), but the engines' CPU does.
 teeth_lab = lab_fixture(name="teeth_lab", rate_mbit=QUIET_RATE_MBIT)
 
 
@@ -155,7 +155,7 @@ def result(matrix_model, teeth_lab, tmp_path_factory, request) -> runner.MatrixR
     half-second pauses, rekey timers, a health check's 5 s of pings): a shard used 148
     CPU-s in 415 s of wall time in a CI run of 12-05 (SELFTESTS_CPU_BY_FILE=1), so its
     parts share the cores with little loss (issue 15: the own tests in 10 minutes)."""
-    from twin.faults import REGISTRY
+    from ipsec_hil_twin.faults import REGISTRY
 
     work = (Path(os.environ["TEETH_WORK"]) / matrix_model if os.environ.get("TEETH_WORK")
             else tmp_path_factory.mktemp(f"teeth-{matrix_model}"))

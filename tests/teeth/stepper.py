@@ -18,8 +18,8 @@ Loaded with ``-p tests.teeth.stepper``; the plan is the JSON file named by
 or null (a healthy run), "fresh": bool, "tag": str}``. A ``fresh`` step runs on a tunnel
 built while its fault is on: the session's tunnel fixture of the node is finalized before
 the step and again after it (the fault off), so the next run builds it healthy.
-Faults are written with ``twin.faults`` into the lab's host directories (this plugin is
-part of the project's tests, not of the suite's plugin/, which never imports twin).
+Faults are written with ``ipsec_hil_twin.faults`` into the lab's host directories (this plugin is
+part of the project's tests, not of the suite's plugin/ipsec_hil/, which never imports twin).
 
 Per run it records what the strict verdict needs (tests/teeth/runner.py judge), from the
 exception itself rather than from a junit text that mixes in the test's source lines: the
@@ -53,9 +53,9 @@ def _plan() -> dict[str, Any] | None:
 
 
 def _switch(run_dir: str, f: dict[str, Any], on: bool) -> None:
-    from twin import faults as F
-    from twin.lab import control_request
-    from twin.runtime import RunDir
+    from ipsec_hil_twin import faults as F
+    from ipsec_hil_twin.machinery.lab import control_request
+    from ipsec_hil_twin.machinery.runtime import RunDir
 
     hd = RunDir(run_dir).host_dir(f["host"])
     if on:
@@ -85,8 +85,8 @@ def _lab_settled(run_dir: str) -> None:
     single-threaded and reboots from its loop, so its answer to a status request comes
     after any reboot under way; the fault is off by then, so its loop starts none later.
     """
-    from twin.runtime import RunDir
-    from twin.supervisor import request
+    from ipsec_hil_twin.machinery.runtime import RunDir
+    from ipsec_hil_twin.machinery.supervisor import request
 
     run = RunDir(run_dir)
     deadline = time.monotonic() + BACK_S
@@ -115,8 +115,8 @@ def _flush_leftovers(run_dir: str) -> list[str]:
     and flushed, so the next row starts on a clean lab: once such an orphan outbound
     association, older than any new one, carried a whole later row's traffic into nothing
     and failed its every healthy run."""
-    from twin.labruns import control_request
-    from twin.runtime import RunDir
+    from ipsec_hil_twin.machinery.labruns import control_request
+    from ipsec_hil_twin.machinery.runtime import RunDir
 
     found = []
     for hd in RunDir(run_dir).host_dirs():

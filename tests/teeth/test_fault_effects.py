@@ -16,7 +16,7 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from twin.engine.esp import make_suite
+from ipsec_hil_twin.engine.esp import make_suite
 
 #: a 60-byte IPv4 packet (header + 40 bytes): what the receiver's inner check accepts
 INNER = bytes([0x45, 0, 0, 60]) + bytes(56)

@@ -84,8 +84,8 @@ def test_teeth_never_only_from_bring_up_errors():
 
 
 def test_cells_name_registered_faults_on_lab_appliances():
-    from plugin.lab.topology import load_topology
-    from twin.faults import REGISTRY, get_fault
+    from ipsec_hil.lab.topology import load_topology
+    from ipsec_hil_twin.faults import REGISTRY, get_fault
 
     appliances = {h.name for h in load_topology(VIRTUAL).appliances()}
     for r, c in matrix.all_cells():
@@ -100,7 +100,7 @@ def test_every_fault_has_a_cell_or_says_why_not():
     """Each model's shard judges only its own rows, so that every fault of the registry is
     run at all is decided here, on the table: a cell in a row without a declared gap, or an
     AWAITING_TEST entry with its reason -- never both."""
-    from twin.faults import REGISTRY
+    from ipsec_hil_twin.faults import REGISTRY
 
     with_cells = {c.fault.name for r, c in matrix.all_cells() if not r.gap}
     missing = sorted(set(REGISTRY) - with_cells - set(matrix.AWAITING_TEST))
@@ -114,7 +114,7 @@ def test_slow_first_stream_caps_below_the_shards_floor():
     test passing. Checked on the data, so a change of the quiet rate names the cell."""
     from lab_factory import QUIET_RATE_MBIT
 
-    from plugin.lab.topology import load_topology
+    from ipsec_hil.lab.topology import load_topology
 
     topo = load_topology(VIRTUAL)
     cells = [(r, c) for r, c in matrix.all_cells() if c.fault.name == "slow_first_stream"]
@@ -127,9 +127,9 @@ def test_slow_first_stream_caps_below_the_shards_floor():
 
 
 def test_child_never_up_names_a_child_of_the_nodes_tunnel():
-    from plugin.fixtures import tunnel_cases
-    from plugin.lab.provision import TunnelPlan, child_plans
-    from plugin.lab.topology import load_topology
+    from ipsec_hil.fixtures import tunnel_cases
+    from ipsec_hil.lab.provision import TunnelPlan, child_plans
+    from ipsec_hil.lab.topology import load_topology
 
     topo = load_topology(VIRTUAL)
     cases = {c.id: c for c in tunnel_cases(topo)}

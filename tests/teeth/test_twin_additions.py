@@ -16,7 +16,7 @@ import time
 import pytest
 
 from lab_factory import minilab_fixture
-from plugin.lab import esp_math
+from ipsec_hil.lab.expectations import esp_math
 
 pytestmark = [pytest.mark.needs_root]
 

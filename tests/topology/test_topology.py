@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.errors import LabError, TopologyError
-from plugin.lab.topology import TunnelConfig, load_topology, parse_topology
+from ipsec_hil.lab.errors import LabError, TopologyError
+from ipsec_hil.lab.topology import TunnelConfig, load_topology, parse_topology
 
 HERE = Path(__file__).parent
 BAD = HERE / "bad"

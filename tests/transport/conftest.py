@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.remote import SshHost
+from ipsec_hil.lab.remote import SshHost
 
 SSHD = "/usr/sbin/sshd"
 TCSH = next((p for p in ("/usr/bin/tcsh", "/bin/tcsh") if os.path.exists(p)), None)

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from plugin.lab import files
-from plugin.lab.errors import ParseError, ProvisionError
-from plugin.lab.files import Backup, Transaction, backup, discard, pending, recover, remote_sha256, restore, verify
-from plugin.lab.lock import ApplianceLock, LeaseLost, LockHeld, LockInfo
-from plugin.lab.remote import LocalHost, argv
+from ipsec_hil.lab import files
+from ipsec_hil.lab.errors import ParseError, ProvisionError
+from ipsec_hil.lab.files import Backup, Transaction, backup, discard, pending, recover, remote_sha256, restore, verify
+from ipsec_hil.lab.sharing.lock import ApplianceLock, LeaseLost, LockHeld, LockInfo
+from ipsec_hil.lab.remote import LocalHost, argv
 
 ORIGINAL = b"# swanctl.conf\nsecrets { ike-lab { secret = \"s3cr\\1t!$`x`\" } }\n\x00\xff\n"
 
@@ -127,8 +127,8 @@ def test_dead_run_is_recovered_by_the_next(sshd_server, ssh_host, workdir, tmp_p
     prog = tmp_path / "dead_run.py"
     prog.write_text(
         "import os, signal, sys\n"
-        "from plugin.lab.remote import SshHost\n"
-        "from plugin.lab.files import Transaction\n"
+        "from ipsec_hil.lab.remote import SshHost\n"
+        "from ipsec_hil.lab.files import Transaction\n"
         f"h = SshHost('dut', '127.0.0.1', {sshd_server.port}, {sshd_server.user!r}, "
         f"{str(sshd_server.key_file)!r}, {str(sshd_server.known_hosts)!r})\n"
         f"with Transaction(h, 'dead-run', journal_dir={j!r}) as tx:\n"

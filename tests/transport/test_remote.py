@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plugin.lab.errors import CommandTimeout, HostKeyError, TransportError
-from plugin.lab.remote import CommandFailed, Host, LocalHost, RunResult, SshHost, argv, host_from_mgmt, script
-from plugin.lab.topology import Mgmt
+from ipsec_hil.lab.errors import CommandTimeout, HostKeyError, TransportError
+from ipsec_hil.lab.remote import CommandFailed, Host, LocalHost, RunResult, SshHost, argv, host_from_mgmt, script
+from ipsec_hil.lab.topology import Mgmt
 from tests.twin_ike.waiting import wait_until
 
 NASTY = [
@@ -401,14 +401,14 @@ def test_localhost_missing_netns_is_a_transport_error(transport_prefix):
     (b"text @@hil-pid 5\n", (None, b"text @@hil-pid 5\n")),  # not at a line's start: the command's
 ])
 def test_split_pid(stderr, want):
-    from plugin.lab.remote.shell import split_pid
+    from ipsec_hil.lab.remote.shell import split_pid
     assert split_pid(stderr) == want
 
 
 def test_kill_script_spares_a_pid_that_is_no_longer_a_shell(tmp_path):
     """A pid the command said, then gave up (it ended): killed only while it is a shell,
     never another process that got the pid (here: a sleep, its own process group)."""
-    from plugin.lab.remote.shell import kill_script
+    from ipsec_hil.lab.remote.shell import kill_script
     victim = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
         subprocess.run(["/bin/sh", "-c", kill_script(victim.pid)], timeout=10, check=True)

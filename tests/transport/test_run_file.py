@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from plugin.lab.remote import LocalHost
-from plugin.lab.remote import ssh as ssh_mod
-from plugin.lab.remote.shell import script_file_command
+from ipsec_hil.lab.remote import LocalHost
+from ipsec_hil.lab.remote import ssh as ssh_mod
+from ipsec_hil.lab.remote.shell import script_file_command
 
 
 BIG = 16 << 20

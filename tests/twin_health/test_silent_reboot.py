@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from plugin.lab.parsers import boottime
-from twin.faults import active_faults, set_fault
-from twin.lab import available_components, control_request
-from twin.runtime import RunDir, read_json
+from ipsec_hil.lab.parsers import boottime
+from ipsec_hil_twin.faults import active_faults, set_fault
+from ipsec_hil_twin.machinery.lab import available_components, control_request
+from ipsec_hil_twin.machinery.runtime import RunDir, read_json
 
 from tests.twin_lab.conftest import needs_root
 from tests.twin_lab.test_lifecycle import twin, up
@@ -23,7 +23,7 @@ from tests.twin_lab.test_reboot import ssh_run
 pytestmark = [
     needs_root,
     pytest.mark.skipif(not {"engine", "sshd"} <= set(available_components()),
-                       reason="needs twin.engine and twin.sshd"),
+                       reason="needs ipsec_hil_twin.engine and ipsec_hil_twin.shell.sshd"),
 ]
 
 

@@ -1,8 +1,8 @@
 """The emulated appliance's health commands move with the real engine's traffic (issue 13).
 
-A MiniLab (twin.engine.minilab) carries real ESP through gwA (octep: its SA zone and
+A MiniLab (ipsec_hil_twin.engine.minilab) carries real ESP through gwA (octep: its SA zone and
 malloc type exist) and the FreeBSD commands run against gwA's host dir as the SSH
-shell runs them.  Every output goes through the suite's parsers (plugin.lab.parsers,
+shell runs them.  Every output goes through the suite's parsers (ipsec_hil.lab.parsers,
 built on tests/golden), so a format drift fails here, not on the measurement page.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from plugin.lab.parsers import boottime, dmesg, netstat_m, vmstat_m, vmstat_z
-from twin.runtime import HOST_DIR_ENV, HostDir, write_json_atomic
+from ipsec_hil.lab.parsers import boottime, dmesg, netstat_m, vmstat_m, vmstat_z
+from ipsec_hil_twin.machinery.runtime import HOST_DIR_ENV, HostDir, write_json_atomic
 
 pytestmark = pytest.mark.needs_root
 BOOT = 1764448000.25
@@ -27,7 +27,7 @@ BOOT = 1764448000.25
 def lab(tmp_path_factory):
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.skip("needs root and iproute2")
-    minilab = pytest.importorskip("twin.engine.minilab")
+    minilab = pytest.importorskip("ipsec_hil_twin.engine.minilab")
     lab = minilab.MiniLab(driver={"gA": "octep", "gB": "npuep"}, base=tmp_path_factory.mktemp("health"))
     try:
         lab.build(engines=False)
@@ -53,7 +53,7 @@ def lab(tmp_path_factory):
 def fbsd(lab, *argv: str) -> str:
     """One FreeBSD command of gwA, run as its bin/ wrapper runs it (python -S, TWIN_HOST_DIR)."""
     env = dict(os.environ, **{HOST_DIR_ENV: str(lab.host_dir("gA"))})
-    r = subprocess.run([sys.executable, "-m", f"twin.fbsd.{argv[0]}", *argv[1:]], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", f"ipsec_hil_twin.fbsd.{argv[0]}", *argv[1:]], capture_output=True,
                        text=True, env=env, timeout=30)
     assert r.returncode == 0, r.stderr
     return r.stdout

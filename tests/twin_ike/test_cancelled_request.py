@@ -1,7 +1,7 @@
 """A request cancelled while it waits for its answer does not hand that answer to the next.
 
 Why: the IKE daemon talks to its engine over one connection, one request at a time
-(twin.jsonl.AsyncJsonlClient). A reset (``Daemon.flush``: the fixtures' "as after a
+(ipsec_hil_twin.jsonl.AsyncJsonlClient). A reset (``Daemon.flush``: the fixtures' "as after a
 reboot" between tests) cancels the daemon's pending tasks; a task cancelled after its
 ``add_sa`` was written but before the answer was read left that answer in the stream, and
 every later request read the answer of the one before it: a ``list_sas`` got an
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from twin.jsonl import AsyncJsonlClient
+from ipsec_hil_twin.jsonl import AsyncJsonlClient
 
 
 async def _serve(path: str, slow_op: str, delay: float, seen: list[str]) -> asyncio.AbstractServer:

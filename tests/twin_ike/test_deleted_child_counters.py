@@ -14,7 +14,7 @@ import asyncio
 import time
 from types import SimpleNamespace
 
-from twin.ike.children import _child_entry
+from ipsec_hil_twin.ike.children import _child_entry
 
 from .test_install_races import KEYS, _child, _children, _ike
 

@@ -17,9 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from twin.ike.children import ChildSAs, IkeSaGone
-from twin.ike.model import ChildSA, IkeSA
-from twin.ike.proto import ChildKeys
+from ipsec_hil_twin.ike.children import ChildSAs, IkeSaGone
+from ipsec_hil_twin.ike.model import ChildSA, IkeSA
+from ipsec_hil_twin.ike.proto import ChildKeys
 
 
 class GatedEngine:

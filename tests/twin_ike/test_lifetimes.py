@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.parsers import swanctl_list_sas
-from twin.ike.conf import load
-from twin.ike.lifetimes import child_rekey_after, ike_rekey_after
-from twin.ike.pairlab import conf
-from twin.ike.swanctl import format_list_sas, vici_raw, vici_sa
+from ipsec_hil.lab.parsers import swanctl_list_sas
+from ipsec_hil_twin.ike.conf import load
+from ipsec_hil_twin.ike.lifetimes import child_rekey_after, ike_rekey_after
+from ipsec_hil_twin.ike.pairlab import conf
+from ipsec_hil_twin.ike.swanctl import format_list_sas, vici_raw, vici_sa
 
 
 @pytest.mark.parametrize("options, want", [

@@ -1,8 +1,8 @@
 """Which connection the responder picks (the 002 page's mechanism), without sockets."""
 from __future__ import annotations
 
-from twin.ike import conf
-from twin.ike.daemon import Daemon
+from ipsec_hil_twin.ike import conf
+from ipsec_hil_twin.ike.daemon import Daemon
 
 LAB = """connections {
   lab {

@@ -1,8 +1,8 @@
 """Two daemons in two namespaces negotiate from swanctl.conf with strongSwan's outcomes.
 
 The engines here are RecordingEngineDouble (a test double of engine.sock that records
-add_sa); test_real_engine.py repeats bring-up against the real engine (twin.engine).  Outputs are parsed by
-the suite's own parsers (plugin.lab.parsers.swanctl_initiate / swanctl_list_sas).
+add_sa); test_real_engine.py repeats bring-up against the real engine (ipsec_hil_twin.engine).  Outputs are parsed by
+the suite's own parsers (ipsec_hil.lab.parsers.swanctl_initiate / swanctl_list_sas).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.parsers import swanctl_initiate, swanctl_list_sas
-from twin.ike.pairlab import A4, A6, B4, B6, IkePair, conf
+from ipsec_hil.lab.parsers import swanctl_initiate, swanctl_list_sas
+from ipsec_hil_twin.ike.pairlab import A4, A6, B4, B6, IkePair, conf
 
 pytestmark = pytest.mark.needs_root
 

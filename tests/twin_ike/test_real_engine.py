@@ -1,4 +1,4 @@
-"""Bring-up against the real ESP engine (twin.engine) in its MiniLab (hostA|gwA|gwB|hostB):
+"""Bring-up against the real ESP engine (ipsec_hil_twin.engine) in its MiniLab (hostA|gwA|gwB|hostB):
 the daemons negotiate, the engines get the keys, a ping crosses the tunnel, and
 `swanctl --list-sas` shows the engine's packet counters.
 """
@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from plugin.lab.parsers import swanctl_initiate, swanctl_list_sas
-from twin.ike.pairlab import conf
+from ipsec_hil.lab.parsers import swanctl_initiate, swanctl_list_sas
+from ipsec_hil_twin.ike.pairlab import conf
 
 from .waiting import minilab_with_daemons, wait_until
 

@@ -5,7 +5,7 @@ the middle of a ping stream changes the SPIs on both ends and loses at most a fe
 packets (the blocked time is measured and printed); automatic rekeys keep the
 association count flat; `life_time` without rekey ends the child and its traffic; the
 `--list-sas` text parses with the suite's parser with its times counting down; and each
-rekey fault (twin.faults: rekey_lost, old_sa_kept, counters_restart) is observable.
+rekey fault (ipsec_hil_twin.faults: rekey_lost, old_sa_kept, counters_restart) is observable.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import subprocess
 
 import pytest
 
-from plugin.lab.parsers import swanctl_initiate, swanctl_list_sas
-from twin import jsonl
-from twin.ike.pairlab import conf
-from twin.ike.swanctl import format_list_sas
+from ipsec_hil.lab.parsers import swanctl_initiate, swanctl_list_sas
+from ipsec_hil_twin import jsonl
+from ipsec_hil_twin.ike.pairlab import conf
+from ipsec_hil_twin.ike.swanctl import format_list_sas
 
 from .waiting import minilab_with_daemons, wait_until
 
@@ -279,7 +279,7 @@ def test_old_sa_kept_fault_grows_the_association_count(lab):
 
 
 def test_old_sa_kept_leftovers_leave_the_engine_when_the_fault_is_off(lab):
-    """The fault's end (twin.ike.rekey sweep_kept): switched off, the daemon removes what it
+    """The fault's end (ipsec_hil_twin.ike.rekey sweep_kept): switched off, the daemon removes what it
     left behind by itself -- no IKE action, no control request -- within a few ticks, and
     only those: the installed child's pair stays and keeps carrying traffic."""
     lab.set_faults("gA", {"old_sa_kept": {}})

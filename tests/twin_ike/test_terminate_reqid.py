@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.parsers import swanctl_list_sas
-from plugin.lab.parsers._swan import ChildSa
-from twin.ike.configs import Reqids
-from twin.ike.pairlab import A4, B4, IkePair, conf
+from ipsec_hil.lab.parsers import swanctl_list_sas
+from ipsec_hil.lab.parsers._swan import ChildSa
+from ipsec_hil_twin.ike.configs import Reqids
+from ipsec_hil_twin.ike.pairlab import A4, B4, IkePair, conf
 
 from .test_negotiation import LAN_A4, LAN_B4, initiate, load, module_pair, pair, rekey_settled  # noqa: F401
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import pytest
 
-from twin.engine.minilab import MiniLab
+from ipsec_hil_twin.engine.minilab import MiniLab
 
 T = TypeVar("T")
 

@@ -24,14 +24,14 @@ def small_topology() -> Path:
 @pytest.fixture
 def fresh_prefix():
     """A prefix no lab uses; afterwards, nothing with it may remain (checked, then removed)."""
-    from twin import netns as tn
-    from twin.lab import _free_prefix, teardown
-    from twin.runtime import RunDir
+    from ipsec_hil_twin.machinery import netns as tn
+    from ipsec_hil_twin.machinery.lab import _free_prefix, teardown
+    from ipsec_hil_twin.machinery.runtime import RunDir
 
     prefix = _free_prefix()
     yield prefix
-    from twin.lab import LabBuildError
-    from twin.supervisor import down
+    from ipsec_hil_twin.machinery.lab import LabBuildError
+    from ipsec_hil_twin.machinery.supervisor import down
 
     leftovers = tn.list_namespaces(prefix) + tn.root_links(prefix)
     try:

@@ -1,9 +1,9 @@
-"""twin.faults: the registry and faults.json (no root needed)."""
+"""ipsec_hil_twin.faults: the registry and faults.json (no root needed)."""
 from __future__ import annotations
 
 import pytest
 
-from twin import faults as F
+from ipsec_hil_twin import faults as F
 
 EXPECTED = {"drop_every", "count_extra", "corrupt_icv", "replay", "wrong_next_header",
             "decline_ipv6_sa", "fragment_instead_of_ptb", "wrong_ptb_mtu",

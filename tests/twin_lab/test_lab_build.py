@@ -8,9 +8,9 @@ import subprocess
 import pytest
 import yaml
 
-from twin import netns as tn
-from twin.lab import Lab, LabBuildError, fake_module
-from twin.runtime import read_json
+from ipsec_hil_twin.machinery import netns as tn
+from ipsec_hil_twin.machinery.lab import Lab, LabBuildError, fake_module
+from ipsec_hil_twin.machinery.runtime import read_json
 
 from .conftest import needs_root
 
@@ -99,7 +99,7 @@ def test_host_dirs_and_resolved(lab, fresh_prefix):
     assert resolved["lab"]["virtual"] is True
     assert resolved["hosts"]["bench"]["mgmt"] == {"local": True, "netns": f"{fresh_prefix}-bench"}
     assert resolved["links"] == yaml.safe_load(lab.topology_path.read_text())["links"]
-    from plugin.lab.topology import load_topology
+    from ipsec_hil.lab.topology import load_topology
     load_topology(lab.resolved)  # the suite must be able to read what we wrote
 
 
@@ -156,7 +156,7 @@ def test_the_virtual_topology_builds(fresh_prefix):
 ])
 def test_component_that_never_answers_is_named(small_topology, fresh_prefix, monkeypatch, argv, message):
     """A component that hangs or dies is named in the error, with its log; nothing is left."""
-    import twin.lab as lab_mod
+    import ipsec_hil_twin.machinery.lab as lab_mod
     real = lab_mod.Lab._component
 
     def component(self, host, comp, launch):
@@ -184,10 +184,10 @@ def test_refuses_a_non_empty_run_dir(small_topology, fresh_prefix, tmp_path):
 
 def test_host_files_come_from_the_typed_model_and_the_twins_personality(small_topology, tmp_path):
     """The lab file is the contract: `profile` overrides rename and renumber the OIDs the
-    emulated sysctl serves; driver and module come from twin.personality, not the suite."""
-    from plugin.lab.topology import load_topology
-    from twin.labfiles import host_json, network_spec
-    from twin.runtime import RunDir
+    emulated sysctl serves; driver and module come from ipsec_hil_twin.personality, not the suite."""
+    from ipsec_hil.lab.topology import load_topology
+    from ipsec_hil_twin.machinery.labfiles import host_json, network_spec
+    from ipsec_hil_twin.machinery.runtime import RunDir
 
     text = small_topology.read_text().replace(
         "  peer3300:\n    role: appliance\n    model: xgs136\n",

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from twin import netns as tn
-from twin.lab import alive
-from twin.runtime import RunDir, read_json
+from ipsec_hil_twin.machinery import netns as tn
+from ipsec_hil_twin.machinery.lab import alive
+from ipsec_hil_twin.machinery.runtime import RunDir, read_json
 
 from .conftest import needs_root
 
@@ -21,7 +21,7 @@ pytestmark = needs_root
 
 
 def twin(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "twin", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ipsec_hil_twin", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -59,7 +59,7 @@ def test_sigkill_supervisor_then_down_all_dead(small_topology, fresh_prefix):
     assert not alive(info["starter"])  # `up` returned: the starter is gone, the lab is not
     comps = [r for r in recorded_pids(info)[1:]]
     assert all(alive(r) for r in comps)
-    # each names itself (twin.labprocs.name_process): ps, top and tools/cpu-profile tell them apart
+    # each names itself (ipsec_hil_twin.machinery.labprocs.name_process): ps, top and tools/cpu-profile tell them apart
     names = {h: {c: Path(f"/proc/{r['pid']}/comm").read_text().strip() for c, r in (v.get("components") or {}).items()}
              for h, v in info["hosts"].items()}
     assert Path(f"/proc/{info['supervisor']['pid']}/comm").read_text().strip() == "twin-supervisor"
@@ -78,7 +78,7 @@ def test_sigkill_supervisor_then_down_all_dead(small_topology, fresh_prefix):
     assert r.returncode == 0, r.stderr
     removed = json.loads(r.stdout)["removed"]
     if fresh_prefix not in removed:
-        # Every `twin up` runs the same cleanup_dead (twin.supervisor.spawn) first: under
+        # Every `twin up` runs the same cleanup_dead (ipsec_hil_twin.machinery.supervisor.spawn) first: under
         # xdist the other worker's lab start can tear this crashed lab down between the
         # SIGKILL and this `down` (CI: removed == []). Whoever ran it, nothing may remain --
         # and if nobody did, assert_gone fails.
@@ -90,7 +90,7 @@ def test_sigkill_supervisor_then_down_all_dead(small_topology, fresh_prefix):
 
 
 def test_two_labs_and_up_cleans_dead(small_topology, fresh_prefix):
-    from twin.lab import _free_prefix
+    from ipsec_hil_twin.machinery.lab import _free_prefix
     second = _free_prefix()
     third = _free_prefix()
     try:
@@ -117,7 +117,7 @@ def test_two_labs_and_up_cleans_dead(small_topology, fresh_prefix):
 
 
 def test_foreground_ctrl_c(small_topology, fresh_prefix):
-    proc = subprocess.Popen([sys.executable, "-m", "twin", "up", str(small_topology), "--prefix",
+    proc = subprocess.Popen([sys.executable, "-m", "ipsec_hil_twin", "up", str(small_topology), "--prefix",
                              fresh_prefix, "--foreground", "--components", "netns"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -188,7 +188,7 @@ def test_starter_killed_during_up_leaves_nothing(small_topology, fresh_prefix):
     """The starter dies while the supervisor builds: the lab is never handed to anyone,
     so the supervisor removes it instead of serving it forever."""
     run = RunDir.for_prefix(fresh_prefix)
-    starter = subprocess.Popen([sys.executable, "-m", "twin", "up", str(small_topology),
+    starter = subprocess.Popen([sys.executable, "-m", "ipsec_hil_twin", "up", str(small_topology),
                                 "--prefix", fresh_prefix],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30

@@ -1,4 +1,4 @@
-"""Components forked warm (twin.prefork): the same processes `ip netns exec python -m` made.
+"""Components forked warm (ipsec_hil_twin.machinery.prefork): the same processes `ip netns exec python -m` made.
 
 Why these tests: a forked child inherits everything the supervisor has -- descriptors,
 signal handlers, environment, namespaces, buffered output -- where an exec'd one started
@@ -17,7 +17,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from twin.runtime import RunDir, read_json
+from ipsec_hil_twin.machinery.runtime import RunDir, read_json
 
 from .conftest import needs_root
 from .test_lifecycle import twin, up
@@ -79,7 +79,7 @@ def test_a_labs_components_are_forked_warm_and_look_started(small_topology, fres
 
 SCRIPT = textwrap.dedent('''
     import json, os, sys, time
-    from twin.prefork import Launch, prefork
+    from ipsec_hil_twin.machinery.prefork import Launch, prefork
     leak = os.open(os.devnull, os.O_RDONLY)
     os.set_inheritable(leak, True)  # open in the parent at the fork, and not close-on-exec
     slots = prefork(2, ["tests.twin_lab.warm_target"])

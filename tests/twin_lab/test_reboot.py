@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from twin.lab import alive, available_components, control_request
-from twin.runtime import RunDir, read_json, write_json_atomic
+from ipsec_hil_twin.machinery.lab import alive, available_components, control_request
+from ipsec_hil_twin.machinery.runtime import RunDir, read_json, write_json_atomic
 
 from .conftest import needs_root
 from .test_lifecycle import twin, up
@@ -16,7 +16,7 @@ from .test_lifecycle import twin, up
 pytestmark = [
     needs_root,
     pytest.mark.skipif(not {"engine", "sshd"} <= set(available_components()),
-                       reason="needs twin.engine and twin.sshd (not installed yet)"),
+                       reason="needs ipsec_hil_twin.engine and ipsec_hil_twin.shell.sshd (not installed yet)"),
 ]
 
 
@@ -46,7 +46,7 @@ def test_reboot_resets_state_keeps_root(small_topology, fresh_prefix):
         state0 = read_json(hd.state_json)
         port = before["ssh_port"]
         assert ssh_run(run, port, "echo up")[1].strip() == "up"
-        from plugin.lab import topology
+        from ipsec_hil.lab import topology
         resolved = topology.load_topology(out["resolved"])  # what the suite will read
         assert resolved.hosts["dut3300"].mgmt.port == port
         # runtime changes a real reboot forgets: a route, an alias, an MTU, a sysctl

@@ -1,4 +1,4 @@
-"""twin.runtime: the shared layout (no root needed)."""
+"""ipsec_hil_twin.machinery.runtime: the shared layout (no root needed)."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from twin import runtime as rt
+from ipsec_hil_twin.machinery import runtime as rt
 
 
 def test_prefix_shape_and_uniqueness():

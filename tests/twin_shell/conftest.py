@@ -5,7 +5,7 @@ SAs on DIR/engine.sock, so the FreeBSD commands' formats can be checked exactly.
 real engine is tested under tests/engine and against this server in test_real_engine.
 Everything else is real: the namespace (`sh<hex>-dut` with a veth to `sh<hex>-peer`),
 tcsh, iputils ping, ip routes, paramiko on both ends, and the command server the lab's
-SSH server starts (twin.cmdserver): the commands run as they do in a lab.
+SSH server starts (ipsec_hil_twin.shell.cmdserver): the commands run as they do in a lab.
 """
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from twin.fbsd.install import install_bin
-from twin.jsonl import JsonlServer
-from twin.runtime import HostDir, write_json_atomic
-from twin.sshd import ApplianceSshServer, known_hosts_line, load_authorized_keys
+from ipsec_hil_twin.fbsd.install import install_bin
+from ipsec_hil_twin.jsonl import JsonlServer
+from ipsec_hil_twin.machinery.runtime import HostDir, write_json_atomic
+from ipsec_hil_twin.shell.sshd import ApplianceSshServer, known_hosts_line, load_authorized_keys
 
 GCM_KEY = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff01020304"
 CBC_KEY = "a0" * 32
@@ -45,7 +45,7 @@ ESP_COUNTS = {"received-packets": 10, "sent-packets": 1, "receieve-bytes": 840, 
 
 
 class JsonlDouble:
-    """A TEST DOUBLE's socket: twin.jsonl's server (the one the twin's components serve
+    """A TEST DOUBLE's socket: ipsec_hil_twin.jsonl's server (the one the twin's components serve
     with, so the commands meet the same framing), each request recorded in ``requests``
     and answered by ``answer(request)``. :meth:`close` stops it and removes the socket."""
 
@@ -68,7 +68,7 @@ class JsonlDouble:
 
 
 class EngineDoubleForFormatTests(JsonlDouble):
-    """TEST DOUBLE of twin.engine's control socket: fixed answers, records requests."""
+    """TEST DOUBLE of ipsec_hil_twin.engine's control socket: fixed answers, records requests."""
 
     def __init__(self, path: Path):
         super().__init__(path, self.answer)
@@ -126,7 +126,7 @@ class Appliance:
     known_hosts: Path
     pkey: paramiko.PKey
     commands: subprocess.Popen | None = None
-    """The appliance's command server (twin.cmdserver), which the SSH server starts."""
+    """The appliance's command server (ipsec_hil_twin.shell.cmdserver), which the SSH server starts."""
 
     def run(self, command: str, stdin: bytes | None = None, timeout: float = 30) -> Result:
         chan = self.client.get_transport().open_session(timeout=timeout)

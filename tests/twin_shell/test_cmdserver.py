@@ -1,4 +1,4 @@
-"""The appliance's command server (twin.cmdserver, twin.cmdclient, twin/cmdclient.pl): fewer
+"""The appliance's command server (ipsec_hil_twin.shell.cmdserver, ipsec_hil_twin.shell.cmdclient, twin/ipsec_hil_twin/shell/cmdclient.pl): fewer
 interpreters, the same commands.
 
 Why these tests: the server changes how every emulated command starts (forked from a
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from twin.cmdclient import (
+from ipsec_hil_twin.shell.cmdclient import (
     EXEC, EXIT_NOT_RUN, HEADER_SIZE, MAGIC, PEER_FDS, RUN, Request, decode_header, decode_request, encode_header,
     encode_request, send_request,
 )
-from twin.fbsd import COMMANDS
-from twin.fbsd.install import CLIENT, NO_SERVER_ENV, PERL, install_bin
-from twin.runtime import HostDir
+from ipsec_hil_twin.fbsd import COMMANDS
+from ipsec_hil_twin.fbsd.install import CLIENT, NO_SERVER_ENV, PERL, install_bin
+from ipsec_hil_twin.machinery.runtime import HostDir
 
 from tests.twin_ike.waiting import wait_until
 
@@ -117,7 +117,7 @@ def test_every_command_prints_the_same_through_the_server_as_run_by_itself(appli
 def _start_ping(appliance) -> subprocess.Popen:
     env = dict(os.environ, TWIN_HOST_DIR=str(appliance.hd.path), PATH=f"{appliance.hd.bin}:/usr/bin:/bin")
     env.pop("PYTHONPATH", None)
-    # -D: a stream with don't-fragment still runs iputils under the command (twin.fbsd.ping.own_loop),
+    # -D: a stream with don't-fragment still runs iputils under the command (ipsec_hil_twin.fbsd.ping.own_loop),
     # the process these tests look for in the command's session
     return subprocess.Popen(["nsenter", f"--net=/run/netns/{appliance.ns}", str(appliance.hd.bin / "ping"),
                              "-c", "300", "-i", "0.2", "-D", "10.77.0.2"],
@@ -150,7 +150,7 @@ def test_a_command_killed_by_a_signal_kills_its_client_with_it(appliance):
 
 
 def test_a_cut_session_kills_the_command_and_what_it_started(appliance):
-    """twin.sshd_exec kills the shell's process group when a session is cut: the client
+    """ipsec_hil_twin.shell.sshd_exec kills the shell's process group when a session is cut: the client
     dies, the server sees the connection close and kills the command's whole session
     (ping here runs the namespace's iputils ping)."""
     before = set(_children(appliance.commands.pid))
@@ -232,7 +232,7 @@ def test_a_dead_server_is_said_not_run_elsewhere(tmp_path):
 
 
 def test_the_protocol_round_trips_and_names_what_is_malformed():
-    req = Request(RUN, "twin.fbsd.sysctl", [b"-n", b"kern.ostype", b"\xff"], b"/root", {b"A": b"1=2", b"EMPTY": b""})
+    req = Request(RUN, "ipsec_hil_twin.fbsd.sysctl", [b"-n", b"kern.ostype", b"\xff"], b"/root", {b"A": b"1=2", b"EMPTY": b""})
     back = decode_request(encode_request(req))
     assert (back.kind, back.target, back.args, back.cwd, back.env) == (RUN, req.target, req.args, req.cwd, req.env)
     assert decode_header(encode_header(123, [0, 2])) == (123, [0, 2], False)
@@ -276,16 +276,16 @@ def test_the_command_gets_the_clients_fds_cwd_and_environment_when_it_sends_none
     out.write_text("before\n")
     env = {"PATH": "/usr/bin:/bin", "TWIN_HOST_DIR": str(appliance.hd.path), "MARK": "m1", "PERL_BADLANG": "0"}
     with open(out, "a") as fh:
-        r = subprocess.run([PERL, str(CLIENT), str(appliance.hd.cmd_sock), "twin.fbsd.b64decode", "-r"],
+        r = subprocess.run([PERL, str(CLIENT), str(appliance.hd.cmd_sock), "ipsec_hil_twin.fbsd.b64decode", "-r"],
                            input="aGVsbG8K", stdout=fh, stderr=subprocess.PIPE, text=True, timeout=30,
                            cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     assert out.read_text() == "before\nhello\n"
-    r = subprocess.run([PERL, str(CLIENT), str(appliance.hd.cmd_sock), "twin.fbsd.md5", "out.txt"],
+    r = subprocess.run([PERL, str(CLIENT), str(appliance.hd.cmd_sock), "ipsec_hil_twin.fbsd.md5", "out.txt"],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, cwd=tmp_path, env=env)
     assert (r.returncode, r.stderr) == (0, "") and r.stdout.startswith("MD5 (out.txt) = "), r.stderr
     # the environment: sysctl finds the appliance's values through TWIN_HOST_DIR
-    r = subprocess.run([PERL, str(CLIENT), str(appliance.hd.cmd_sock), "twin.fbsd.sysctl", "-n", "kern.ostype"],
+    r = subprocess.run([PERL, str(CLIENT), str(appliance.hd.cmd_sock), "ipsec_hil_twin.fbsd.sysctl", "-n", "kern.ostype"],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, cwd=tmp_path, env=env)
     assert (r.returncode, r.stdout, r.stderr) == (0, "FreeBSD\n", "")
 
@@ -312,7 +312,7 @@ def _view(text: str) -> dict[str, str]:
 
 
 def test_the_shell_is_spawned_with_only_its_pipes_in_a_session_of_its_own(appliance):
-    """EXEC by vfork (twin.cmdserver.spawn_program): the shell must be what the forked
+    """EXEC by vfork (ipsec_hil_twin.shell.cmdserver.spawn_program): the shell must be what the forked
     child made it -- no descriptor of the server (its listener, connections, pidfds,
     selector), a session of its own, the signal state of a cleanly started tcsh (the same
     command run by Popen, which resets the mask and SIGPIPE: tcsh then blocks and ignores

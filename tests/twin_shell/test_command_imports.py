@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from twin.fbsd import COMMANDS
+from ipsec_hil_twin.fbsd import COMMANDS
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from twin.runtime import read_json, write_json_atomic
+from ipsec_hil_twin.machinery.runtime import read_json, write_json_atomic
 
 from .conftest import AUTH_KEY, CBC_KEY, DRIVER_COUNTS, ESP_COUNTS, GCM_KEY, NPUEP, JsonlDouble
 
@@ -25,9 +25,9 @@ pytestmark = pytest.mark.needs_root
 
 
 def parser(name: str):
-    if importlib.util.find_spec(f"plugin.lab.parsers.{name}") is None:
+    if importlib.util.find_spec(f"ipsec_hil.lab.parsers.{name}") is None:
         return None
-    return importlib.import_module(f"plugin.lab.parsers.{name}")
+    return importlib.import_module(f"ipsec_hil.lab.parsers.{name}")
 
 
 # ----------------------------------------------------------------------------- sysctl
@@ -148,7 +148,7 @@ def test_setkey_replay_is_the_inbound_bitmap_in_bytes(appliance):
 def test_setkey_seq_is_the_low_half_past_2_32():
     """pfkey_dump.c prints sadb_x_sa2_sequence, a u_int32_t, as %08x: an ESN association
     past 2^32 shows its low half (the suite's parser refuses a ninth digit)."""
-    from twin.fbsd.setkey import dump_sas
+    from ipsec_hil_twin.fbsd.setkey import dump_sas
     sa = {"spi": 0xC0000001, "src": "192.0.2.1", "dst": "192.0.2.2", "cipher": "aes-gcm-16",
           "direction": "out", "seq": (1 << 32) + 0x10}
     assert "\tseq=0x00000010 replay=0 " in dump_sas([sa], 1.7e9, 1)
@@ -253,10 +253,10 @@ def test_ping_ipv4_reply_format_and_parse(appliance):
 
 def test_a_ping_stream_runs_freebsds_loop_and_keeps_the_format(appliance):
     """A stream (>= STREAM_COUNT echoes, -i from 0.01 s, no -D) runs FreeBSD's loop on a raw
-    socket (twin.fbsd.pingloop), not iputils, which slips or busy-waits there; its output
+    socket (ipsec_hil_twin.fbsd.pingloop), not iputils, which slips or busy-waits there; its output
     stays FreeBSD's: one line per echo in order, sequence from 0, the summary. The
     schedule is ping.c's: never faster than one echo per interval."""
-    from twin.fbsd import ping as tping
+    from ipsec_hil_twin.fbsd import ping as tping
 
     t0 = time.monotonic()
     r = appliance.run("ping -c 40 -i 0.01 -s 200 10.77.0.2")
@@ -309,7 +309,7 @@ def test_pingloop_echo_is_freebsds_request():
     from scapy.layers.inet import ICMP
     from scapy.layers.inet6 import ICMPv6EchoRequest
 
-    from twin.fbsd import pingloop
+    from ipsec_hil_twin.fbsd import pingloop
 
     pkt = pingloop.echo(4, 0x1234, 7, 300, 5_123_456_000)  # whole microseconds: tv32 keeps no more
     icmp = ICMP(pkt)
@@ -471,7 +471,7 @@ def test_b64decode_pipeline_in_csh(appliance):
 
 def test_shutdown_r_now_asks_the_supervisor(appliance):
     path = read_json(appliance.hd.host_json)["paths"]["supervisor_sock"]
-    sup = JsonlDouble(path, lambda req: {"ok": True, "accepted": True})  # twin.supervisor's socket
+    sup = JsonlDouble(path, lambda req: {"ok": True, "accepted": True})  # ipsec_hil_twin.machinery.supervisor's socket
     try:
         r = appliance.run("shutdown -r now")
         assert r.status == 0 and r.out.startswith("Shutdown NOW!\n")
@@ -482,8 +482,8 @@ def test_shutdown_r_now_asks_the_supervisor(appliance):
 
 def test_commands_import_no_heavy_modules():
     code = ("import sys\n"
-            "import twin.fbsd.sysctl, twin.fbsd.netstat, twin.fbsd.setkey, twin.fbsd.kld, twin.fbsd.ping, "
-            "twin.fbsd.ifconfig, twin.fbsd.route, twin.fbsd.digest, twin.fbsd.shutdown, twin.fbsd.b64decode\n"
+            "import ipsec_hil_twin.fbsd.sysctl, ipsec_hil_twin.fbsd.netstat, ipsec_hil_twin.fbsd.setkey, ipsec_hil_twin.fbsd.kld, ipsec_hil_twin.fbsd.ping, "
+            "ipsec_hil_twin.fbsd.ifconfig, ipsec_hil_twin.fbsd.route, ipsec_hil_twin.fbsd.digest, ipsec_hil_twin.fbsd.shutdown, ipsec_hil_twin.fbsd.b64decode\n"
             "heavy = [m for m in ('scapy', 'pydantic', 'paramiko', 'yaml', 'cryptography', 'pyroute2') "
             "if m in sys.modules]\n"
             "print(','.join(heavy))\n")
@@ -494,7 +494,7 @@ def test_commands_import_no_heavy_modules():
 # ----------------------------------------------------------------------------- suite parsers
 
 def test_suite_parsers_read_the_twin_output(appliance):
-    """Every parser the suite has (plugin.lab.parsers) reads what the twin prints."""
+    """Every parser the suite has (ipsec_hil.lab.parsers) reads what the twin prints."""
     checked = []
     p = parser("kldstat")
     if p:

@@ -1,6 +1,6 @@
-"""The FreeBSD commands against the real ESP engine (twin.engine) (not the test double).
+"""The FreeBSD commands against the real ESP engine (ipsec_hil_twin.engine) (not the test double).
 
-A MiniLab (twin.engine.minilab: hostA | gwA | gwB | hostB, two engines) carries real
+A MiniLab (ipsec_hil_twin.engine.minilab: hostA | gwA | gwB | hostB, two engines) carries real
 ESP; the appliance shell of gwA must then report what the engine really did: driver
 counters moving with traffic, the installed SA (SPI and key) in `setkey -D`, kernel ESP
 statistics as libxo JSON, and the inner IPv6 route going to the engine.
@@ -16,9 +16,9 @@ import shutil
 import paramiko
 import pytest
 
-from twin.fbsd.install import install_bin
-from twin.runtime import HostDir, write_json_atomic
-from twin.sshd import ApplianceSshServer, known_hosts_line, load_authorized_keys
+from ipsec_hil_twin.fbsd.install import install_bin
+from ipsec_hil_twin.machinery.runtime import HostDir, write_json_atomic
+from ipsec_hil_twin.shell.sshd import ApplianceSshServer, known_hosts_line, load_authorized_keys
 
 from .conftest import NPUEP, Appliance, new_client_key
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.needs_root
 def engine_appliance(tmp_path_factory):
     if os.geteuid() != 0 or not shutil.which("tcsh"):
         pytest.skip("needs root and tcsh")
-    from twin.engine import minilab
+    from ipsec_hil_twin.engine import minilab
     lab = minilab.MiniLab(driver={"gA": "npuep", "gB": "octep"}, base=tmp_path_factory.mktemp("eng"))
     server = client = None
     try:

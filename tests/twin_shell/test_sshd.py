@@ -15,8 +15,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from twin.sshd import SshdError, load_authorized_keys
-from twin.sshd_exec import exit_status_of
+from ipsec_hil_twin.shell.sshd import SshdError, load_authorized_keys
+from ipsec_hil_twin.shell.sshd_exec import exit_status_of
 
 from .conftest import build_host_dir, new_client_key
 
@@ -216,7 +216,7 @@ def test_sshd_cli_writes_port_file_and_stops_on_sigterm(appliance, tmp_path):
     _, text = new_client_key()
     pub.write_text(text + "\n")
     port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "twin.sshd", "--host-dir", str(hd.path),
+    proc = subprocess.Popen([sys.executable, "-m", "ipsec_hil_twin.shell.sshd", "--host-dir", str(hd.path),
                              "--authorized-key", str(pub), "--port", "0", "--port-file", str(port_file)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

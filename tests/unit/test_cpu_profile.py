@@ -21,7 +21,7 @@ cp = load_tool("cpu-profile", "cpu_profile")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="acct(2) needs root (CAP_SYS_PACCT)")
 
 # One process: 0.3 s of CPU under a name of its own, then exit.
-BURN = ("import time; from twin.labprocs import name_process; name_process('hil-cpu-burn'); "
+BURN = ("import time; from ipsec_hil_twin.machinery.labprocs import name_process; name_process('hil-cpu-burn'); "
         "t = time.process_time()\nwhile time.process_time() - t < 0.3: pass")
 BURN_FLOOR_S = 0.1  # of the 0.3 s burned: the real run's test says why not more
 

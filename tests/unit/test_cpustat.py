@@ -1,5 +1,5 @@
-"""twin.cpustat: busy and total seconds from /proc/stat's cpu line (guest time not twice)."""
-from twin.cpustat import machine_cpu_seconds, parse_cpu_line
+"""ipsec_hil_twin.machinery.cpustat: busy and total seconds from /proc/stat's cpu line (guest time not twice)."""
+from ipsec_hil_twin.machinery.cpustat import machine_cpu_seconds, parse_cpu_line
 
 
 def test_busy_is_all_but_idle_and_iowait_and_guest_is_not_counted_twice():

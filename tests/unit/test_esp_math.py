@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plugin.lab import esp_math as m
+from ipsec_hil.lab.expectations import esp_math as m
 
 GCM, CBC = "aes-gcm-16", "aes-cbc-hmac-sha256"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.lab.errors import ProfileError
-from plugin.lab.hardware import profile_for
+from ipsec_hil.lab.errors import ProfileError
+from ipsec_hil.lab.expectations.hardware import profile_for
 
 OCTEP = """tx_encrypt out_taken out_orig rx_v6 rx_done rx_queuefail rx_bad rx_blocked
 FROM_KN_TO_IPSEC_ENCR FROM_WIRE_TO_IPSEC_DECR CRYPTO_DROP_REPLAY_OOW TX_DROP_QUEUE_FULL
@@ -84,7 +84,7 @@ def test_unknown_counter_lookup_names_known_ones():
 
 
 def test_roles_name_counters_of_the_model():
-    from plugin.lab.hardware import REGISTRY
+    from ipsec_hil.lab.expectations.hardware import REGISTRY
 
     for model in REGISTRY.names():
         p = profile_for(model)
@@ -97,7 +97,7 @@ def test_roles_name_counters_of_the_model():
 
 
 def test_expectations_derive_from_the_roles():
-    from plugin.lab.expect import decrypted_refs, encrypted_refs
+    from ipsec_hil.lab.expectations.expect import decrypted_refs, encrypted_refs
 
     assert encrypted_refs("npu", profile_for("xgs136")) == ["npu:tx_taken", "npu:tx_accel"]
     assert decrypted_refs("dut", profile_for("xgs3300")) == ["dut:rx_done", "dut:rx_queuefail"]
@@ -112,7 +112,7 @@ def test_issue_531_is_a_known_issue_of_the_136_and_a_lab_may_say_its_build_lacks
 
 
 def test_a_role_naming_an_unknown_counter_is_refused():
-    from plugin.lab.hardware import CounterRoles, HardwareProfile
+    from ipsec_hil.lab.expectations.hardware import CounterRoles, HardwareProfile
 
     with pytest.raises(ProfileError, match=r"x: roles.errors names unknown counter\(s\) nope"):
         HardwareProfile("x", "xd", "/boot/modules/xd.ko", {"a": "dev.xd.0.ipsec.a"},
@@ -120,7 +120,7 @@ def test_a_role_naming_an_unknown_counter_is_refused():
 
 
 def test_models_is_live_and_a_second_definition_is_refused():
-    from plugin.lab.hardware import MODELS, REGISTRY, CounterRoles, HardwareProfile, default_oids
+    from ipsec_hil.lab.expectations.hardware import MODELS, REGISTRY, CounterRoles, HardwareProfile, default_oids
 
     p = HardwareProfile("xgs9", "nineep", "/boot/modules/nineep.ko", default_oids("nineep", 0, ("tx", "rx")),
                         CounterRoles(encrypted=("tx",), decrypted=("rx",), errors=()))
@@ -143,7 +143,7 @@ def test_models_is_live_and_a_second_definition_is_refused():
     ("models: [", "not YAML"),
 ])
 def test_a_bad_profiles_file_names_file_and_field(tmp_path, text, needle):
-    from plugin.lab.profiles_file import load_profiles_file
+    from ipsec_hil.lab.expectations.profiles_file import load_profiles_file
 
     f = tmp_path / "profiles.yaml"
     f.write_text(text)

@@ -1,4 +1,4 @@
-"""An association as the crafter reads it (plugin.lab.inject.craft.SaKeys: SadEntry's
+"""An association as the crafter reads it (ipsec_hil.lab.inject.craft.SaKeys: SadEntry's
 fields), for the wire tests that build one without `setkey -D`."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """tcpdump's status line, as Linux's tcpdump 4.99 prints it on SIGUSR1 and FreeBSD's on
 SIGINFO (the one-line form of tcpdump.c's info()): the capture's stop reads it to know
-that tcpdump has written every packet (plugin.lab.capture, issue 15)."""
+that tcpdump has written every packet (ipsec_hil.lab.traffic.capture, issue 15)."""
 from __future__ import annotations
 
 import shlex
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from plugin.lab.capture import CaptureCounts, caught_up_command, last_counts
+from ipsec_hil.lab.traffic.capture import CaptureCounts, caught_up_command, last_counts
 
 LISTENING = "tcpdump: listening on wan10g, link-type EN10MB (Ethernet), snapshot length 262144 bytes\n"
 

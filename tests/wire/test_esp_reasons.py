@@ -9,7 +9,7 @@ import pytest
 from scapy.layers.inet import ICMP, IP
 from scapy.layers.ipsec import ESP, SecurityAssociation
 
-from twin.engine.esp import BAD_AUTH, BAD_CRYPTO, BAD_LENGTH, EspError, make_suite
+from ipsec_hil_twin.engine.esp import BAD_AUTH, BAD_CRYPTO, BAD_LENGTH, EspError, make_suite
 
 CIPHERS = ["aes-gcm-16", "aes-cbc-hmac-sha256"]
 B = 1 << 32

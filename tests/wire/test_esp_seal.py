@@ -1,4 +1,4 @@
-"""The ESP frames the suite injects: sealed by plugin.lab.inject.craft for speed (issue 15),
+"""The ESP frames the suite injects: sealed by ipsec_hil.lab.inject.craft for speed (issue 15),
 byte for byte what scapy's ESP (``SecurityAssociation``) seals under the same IV -- both
 ciphers, with and without ESN, every padding length, a misstated pad length. A frame the
 appliance cannot decrypt because of the suite's sealing would read as a driver defect."""
@@ -11,7 +11,7 @@ from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.ipsec import ESP, SecurityAssociation, _ESPPlain
 
-from plugin.lab.inject.craft import Crafter, Inner, InjectError, min_inner
+from ipsec_hil.lab.inject.craft import Crafter, Inner, InjectError, min_inner
 
 from .sa_keys import Sa
 

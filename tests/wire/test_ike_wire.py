@@ -2,8 +2,8 @@
 from swanctl.conf and ESN from `...-esn` proposals (no root)."""
 from __future__ import annotations
 
-from twin.ike import conf
-from twin.ike.proposals import parse_proposals, select
+from ipsec_hil_twin.ike import conf
+from ipsec_hil_twin.ike.proposals import parse_proposals, select
 
 #: only what these tests read: a connection's children (the grammar and a whole connection's
 #: model are tests/twin_ike/test_conf.py's)

@@ -1,4 +1,4 @@
-"""plugin.lab.inject against two engines in namespaces: the peer (gwB) sends crafted ESP
+"""ipsec_hil.lab.inject against two engines in namespaces: the peer (gwB) sends crafted ESP
 from its own namespace (as the peer appliance's python3 does), hostA counts deliveries.
 
 Each invariant of issue 12 at the engine, healthy and with the fault that breaks it."""
@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from plugin.lab import esp_math
-from plugin.lab.inject import Crafter, Inner, WirePath, inject, min_inner
-from plugin.lab.remote.local import LocalHost
-from twin.engine.minilab import ADDR
+from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil.lab.inject import Crafter, Inner, WirePath, inject, min_inner
+from ipsec_hil.lab.remote.local import LocalHost
+from ipsec_hil_twin.engine.minilab import ADDR
 
 from .conftest import needs_root, settle
 from .sa_keys import Sa

@@ -1,4 +1,4 @@
-"""Keys never leave plugin.lab.inject: not in the scripts or stdin the hosts get, not in
+"""Keys never leave ipsec_hil.lab.inject: not in the scripts or stdin the hosts get, not in
 its logs (DEBUG), not in a repr or an error message (the artifact-wide search in
 tests/safety/test_secrets.py covers a full run; this covers the injection's own paths)."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from plugin.lab.inject import Crafter, InjectError, Inner, WirePath, inject
-from plugin.lab.remote.local import LocalHost
+from ipsec_hil.lab.inject import Crafter, InjectError, Inner, WirePath, inject
+from ipsec_hil.lab.remote.local import LocalHost
 from tests.safety.test_secrets import forms
 
 from .conftest import needs_root

@@ -10,7 +10,7 @@ from scapy.compat import raw
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 
-from plugin.lab.inject.craft import MAGIC, Inner, min_inner
+from ipsec_hil.lab.inject.craft import MAGIC, Inner, min_inner
 
 
 @pytest.mark.parametrize("family,src,dst", [("ipv4", "198.51.100.7", "203.0.113.10"),

@@ -12,7 +12,7 @@ from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6
 from scapy.layers.ipsec import ESP
 from scapy.layers.l2 import CookedLinux, Dot1Q, Ether
 
-from plugin.lab.capture import _packets_scapy, _packets_struct, packets
+from ipsec_hil.lab.traffic.capture import _packets_scapy, _packets_struct, packets
 
 
 def ip_packets():

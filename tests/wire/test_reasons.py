@@ -1,10 +1,10 @@
-"""plugin.lab.inject.reasons: the counter a drop must move, per model and reason (no lab)."""
+"""ipsec_hil.lab.inject.reasons: the counter a drop must move, per model and reason (no lab)."""
 from __future__ import annotations
 
 import pytest
 
-from plugin.lab.hardware import REGISTRY
-from plugin.lab.inject.reasons import KERNEL, VARIANT_REASON, drop_counter
+from ipsec_hil.lab.expectations.hardware import REGISTRY
+from ipsec_hil.lab.inject.reasons import KERNEL, VARIANT_REASON, drop_counter
 
 
 @pytest.mark.parametrize("model,reason,want", [

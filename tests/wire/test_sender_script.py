@@ -1,4 +1,4 @@
-"""The injection's two programs (plugin.lab.inject.scripts SENDER, RECEIVER) run for real on
+"""The injection's two programs (ipsec_hil.lab.inject.scripts SENDER, RECEIVER) run for real on
 loopback.
 
 Why: they are text shipped to lab hosts and run there, so nothing else executes them
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from plugin.lab.inject.scripts import RECEIVER, SENDER
+from ipsec_hil.lab.inject.scripts import RECEIVER, SENDER
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a raw ESP socket)")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin.lab.topology import TopologyError, parse_topology
+from ipsec_hil.lab.topology import TopologyError, parse_topology
 
 VIRTUAL = (Path(__file__).resolve().parents[2] / "topologies" / "virtual.yaml").read_text()
 LINE = "    inject: {via: peer}            # issue 12: the peer's python3 sends crafted ESP\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from twin.engine.esp import ReplayWindow
+from ipsec_hil_twin.engine.esp import ReplayWindow
 
 WINDOWS = (32, 64, 1024)
 

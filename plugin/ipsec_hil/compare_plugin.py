@@ -1,0 +1,261 @@
+"""``--parent-driver MODEL=PATH``: candidate against parent in one run (issue 14).
+
+Beside ``--driver MODEL=candidate.ko``. The functional tests run on the candidate (the
+``--driver`` plugin deployed it at lab-ready); then, in the controller's
+``pytest_sessionfinish`` (``tryfirst``: after every test, before the ``--driver`` plugin
+restores the appliance's own module and before the page is written), this phase brings
+up one tunnel per model (outer IPv4, inner IPv4, AES-GCM, one child: the page's rate
+configuration), swaps parent and candidate on that tunnel's appliances in the
+interleaved order and judges each rate figure (:mod:`ipsec_hil.lab.measuring.build_comparison`).
+
+Exit status (ipsec_hil.exitcodes), most serious first: whatever already ended the run badly
+(tests failed = 1, lab not up = 17, ...) stands; else a comparison that could not be
+measured gives ``COMPARISON_NOT_MEASURED`` (the lab broke, no verdict); else any
+figure's "regression" gives ``CANDIDATE_REGRESSION``. The verdicts are printed and on
+the page whatever the exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from ipsec_hil.driver_plugin import driver_run, parse_driver_options
+from ipsec_hil.exitcodes import HilExitCode
+from ipsec_hil.lab.reporting.allure_results import Attachment, write_result
+from ipsec_hil.lab.measuring.build_comparison import (FIGURES, KNOWN_FIGURES, BuildComparison, Builds, check_figures,
+                                         compare_builds)
+from ipsec_hil.lab.cases import TunnelCase, tunnel_cases
+from ipsec_hil.lab.decision.compare import Rule
+from ipsec_hil.lab.decision.plot import plot_comparisons
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.live_lab import Lab
+from ipsec_hil.lab.tunnel import bring_up
+from ipsec_hil.session import active_topology, is_worker, reports_dir, wants_lab
+
+log = logging.getLogger(__name__)
+
+__all__: list[str] = []
+
+#: the configuration the comparison measures (the pages' rate configuration)
+RATE_CONFIGURATION = {"outer": "ipv4", "inner": "ipv4", "cipher": "aes-gcm-16", "children": "one"}
+
+
+@dataclass
+class ParentRun:
+    """The run's parent builds and, after the phase, one comparison per model."""
+
+    parents: dict[str, Path]
+    pairs: int
+    seconds: float
+    figures: tuple[str, ...] = FIGURES
+    results: list[BuildComparison] = field(default_factory=list)
+    not_measured: list[str] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+
+
+PARENT_RUN_KEY = pytest.StashKey[ParentRun]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hil")
+    group.addoption("--parent-driver", action="append", default=[], metavar="MODEL=PATH",
+                    help="the build the --driver candidate replaces: after the tests, measure both in "
+                         "interleaved trials and judge each rate figure (regression: exit "
+                         f"{int(HilExitCode.CANDIDATE_REGRESSION)})")
+    group.addoption("--compare-pairs", type=int, default=4, metavar="N",
+                    help="pairs of parent/candidate trials per figure (default 4; the rule needs >= 3)")
+    group.addoption("--compare-seconds", type=float, default=2.0, metavar="S",
+                    help="seconds of traffic per comparison trial (default 2; a PDR search's final trials)")
+    group.addoption("--compare-figures", default=",".join(FIGURES), metavar="LIST",
+                    help=f"figures each comparison trial measures, of {', '.join(KNOWN_FIGURES)} "
+                         f"(default {','.join(FIGURES)}; pdr runs one PDR search per trial, ~10x a stream)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    values = config.getoption("--parent-driver", []) or []
+    if not values:
+        return
+    parsed = parse_driver_options(values, Path(config.invocation_params.dir), option="--parent-driver")
+    candidates = config.getoption("--driver", []) or []
+    cand_models = {v.partition("=")[0] for v in candidates}
+    for model in parsed:
+        if model not in cand_models:
+            raise pytest.UsageError(f"--parent-driver {model}=...: no --driver {model}=CANDIDATE to compare it with")
+    pairs, seconds = config.getoption("--compare-pairs"), config.getoption("--compare-seconds")
+    if pairs < Rule().min_pairs:
+        raise pytest.UsageError(f"--compare-pairs {pairs}: the verdict rule needs at least {Rule().min_pairs} pairs")
+    if not seconds >= 1:
+        raise pytest.UsageError(f"--compare-seconds {seconds}: at least 1 (iperf3 counts whole seconds)")
+    try:
+        figures = check_figures(str(config.getoption("--compare-figures")).split(","))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--compare-figures: {exc}") from None
+    config.stash[PARENT_RUN_KEY] = ParentRun({m: p for m, (p, _) in parsed.items()}, pairs, seconds, figures)
+
+
+def parent_run(config: pytest.Config) -> ParentRun | None:
+    return config.stash.get(PARENT_RUN_KEY, None)
+
+
+def comparison_case(topology, model: str) -> TunnelCase | None:
+    cases = tunnel_cases(topology, model=model, **RATE_CONFIGURATION)
+    return cases[0] if cases else None
+
+
+def _compare_model(config: pytest.Config, lab: Lab, pr: ParentRun, model: str, candidate: Path) -> BuildComparison:
+    case = comparison_case(lab.topology, model)
+    if case is None:
+        raise LabError(f"{model}: the topology has no tunnel from a {model} in the rate configuration "
+                       f"({RATE_CONFIGURATION})")
+    builds = Builds(model, pr.parents[model], candidate)
+    dr = driver_run(config)
+    with bring_up(lab, case, run_id="cmp-" + uuid.uuid4().hex[:8]) as active:
+        hosts = {active.local.name, active.remote.name}
+        deployments = [d for d in (dr.deployments if dr else []) if d.appliance.name in hosts
+                       and d.backup is not None and str(d.local_path) == str(candidate)]
+        if not deployments:
+            raise LabError(f"{model}: the candidate is not deployed on {', '.join(sorted(hosts))}")
+        route = active.bench.probe("route", action="add", dst=active.inner_prefix("remote"),
+                                   gateway=active.inner_address("local"))
+        try:
+            return compare_builds(active, deployments, builds, pairs=pr.pairs, seconds=pr.seconds,
+                                  figures=pr.figures)
+        finally:
+            if not route.get("existed"):
+                active.bench.probe("route", action="del", dst=active.inner_prefix("remote"))
+
+
+def _write_outputs(config: pytest.Config, pr: ParentRun) -> None:
+    out = reports_dir(config)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    (out / "comparison.json").write_text(json.dumps([r.to_dict() for r in pr.results], indent=1))
+    alluredir = getattr(config.option, "allure_report_dir", None)
+    for r in pr.results:
+        if not r.comparisons:
+            continue
+        path = out / "plots" / f"parent-vs-candidate-{r.model}.png"
+        png = plot_comparisons(r.comparisons, path)
+        pr.plots.append(path)
+        if alluredir:
+            for c in r.comparisons:
+                _allure_result(alluredir, r, c, png)
+
+
+def _allure_result(alluredir: str, r: BuildComparison, c, png: bytes) -> None:
+    """One Allure result per figure: failed on a regression; its historyId is the model and
+    figure, so Allure's history trends candidate/parent per figure across runs."""
+    write_result(
+        alluredir, name=f"candidate vs parent: {r.model} {c.figure}",
+        full_name=f"compare::{r.model}::{c.figure}", history_id=f"ipsec-hil-compare-{r.model}-{c.figure}",
+        status="failed" if c.verdict.value == "regression" else "passed", message=c.summary(),
+        suite="candidate vs parent", description=f"{r.tunnel_case}: parent {r.builds.parent}, candidate "
+                                                 f"{r.builds.candidate}",
+        parameters={"ratio": f"{c.ratio:.3f}", "interval": f"[{c.ci_low:.3f}, {c.ci_high:.3f}]",
+                    "verdict": c.verdict.value},
+        attachments=[Attachment("parent vs candidate", png, "image/png", "png"),
+                     Attachment("trials.json", json.dumps(c.to_dict(), indent=1).encode(), "application/json", "json")])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    pr = parent_run(config)
+    dr = driver_run(config)
+    if pr is None or is_worker(config) or not wants_lab(config) or pr.results or pr.not_measured:
+        return
+    if dr is None or not dr.results:
+        pr.not_measured.append("the candidate was never deployed: nothing to compare")
+    else:
+        lab = Lab.connect(active_topology(config))
+        try:
+            for model, (candidate, _) in dr.requested.items():
+                if model not in pr.parents:
+                    continue
+                try:
+                    result = _compare_model(config, lab, pr, model, candidate)
+                except LabError as exc:
+                    pr.not_measured.append(f"{model}: {exc}")
+                    continue
+                pr.results.append(result)
+                if result.error:
+                    pr.not_measured.append(f"{model}: {result.error}")
+        finally:
+            lab.close()
+        _write_outputs(config, pr)
+    _report(config, pr)
+    if session.exitstatus == 0 and pr.not_measured:
+        session.exitstatus = HilExitCode.COMPARISON_NOT_MEASURED
+    elif session.exitstatus == 0 and any(r.regressions for r in pr.results):
+        session.exitstatus = HilExitCode.CANDIDATE_REGRESSION
+
+
+def verdict_line(pr: ParentRun) -> str:
+    """The run's one-line answer to "does the candidate make anything worse than its parent"."""
+    if pr.not_measured:
+        return "NOT MEASURED: " + "; ".join(pr.not_measured)
+    regs = [c for r in pr.results for c in r.regressions]
+    if regs:
+        return f"REGRESSION in {len(regs)} figure(s): " + "; ".join(
+            f"{r.model} {c.figure} x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]" for r in pr.results
+            for c in r.regressions)
+    return "no regression: " + "; ".join(f"{r.model} {c.figure} {c.verdict.value}" for r in pr.results
+                                         for c in r.comparisons)
+
+
+def summary_lines(pr: ParentRun) -> list[str]:
+    lines = [f"candidate vs parent: {verdict_line(pr)}"]
+    for r in pr.results:
+        lines.append(f"  {r.model} on {r.tunnel_case}: parent {r.builds.parent} (md5 {r.builds.identity('parent').md5}), "
+                     f"candidate {r.builds.candidate} (md5 {r.builds.identity('candidate').md5}); {r.pairs} pairs of "
+                     f"{r.trial_seconds:g} s trials, {r.swaps} swaps (each followed by a discarded warm-up stream), "
+                     f"{r.wall_seconds:.1f} s added")
+        lines += [f"    {c.summary()}" for c in r.comparisons]
+    return lines
+
+
+def _report(config: pytest.Config, pr: ParentRun) -> None:
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:
+        terminal.section("candidate vs parent")
+        for line in summary_lines(pr):
+            terminal.write_line(line)
+
+
+def page_section(pr: ParentRun) -> str:
+    out = ["## Candidate against parent", "", f"**{verdict_line(pr)}**", ""]
+    for r in pr.results:
+        out.append(f"- {r.model} on `{r.tunnel_case}`: {r.pairs} interleaved pairs (parent, candidate, candidate, "
+                   f"parent, ...) of {r.trial_seconds:g} s trials, {r.swaps} build swaps each followed by a discarded "
+                   f"warm-up stream ({', '.join(f'{w:.1f}' for w in r.warmups)} Mbit/s), {r.wall_seconds:.1f} s")
+        out += [f"  - {c.summary()}" for c in r.comparisons]
+        out += [f"  - trial {t.index} {t.role}: {t.figure} = {t.mbit:.1f} Mbit/s" for t in r.trials]
+    out += [f"- ![parent vs candidate](plots/{p.name})" for p in pr.plots]
+    return "\n".join(out) + "\n"
+
+
+def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+    pr = parent_run(config)
+    return page_section(pr) if pr is not None and (pr.results or pr.not_measured) else None
+
+
+def pytest_hil_page_verdict(config: pytest.Config) -> list[str] | None:
+    pr = parent_run(config)
+    if pr is None or not (pr.results or pr.not_measured):
+        return None
+    return [f"candidate against parent: {verdict_line(pr)}"] + [c.summary() for r in pr.results for c in r.comparisons]
+
+
+def pytest_hil_allure_environment(config: pytest.Config) -> dict[str, str] | None:
+    pr = parent_run(config)
+    if pr is None:
+        return None
+    env = {"candidate_vs_parent.verdict": verdict_line(pr)}
+    for model, path in pr.parents.items():
+        env[f"parent_driver.{model}.file"] = str(path)
+    return env

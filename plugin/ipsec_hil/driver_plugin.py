@@ -1,0 +1,258 @@
+"""``--driver MODEL=PATH``: the run measures that build, then puts the previous one back.
+
+Thin hooks over :mod:`ipsec_hil.lab.driver` (issue 7). Where and when, and why:
+
+- ``pytest_configure`` (every process): parse and check the option (a bad model or a
+  missing file is a usage error, exit 4, before any lab is touched).
+- ``pytest_hil_lab_ready`` (ipsec_hil.hookspecs; the controller calls it once the lab is up,
+  before xdist starts workers and before it reads the hardware facts), so the driver is
+  deployed exactly once per appliance of that model, under the appliance lock, and the
+  run reports the build under test. A dead run's journal is recovered first (its module
+  file put back and reloaded). A failed deployment has already restored that appliance;
+  the run stops with exit code :data:`DRIVER_DEPLOY_FAILED`.
+- ``pytest_report_header``: what is under test (local md5/size and where it went).
+- ``pytest_sessionfinish`` (controller, before the page is written -- the controller's is
+  ``trylast``): the previous module is restored (unless ``--keep-driver``); through
+  ``pytest_hil_page_sections`` / ``pytest_hil_allure_environment`` the page gets a
+  "Driver under test" section saying so and Allure's environment ``driver_under_test.*`` keys.
+- ``pytest_unconfigure`` (``tryfirst``: before the controller stops the virtual lab):
+  restore again if sessionfinish never ran (a failed sessionstart); idempotent. A failed
+  restore makes the run exit :data:`DRIVER_RESTORE_FAILED` (the journal keeps the backup;
+  the next run recovers it).
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import socket
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ipsec_hil.exitcodes import HilExitCode
+from ipsec_hil.lab.driver import DeployResult, DriverDeployment, ModuleBuild, local_build, recover_driver
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.expectations.hardware import MODELS
+from ipsec_hil.lab.live_lab import build_appliances, close_hosts
+from ipsec_hil.lab.sharing.lock import ApplianceLock
+from ipsec_hil.session import active_topology, is_worker
+
+log = logging.getLogger(__name__)
+
+__all__: list[str] = []
+
+#: exit codes (ipsec_hil.exitcodes)
+DRIVER_DEPLOY_FAILED = HilExitCode.DRIVER_DEPLOY_FAILED
+DRIVER_RESTORE_FAILED = HilExitCode.DRIVER_RESTORE_FAILED
+
+
+@dataclass
+class DriverRun:
+    """The run's driver-under-test state (controller): requested builds and deployments."""
+
+    requested: dict[str, tuple[Path, ModuleBuild]]  # model -> (local path, md5/size)
+    keep: bool = False
+    deployments: list[DriverDeployment] = field(default_factory=list)
+    results: list[DeployResult] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)  # lines for the page
+    failures: list[str] = field(default_factory=list)
+    hosts: dict[str, Any] = field(default_factory=dict)
+    session: Any = None
+    finished: bool = False
+
+
+DRIVER_RUN_KEY = pytest.StashKey[DriverRun]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hil")
+    group.addoption(
+        "--driver",
+        action="append",
+        default=[],
+        metavar="MODEL=PATH",
+        help="driver under test: upload and load this module on every appliance of MODEL "
+        f"({', '.join(MODELS)}) before the tests, restore the previous one after (repeatable)",
+    )
+    group.addoption(
+        "--keep-driver",
+        action="store_true",
+        default=False,
+        help="leave the --driver build loaded after the run (the previous module is kept as "
+        "<module>.previous on the appliance)",
+    )
+
+
+def parse_driver_options(values: list[str], base: Path, option: str = "--driver") -> dict[str, tuple[Path, ModuleBuild]]:
+    """``["xgs3300=build/octep.ko", ...]`` -> {model: (absolute path, md5/size)}.
+
+    Raises ``pytest.UsageError`` naming the option value that is wrong.
+    """
+    out: dict[str, tuple[Path, ModuleBuild]] = {}
+    for v in values:
+        model, sep, path = v.partition("=")
+        if not sep or not model or not path:
+            raise pytest.UsageError(f"{option} {v!r}: expected MODEL=PATH, e.g. xgs3300=build/octep.ko")
+        if model not in MODELS:
+            raise pytest.UsageError(f"{option} {v!r}: unknown model {model!r}; known: {', '.join(MODELS)}")
+        if model in out:
+            raise pytest.UsageError(f"{option} {v!r}: a second build for {model} (one per model)")
+        p = Path(path)
+        if not p.is_absolute():
+            p = base / p
+        try:
+            _, build = local_build(p)
+        except LabError as exc:
+            raise pytest.UsageError(f"{option} {v!r}: {exc}") from None
+        out[model] = (p, build)
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    values = config.getoption("--driver", []) or []
+    requested = parse_driver_options(values, Path(config.invocation_params.dir))
+    config.stash[DRIVER_RUN_KEY] = DriverRun(requested, keep=bool(config.getoption("--keep-driver", False)))
+
+
+def driver_run(config: pytest.Config) -> DriverRun | None:
+    """The run's driver state, or None when no ``--driver`` was given."""
+    dr = config.stash.get(DRIVER_RUN_KEY, None)
+    return dr if dr is not None and dr.requested else None
+
+
+def pytest_hil_lab_ready(session: pytest.Session) -> None:
+    config = session.config
+    dr = driver_run(config)
+    if dr is None:
+        return
+    dr.session = session
+    topology = active_topology(config)
+    missing = [m for m in dr.requested if not topology.appliances(m)]
+    if missing:
+        raise pytest.UsageError(f"--driver for {', '.join(missing)}: the topology {topology.lab.name} has no such "
+                                "appliance")
+    apps, dr.hosts = build_appliances(topology)
+    run_id = "drv-" + uuid.uuid4().hex[:8]
+    holder = f"{getpass.getuser()}@{socket.gethostname()}: pytest --driver"
+    for model, (path, build) in dr.requested.items():
+        for host in topology.appliances(model):
+            app = apps[host.name]
+            dep = DriverDeployment(app, path, run_id=run_id)
+            try:
+                with ApplianceLock(app.host, holder, run_id=run_id, wait=600, poll=2):
+                    recovered = recover_driver(app)
+                    if recovered:
+                        log.warning("%s: recovered before deploying: %s", app.name, "; ".join(recovered))
+                    dr.deployments.append(dep)
+                    dr.results.append(dep.deploy())
+            except LabError as exc:
+                dr.failures.append(str(exc))  # DriverError/LabError texts name the appliance
+                pytest.exit(f"driver under test not deployed (previous module restored on {app.name}): {exc}",
+                            returncode=DRIVER_DEPLOY_FAILED)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    dr = driver_run(config)
+    if dr is None:
+        return []
+    lines = []
+    for model, (path, build) in dr.requested.items():
+        where = ", ".join(r.appliance for r in dr.results if r.model == model) or "not deployed yet"
+        lines.append(f"driver under test: {model} = {path} (md5 {build.md5}, {build.size:,} bytes) -> {where}")
+    for r in dr.results:
+        lines.append(f"  {r.appliance}: loaded {r.deployed.text()}; previous {r.previous.text()}")
+    return lines
+
+
+def _restore_all(dr: DriverRun) -> None:
+    """Restore (or keep) every deployment, newest first; collect failures."""
+    for dep in reversed(dr.deployments):
+        name = dep.appliance.name
+        try:
+            with ApplianceLock(dep.host, f"{getpass.getuser()}@{socket.gethostname()}: pytest --driver restore",
+                               run_id=dep.run_id, wait=600, poll=2):
+                if dr.keep:
+                    kept = dep.keep()
+                    if kept is not None or dep.previous is not None:
+                        dr.restored.append(f"{name}: --keep-driver: the build under test stays loaded; previous "
+                                           f"module kept as {kept or '(none)'}")
+                else:
+                    now = dep.restore()
+                    if now is not None:
+                        dr.restored.append(f"{name}: previous module restored and {'loaded' if now.loaded else 'not loaded'}"
+                                           f" ({now.text()})")
+        except LabError as exc:
+            dr.failures.append(f"{name}: restore failed: {exc}")
+            sys.stderr.write(f"\n*** {name}: the previous driver could NOT be restored: {exc}\n"
+                             "*** its backup stays in the appliance's journal; the next run recovers it\n")
+    dr.deployments = [d for d in dr.deployments if d.backup is not None]
+
+
+def _close(dr: DriverRun) -> None:
+    close_hosts(dr.hosts)
+    dr.hosts = {}
+
+
+def page_section(dr: DriverRun, restored: bool) -> str:
+    out = ["## Driver under test", ""]
+    for r in dr.results:
+        out.append(f"- {r.appliance} ({r.model}): `{r.module_file}` from `{r.local_path}`: md5 "
+                   f"`{r.deployed.md5}`, {r.deployed.size:,} bytes, loaded (kldstat), kernel log clean; "
+                   f"previous build md5 `{r.previous.md5 or 'none'}`")
+    if restored:
+        out += [f"- {line}" for line in dr.restored]
+    out += [f"- **{line}**" for line in dr.failures]
+    return "\n".join(out) + "\n"
+
+
+def environment_lines(dr: DriverRun) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for r in dr.results:
+        env[f"driver_under_test.{r.appliance}.md5"] = r.deployed.md5 or "unknown"
+        env[f"driver_under_test.{r.appliance}.size"] = str(r.deployed.size)
+        env[f"driver_under_test.{r.appliance}.file"] = r.local_path
+        env[f"driver_under_test.{r.appliance}.previous_md5"] = r.previous.md5 or "none"
+    return env
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    dr = driver_run(config)
+    if dr is None or is_worker(config) or dr.finished:
+        return
+    dr.finished = True
+    _restore_all(dr)
+    _close(dr)
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    for line in dr.restored + dr.failures:
+        if terminal is not None:
+            terminal.write_line(f"driver under test: {line}")
+    if any("restore failed" in f for f in dr.failures):
+        session.exitstatus = DRIVER_RESTORE_FAILED
+
+
+def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+    dr = driver_run(config)
+    return page_section(dr, restored=True) if dr is not None and (dr.results or dr.failures) else None
+
+
+def pytest_hil_allure_environment(config: pytest.Config) -> dict[str, str] | None:
+    dr = driver_run(config)
+    return environment_lines(dr) if dr is not None else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    dr = driver_run(config)
+    if dr is None or is_worker(config):
+        return
+    if dr.deployments:
+        _restore_all(dr)
+        if dr.session is not None and any("restore failed" in f for f in dr.failures):
+            dr.session.exitstatus = DRIVER_RESTORE_FAILED
+    _close(dr)

@@ -1,0 +1,46 @@
+"""Hooks the suite offers to its own plugins and to a driver repository's conftest.
+
+Why hooks: the run's controller (ipsec_hil.session.HilSession) owns the order of a run --
+lab up, build under test deployed, hardware facts read, tests, page written once -- and
+the gate and the driver-under-test plugins take part in it (deploy, page sections, Allure
+environment keys) without importing each other or the controller, and without
+tryfirst/trylast races between modules.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.hookspec
+def pytest_hil_lab_ready(session: pytest.Session) -> None:
+    """The lab is up (a virtual lab started, or a hardware lab's file loaded), no test has run.
+
+    Called once, in the controller, from the run's ``pytest_sessionstart``, before it reads
+    the appliances' driver builds: deploy here what the run is to measure (``--driver``).
+    Not called when the run executes no acceptance test (``--collect-only``, ``tests/``).
+    """
+
+
+@pytest.hookspec
+def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+    """A Markdown section (``## Title`` and its body) to append to this run's page, or None.
+
+    Called once, in the controller, at the end of the run (after every plugin's own
+    ``pytest_sessionfinish``), in plugin registration order.
+    """
+
+
+@pytest.hookspec
+def pytest_hil_allure_environment(config: pytest.Config) -> dict[str, str] | None:
+    """``key: value`` pairs for Allure's environment.properties (e.g. the build under test)."""
+
+
+@pytest.hookspec
+def pytest_hil_page_verdict(config: pytest.Config) -> list[str] | None:
+    """The run's answer for the page's first line (e.g. candidate against parent: the
+    first string is the verdict, the rest one line each under it), or None.
+
+    Called once, in the controller, when the page is written (after every plugin's
+    ``pytest_sessionfinish``). Without any, the page states the tests' own verdict.
+    """

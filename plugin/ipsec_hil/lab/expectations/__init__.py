@@ -1,0 +1,1 @@
+"""ipsec_hil.lab.expectations: see the modules."""

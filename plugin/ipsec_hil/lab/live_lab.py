@@ -1,0 +1,131 @@
+"""The lab with live objects: a topology's appliances and bench, connected.
+
+Why here and not in the pytest fixtures: a person at a Python prompt wants the same
+objects a test gets (``with Lab.connect(load_topology(path)) as lab: lab.appliances[...]``),
+and the run's controller reads the appliances' driver builds once through
+:func:`read_hardware` instead of every report reconnecting on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ipsec_hil.lab.appliance import Appliance
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.files import recover
+from ipsec_hil.lab.remote import host_from_mgmt
+from ipsec_hil.lab.reporting.report import HardwareInfo, hardware_info
+from ipsec_hil.lab.topology import Port, Topology
+from ipsec_hil.lab.traffic.bench import BenchHost
+
+log = logging.getLogger(__name__)
+
+
+def build_appliances(topology: Topology) -> tuple[dict[str, Appliance], dict[str, Any]]:
+    """Appliance objects (and every host's transport) for every appliance of a topology."""
+    known_hosts = topology.lab.known_hosts
+    hosts: dict[str, Any] = {}
+    for name, h in topology.hosts.items():
+        jump = None
+        if h.mgmt.jump is not None:
+            jump = host_from_mgmt(f"{name}-jump", h.mgmt.jump, known_hosts)
+        hosts[name] = host_from_mgmt(name, h.mgmt, known_hosts, jump=jump)
+    apps = {
+        name: Appliance(name, hosts[name], h.hardware, command_timeout=h.mgmt.command_timeout)
+        for name, h in topology.hosts.items()
+        if h.is_appliance
+    }
+    return apps, hosts
+
+
+def close_hosts(hosts: dict[str, Any]) -> None:
+    """Close every transport; a failure is logged with its host (the run's verdict stands)."""
+    for name, h in hosts.items():
+        try:
+            h.close()
+        except Exception as exc:  # noqa: BLE001 -- closing must not mask what the run found
+            log.warning("%s: closing its connection failed: %s: %s", name, type(exc).__name__, exc)
+
+
+@dataclass
+class Lab:
+    """The topology with live objects: ``lab.appliances[name]``, ``lab.bench``."""
+
+    topology: Topology
+    appliances: dict[str, Appliance]
+    bench: BenchHost | None
+    hosts: dict[str, Any]
+    recovered: dict[str, list[str]] = field(default_factory=dict)
+    _checked: set[str] = field(default_factory=set)
+
+    @classmethod
+    def connect(cls, topology: Topology) -> Lab:
+        """Every appliance and the bench of ``topology`` (connections open lazily)."""
+        apps, hosts = build_appliances(topology)
+        bench_name = next((n for n, h in topology.hosts.items() if not h.is_appliance), None)
+        bench = BenchHost(bench_name, hosts[bench_name]) if bench_name else None
+        return cls(topology, apps, bench, hosts)
+
+    def close(self) -> None:
+        close_hosts(self.hosts)
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def recover_once(self, app: Appliance) -> None:
+        """Restore what a dead run left on ``app`` (its journal), once per process.
+
+        Call it only while holding ``app``'s ApplianceLock: a journal belongs to a dead run
+        only when nobody holds the lock -- recovering a live run's journal would undo its
+        tunnel mid-test.
+        """
+        if app.name in self._checked:
+            return
+        self._checked.add(app.name)
+        restored = recover(app.host)
+        if restored:
+            self.recovered[app.name] = restored
+            log.warning("%s: restored what a dead run left: %s", app.name, "; ".join(restored))
+
+    def bench_port_facing(self, host: str, port: str) -> tuple[str, Port] | None:
+        """The bench's port wired to ``host.port`` (name, Port), if the bench has one."""
+        bench = self.bench.name if self.bench else None
+        for link in self.topology.links:
+            (ha, pa), (hb, pb) = link.ends
+            if (ha, pa) == (host, port) and hb == bench:
+                return pb, self.topology.hosts[hb].ports[pb]
+            if (hb, pb) == (host, port) and ha == bench:
+                return pa, self.topology.hosts[ha].ports[pa]
+        return None
+
+
+@dataclass(frozen=True)
+class HardwareFacts:
+    """Every appliance's driver build and kernel as the run found them, read once.
+
+    ``unreadable``: appliance -> why its build could not be read (said on the page and in
+    the header rather than dropped).
+    """
+
+    appliances: tuple[HardwareInfo, ...] = ()
+    unreadable: tuple[tuple[str, str], ...] = ()
+
+
+def read_hardware(topology: Topology) -> HardwareFacts:
+    """Connect once, ask each appliance for its module (name, md5, size, loaded) and kernel."""
+    infos, unreadable = [], []
+    apps, hosts = build_appliances(topology)
+    try:
+        for app in apps.values():
+            try:
+                infos.append(hardware_info(app))
+            except LabError as exc:
+                unreadable.append((app.name, str(exc)))
+    finally:
+        close_hosts(hosts)
+    return HardwareFacts(tuple(infos), tuple(unreadable))

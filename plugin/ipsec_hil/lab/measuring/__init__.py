@@ -1,0 +1,1 @@
+"""ipsec_hil.lab.measuring: see the modules."""

@@ -1,0 +1,1 @@
+"""ipsec_hil.lab.reporting: see the modules."""

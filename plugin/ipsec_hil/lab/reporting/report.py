@@ -1,0 +1,412 @@
+"""The measurement page (Markdown), stream plots, and Allure's environment files.
+
+Why: the pages are what reviewers read -- what ran, on which hardware and driver build,
+the figures, the invariants, and "What is not established". A run of the suite writes the
+same kind of page from what the tests recorded (:class:`PageEntry`, collected by the
+plugin), so a gating run can be attached to an issue as it is.
+
+Everything here is plain data in, files out: the plugin builds the entries; nothing here
+talks to a lab. Secrets never reach this module (swanctl texts come from
+``provision.render_masked``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from ipsec_hil.lab.measuring.baseline import ApplianceEnv
+from ipsec_hil.lab.errors import InvariantError, LabError
+from ipsec_hil.lab.reporting.first_screen import summary_lines, verdict_lines
+from ipsec_hil.lab.measuring.measure import Check
+
+Outcome = Literal["passed", "failed", "broken", "skipped"]
+OUTCOMES: tuple[str, ...] = ("passed", "failed", "broken", "skipped")
+
+#: exception class names that make a test "broken" (a lab problem, not a driver defect)
+LAB_PROBLEMS = ("TransportError", "ProvisionError", "HostKeyError", "CommandTimeout", "SettleTimeout",
+                "ProbeError", "LockHeld", "CommandFailed", "TimeoutError", "ProfileError", "TopologyError")
+DRIVER_DEFECTS = ("InvariantError", "AssertionError")
+
+
+def classify(exc: BaseException) -> Outcome:
+    """'failed' (driver defect: an invariant/assertion) or 'broken' (lab problem: anything else)."""
+    if isinstance(exc, (InvariantError, AssertionError)):
+        return "failed"
+    return "broken"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure as the page prints it ("four streams up", 2136.0, "Mbit/s")."""
+
+    label: str
+    value: Any
+    unit: str = ""
+
+    def text(self) -> str:
+        v = self.value
+        if isinstance(v, bool):
+            s = "yes" if v else "no"
+        elif isinstance(v, int):
+            s = f"{v:,}"
+        elif isinstance(v, float):
+            s = f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+        else:
+            s = str(v)
+        return f"{s} {self.unit}".strip()
+
+
+@dataclass(frozen=True)
+class HardwareInfo(ApplianceEnv):
+    """One appliance as the run found it: what a baseline keeps of it (the driver build,
+    the kernel) and, for the page, whether the module was loaded."""
+
+    module_loaded: bool | None = None
+
+
+@dataclass
+class RunInfo:
+    title: str
+    topology: str
+    virtual: bool
+    started: _dt.datetime
+    finished: _dt.datetime | None = None
+    command: str = ""
+    hardware: list[HardwareInfo] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: the run's answer for the first screen (e.g. candidate against parent); empty: the
+    #: page states the tests' own verdict
+    verdict: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PageEntry:
+    """What one test contributes to the page (built by the plugin from the test's record)."""
+
+    nodeid: str
+    title: str
+    outcome: Outcome
+    page: str | None = None  # the measurement page the test comes from ("000")
+    hardware: tuple[str, ...] = ()  # markers: xgs136, xgs3300
+    reason: str | None = None  # skip reason, or the failure's first line
+    figures: list[Figure] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    ledgers: list[str] = field(default_factory=list)  # Ledger.table() texts
+    plots: list[str] = field(default_factory=list)  # paths of PNGs
+    duration: float = 0.0
+    tunnel_case: str | None = None  # e.g. "lab-v4in4-gcm" (ipsec_hil.lab.cases.TunnelCase.id)
+    known_issue: str | None = None  # KnownIssueVerdict.text(): the issue and whether it reproduced
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"PageEntry {self.nodeid}: outcome must be one of {OUTCOMES}, not {self.outcome!r}")
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def _md_cell(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def _first_line(s: str | None, limit: int = 300) -> str:
+    if not s:
+        return ""
+    line = s.strip().splitlines()[0] if s.strip() else ""
+    return line[:limit]
+
+
+def _table(header: Sequence[str], align: str, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A Markdown table; ``align`` has one letter per column, ``l`` or ``r``."""
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
+    return ["| " + " | ".join(header) + " |", rule] + [
+        "| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows
+    ]
+
+
+def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = None) -> str:
+    """The page's Markdown. Plot paths are made relative to ``base`` (the page's folder)."""
+    counts = {o: sum(1 for e in entries if e.outcome == o) for o in OUTCOMES}
+    when = run.started.strftime("%Y-%m-%d %H:%M UTC")
+    out: list[str] = []
+    w = out.append
+    w(f"# {run.title}")
+    w("")
+    out += verdict_lines(run.verdict, entries)
+    w("")
+    hw = ", ".join(f"{h.appliance} ({h.model}, {h.driver} md5 {(h.module_md5 or 'unknown')[:8]})"
+                   for h in run.hardware) or "no appliance recorded"
+    lab = "the virtual lab" if run.virtual else "the hardware lab"
+    w(f"Measured on {lab} `{run.topology}`, {when}: {hw}.")
+    w("")
+    w(
+        f"{len(entries)} tests: {counts['passed']} passed, {counts['failed']} failed (driver defect), "
+        f"{counts['broken']} broken (lab problem), {counts['skipped']} skipped."
+    )
+    w("")
+    out += summary_lines(entries)
+    w("")
+    w("---")
+    if run.command:
+        w("")
+        w(f"Command: `{run.command}`")
+    for n in run.notes:
+        w("")
+        w(n)
+
+    w("")
+    w("## The hardware and the driver build")
+    w("")
+    out += _table(
+        ("appliance", "model", "driver", "module md5", "module size", "loaded", "kernel"), "llllrll",
+        [(h.appliance, h.model, h.driver, h.module_md5 or "unknown",
+          f"{h.module_size:,} bytes" if h.module_size is not None else "unknown",
+          {True: "yes", False: "no", None: "unknown"}[h.module_loaded], h.kernel or "unknown") for h in run.hardware]
+        or [("(none recorded)", "", "", "", "", "", "")],
+    )
+
+    w("")
+    w("## What ran")
+    w("")
+    out += _table(("test", "page", "hardware", "outcome", "seconds"), "llllr",
+                  [(e.title, e.page or "-", ", ".join(e.hardware) or "-", e.outcome, f"{e.duration:.1f}")
+                   for e in entries])
+
+    w("")
+    w("## Results")
+    for e in entries:
+        if e.outcome == "skipped":
+            continue
+        w("")
+        w(f"<details><summary>{html.escape(e.title)} -- {e.outcome}</summary>")
+        w("")
+        w(f"### {e.title}")
+        w("")
+        meta = [f"`{e.nodeid}`", e.outcome]
+        if e.page:
+            meta.append(f"page {e.page}")
+        w(" - ".join(meta))
+        if e.outcome in ("failed", "broken") and e.reason:
+            w("")
+            kind = "driver defect" if e.outcome == "failed" else "lab problem"
+            w(f"**{kind}:** {_md_cell(_first_line(e.reason))}")
+        if e.figures:
+            w("")
+            out += _table(("what", "measured"), "lr", [(f.label, f.text()) for f in e.figures])
+        if e.checks:
+            out += ["", "Invariants:", ""]
+            out += [f"- {'held' if c.held else '**BROKEN**'}: {_md_cell(c.text)}"
+                    + (f" ({_md_cell(c.detail)})" if c.detail else "") for c in e.checks]
+        for t in e.ledgers:
+            w("")
+            w("```")
+            w(t.rstrip("\n"))
+            w("```")
+        for p in e.plots:
+            rel = os.path.relpath(p, base) if base else p
+            w("")
+            w(f"![{_md_cell(e.title)}: stream rates]({rel})")
+        w("")
+        w("</details>")
+
+    broken_checks = [(e, c) for e in entries for c in e.checks if not c.held]
+    w("")
+    w("## Invariants broken")
+    w("")
+    if broken_checks:
+        for e, c in broken_checks:
+            w(f"- {_md_cell(e.title)}: {_md_cell(c.text)} ({_md_cell(c.detail)})")
+    else:
+        w("None." if any(e.checks for e in entries) else "None checked.")
+
+    w("")
+    w("## What is not established")
+    w("")
+    gaps = [e for e in entries if e.outcome in ("skipped", "broken")]
+    if not gaps:
+        w("Every test ran to a verdict.")
+    for e in gaps:
+        why = _first_line(e.reason) or "no reason recorded"
+        if e.outcome == "skipped":
+            w(f"- {_md_cell(e.title)}: not run -- {_md_cell(why)}")
+        else:
+            w(f"- {_md_cell(e.title)}: not measured, the lab failed -- {_md_cell(why)}")
+    return "\n".join(out) + "\n"
+
+
+def write_page(run: RunInfo, entries: Sequence[PageEntry], directory: str | os.PathLike[str],
+               name: str = "measurement-page.md") -> Path:
+    """Write the page into ``directory`` (created); returns its path."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / name
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(render_page(run, entries, base=d), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------------- plots
+
+Series = Sequence[tuple[float, float, float]]  # (start s, end s, bits per second)
+
+
+def plot_stream_rates(series: Mapping[str, Series], path: str | os.PathLike[str], title: str) -> Path:
+    """One line per stream of interval rates (Mbit/s over time) -> PNG (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    if not series or not any(series.values()):
+        raise ValueError(f"plot {title!r}: no interval data")
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
+    try:
+        total: dict[float, float] = {}
+        for name, pts in series.items():
+            xs = [end for _, end, _ in pts]
+            ys = [bps / 1e6 for _, _, bps in pts]
+            ax.plot(xs, ys, marker=".", linewidth=1, label=name)
+            for x, y in zip(xs, ys):
+                total[round(x, 3)] = total.get(round(x, 3), 0.0) + y
+        if len(series) > 1:
+            tx = sorted(total)
+            ax.plot(tx, [total[x] for x in tx], color="black", linewidth=2, label="sum")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("Mbit/s")
+        ax.set_title(title)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="lower right", fontsize="small")
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(p, format="png")
+    finally:
+        plt.close(fig)
+    return p
+
+
+def iperf_series(result: Any) -> dict[str, list[tuple[float, float, float]]]:
+    """Per-stream interval rates from parsers.iperf3's IperfResult (omitted intervals skipped).
+
+    ``result.intervals`` holds ``Interval(start, end, bps, stream_bps, omitted)``; each
+    stream becomes one series of (start, end, bits per second).
+    """
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for iv in getattr(result, "intervals", None) or ():
+        if getattr(iv, "omitted", False):
+            continue
+        per_stream = tuple(getattr(iv, "stream_bps", ()) or ()) or (iv.bps,)
+        for i, bps in enumerate(per_stream):
+            out.setdefault(f"stream {i + 1}", []).append((float(iv.start), float(iv.end), float(bps)))
+    return out
+
+
+def plot_iperf(result: Any, path: str | os.PathLike[str], title: str) -> Path:
+    return plot_stream_rates(iperf_series(result), path, title)
+
+
+# --------------------------------------------------------------------------- Allure files
+
+
+def _prop_escape(s: str) -> str:
+    return str(s).replace("\\", "\\\\").replace("\n", "\\n").replace("=", "\\=").replace(":", "\\:")
+
+
+def environment_properties(run: RunInfo) -> str:
+    lines = [
+        ("lab.topology", run.topology),
+        ("lab.virtual", "true" if run.virtual else "false"),
+        ("run.started", run.started.isoformat(timespec="seconds")),
+    ]
+    for h in run.hardware:
+        lines += [
+            (f"{h.appliance}.model", h.model),
+            (f"{h.appliance}.driver", h.driver),
+            (f"{h.appliance}.module.md5", h.module_md5 or "unknown"),
+            (f"{h.appliance}.module.size", str(h.module_size) if h.module_size is not None else "unknown"),
+            (f"{h.appliance}.kernel", h.kernel or "unknown"),
+        ]
+    return "".join(f"{_prop_escape(k)}={_prop_escape(v)}\n" for k, v in lines)
+
+
+CATEGORIES: list[dict[str, Any]] = [
+    {
+        "name": "driver defect",
+        "matchedStatuses": ["failed"],
+        "traceRegex": "(?s).*(" + "|".join(DRIVER_DEFECTS) + ").*",
+    },
+    {
+        "name": "lab problem",
+        "matchedStatuses": ["broken"],
+        "traceRegex": "(?s).*(" + "|".join(LAB_PROBLEMS) + ").*",
+    },
+    # status-only fallbacks: Allure 3's classic plugin never matches regex rules
+    {"name": "driver defect", "matchedStatuses": ["failed"]},
+    {"name": "lab problem", "matchedStatuses": ["broken"]},
+]
+
+
+def write_allure_files(
+    alluredir: str | os.PathLike[str],
+    run: RunInfo,
+    build_order: int | None = None,
+    build_name: str | None = None,
+    report_url: str | None = None,
+) -> list[Path]:
+    """environment.properties, executor.json, categories.json into the results directory.
+
+    Call it from the controller's ``pytest_sessionfinish`` (workers' --clean-alluredir would
+    delete files written earlier; see the reference notes).
+    """
+    d = Path(alluredir)
+    d.mkdir(parents=True, exist_ok=True)
+    ci = bool(os.environ.get("CI"))
+    executor = {
+        "name": "ipsec-hil (CI)" if ci else "ipsec-hil",
+        "type": "ci" if ci else "local",
+        "buildName": build_name or f"{run.title} {run.started:%Y-%m-%d %H:%M}",
+        "reportName": run.title,
+    }
+    if build_order is not None:
+        executor["buildOrder"] = build_order
+    if report_url:
+        executor["reportUrl"] = report_url
+    files = {
+        "environment.properties": environment_properties(run),
+        "executor.json": json.dumps(executor, indent=2) + "\n",
+        "categories.json": json.dumps(CATEGORIES, indent=2) + "\n",
+    }
+    out = []
+    for name, text in files.items():
+        p = d / name
+        tmp = d / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, p)
+        out.append(p)
+    return out
+
+
+def hardware_info(appliance: Any) -> HardwareInfo:
+    """Ask one Appliance for its driver build and kernel (module_info + kernel_version)."""
+    mod = appliance.module_info()
+    try:
+        k = appliance.kernel_version()
+        kernel = f"{k.osrelease} ({k.version})" if k.version else k.osrelease
+    except LabError as e:
+        kernel = f"unknown ({type(e).__name__})"
+    return HardwareInfo(
+        appliance=appliance.name,
+        model=str(getattr(appliance.profile, "model", "?")),
+        driver=str(getattr(appliance.profile, "driver", mod.name)),
+        module_md5=mod.md5,
+        module_size=mod.size,
+        module_loaded=mod.loaded,
+        kernel=kernel,
+    )

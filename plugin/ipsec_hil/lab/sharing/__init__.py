@@ -1,0 +1,1 @@
+"""ipsec_hil.lab.sharing: see the modules."""

@@ -1,0 +1,1 @@
+"""ipsec_hil.lab.traffic.bench: see the modules."""

@@ -1,0 +1,138 @@
+"""Offered UDP load through a tunnel from the bench: the trial of the NDR/PDR search, and
+round-trip times under load for the latency profile (issue 14).
+
+Why iperf3 in UDP mode: it offers a set rate (``-b``) of fixed-size datagrams (``-l``)
+and its JSON reports what the receiver counted lost (sequence numbers), which is the
+trial's loss. ``-k BLOCKS`` instead of ``-t`` so a trial can last a fraction of a second
+(iperf3 reads ``-t`` as whole seconds): blocks = load x duration / datagram bits. Loads
+are Mbit/s of UDP payload, as iperf3 counts them.
+
+Latency: round trips of ``ping`` from the bench to the far end while iperf3 offers the
+load (a timestamped probe on one clock; a round trip, stated as such on the page).
+
+In the run's breakdown (ipsec_hil.lab.measuring.timeshare) a trial's duration and a probe's seconds
+of load are "traffic", like an iperf3 stream's seconds, and the one-off server around
+them "stream start/stop"; the test adds the same seconds to its record's traffic asked.
+
+Library code: no pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ipsec_hil.lab.decision.latency import ProbeSample
+from ipsec_hil.lab.decision.search import TrialResult
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.measuring.quiet import load_ended
+from ipsec_hil.lab.remote import argv
+from ipsec_hil.lab.measuring.timeshare import STREAM, TRAFFIC, spent
+
+RTT_RE = re.compile(r"icmp_seq=(\d+) .*time=([0-9.]+) ms")
+
+#: Seconds of load each latency probe offers (:func:`rtt_probe`): its traffic asked.
+RTT_LOAD_SECONDS = 3
+
+
+class LoadError(LabError):
+    """iperf3 did not report a UDP trial (it failed, or printed no JSON)."""
+
+
+def blocks_for(load_mbit: float, duration: float, size: int) -> int:
+    return max(1, math.ceil(load_mbit * 1e6 * duration / (8 * size)))
+
+
+def parse_udp_json(text: str, load_mbit: float, duration: float) -> TrialResult:
+    """iperf3 ``--json`` of a UDP client -> sent and received datagrams."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LoadError(f"iperf3 -u printed no JSON ({exc}): {text[:200]!r}") from None
+    if data.get("error"):
+        raise LoadError(f"iperf3 -u: {data['error']}")
+    end = data.get("end") or {}
+    sent_sum, recv_sum = end.get("sum_sent") or end.get("sum") or {}, end.get("sum_received") or end.get("sum") or {}
+    if "packets" not in sent_sum or "lost_packets" not in recv_sum:
+        raise LoadError(f"iperf3 -u JSON without packets/lost_packets in end.sum_sent/sum_received: {list(end)}")
+    sent = int(sent_sum["packets"])
+    lost = min(sent, max(0, int(recv_sum["lost_packets"])))
+    return TrialResult(offered=load_mbit, sent=sent, received=sent - lost, duration=duration)
+
+
+def client_argv(addr: str, load_mbit: float, *, blocks: int | None = None, seconds: int | None = None,
+                size: int, bind: str | None, port: int) -> list[str | int]:
+    cmd: list[str | int] = ["iperf3", "-c", addr, "-p", port, "-u", "-b", f"{load_mbit:.3f}M", "-l", size, "--json"]
+    cmd += ["-k", blocks] if blocks is not None else ["-t", seconds or 1]
+    return cmd + (["-B", bind] if bind else [])
+
+
+def udp_trial(bench: Any, server: Any, addr: str, *, size: int = 1200, bind: str | None = None,
+              port: int = 5201) -> Callable[[float, float], TrialResult]:
+    """``trial(load_mbit, duration)`` for :func:`ipsec_hil.lab.decision.search.search`:
+    a one-off iperf3 server on ``server``, the UDP client on the bench."""
+
+    @spent(STREAM)
+    def once(cmd: list[str | int], duration: float, load_mbit: float) -> TrialResult:
+        srv = server.iperf3_server(port=port)
+        try:
+            with spent(TRAFFIC, cap=duration):
+                r = bench.host.run(argv(*cmd), timeout=duration + 60)
+        finally:
+            load_ended()  # a settle right after keeps the load's tail (ipsec_hil.lab.measuring.quiet)
+            srv.stop()
+        return parse_udp_json(r.stdout, load_mbit, duration)
+
+    def trial(load_mbit: float, duration: float) -> TrialResult:
+        cmd = client_argv(addr, load_mbit, blocks=blocks_for(load_mbit, duration, size), size=size, bind=bind,
+                          port=port)
+        for _ in range(HANDSHAKE_ATTEMPTS - 1):
+            try:
+                return once(cmd, duration, load_mbit)
+            except LoadError as exc:
+                if not handshake_lost(exc):
+                    raise
+        return once(cmd, duration, load_mbit)  # the last attempt: its error is the trial's
+
+    return trial
+
+
+#: Attempts of one trial whose UDP handshake datagram was lost (see handshake_lost).
+HANDSHAKE_ATTEMPTS = 3
+
+
+def handshake_lost(exc: LoadError) -> bool:
+    """iperf3 -u starts with one UDP datagram each way on the data socket before it offers
+    any load; when the path loses one of them (a lossy driver, the very thing a search
+    measures), the client gives up with "unable to read from stream socket" before the
+    trial began. That is no trial: it is started again, the loss it then measures is the
+    trial's. Any other iperf3 failure stays an error."""
+    return "stream socket" in str(exc)
+
+
+def rtt_probe(bench: Any, server: Any, addr: str, *, size: int = 1200, bind: str | None = None, port: int = 5201,
+              count: int = 20, seconds: int = RTT_LOAD_SECONDS) -> Callable[[float], list[ProbeSample]]:
+    """``probe(load_mbit)`` for :func:`ipsec_hil.lab.decision.latency.latency_profile`: ``count``
+    pings (0.05 s apart) while iperf3 offers ``load_mbit``; each reply a ProbeSample of its
+    round trip (sent 0, received rtt), each missing reply a lost probe."""
+
+    @spent(STREAM)
+    def probe(load_mbit: float) -> list[ProbeSample]:
+        load = argv(*client_argv(addr, load_mbit, seconds=seconds, size=size, bind=bind, port=port))
+        ping = argv("ping", "-n", "-c", count, "-i", "0.05", *(["-I", bind] if bind else []), addr)
+        srv = server.iperf3_server(port=port)
+        try:
+            with spent(TRAFFIC, cap=seconds):
+                r = bench.host.run(f"{load} >/dev/null 2>&1 &\nsleep 0.5\n{ping}\nwait\n", timeout=seconds + 60)
+        finally:
+            load_ended()
+            srv.stop()
+        rtts = {int(m.group(1)): float(m.group(2)) / 1000 for m in RTT_RE.finditer(r.stdout)}
+        if not rtts and r.status not in (0, 1):
+            raise LoadError(f"ping under load (exit {r.status}): {(r.stderr or r.stdout).strip()[-200:]}")
+        return [ProbeSample(0.0, rtts.get(seq)) for seq in range(1, count + 1)]
+
+    return probe

@@ -1,0 +1,276 @@
+"""An active tunnel: one tunnel case built on both ends, and what a test reads of it.
+
+Why a library object with properties: a test asks the tunnel for its path MTU, its ends'
+ciphers, its throughput floor and its counter references (``tunnel.path_mtu``,
+``tunnel.remote_cipher``, ``tunnel.floor(via_bench=True)``) instead of reaching through
+the plan, the lab and the topology; where a fact is computed stays one place, behind one
+property. :func:`bring_up` is what the ``tunnel`` fixture does, usable from a prompt::
+
+    with Lab.connect(topology) as lab, bring_up(lab, tunnel_cases(topology)[0], run_id="x") as t:
+        print(t.path_mtu, t.bringup)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import ipaddress
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ipsec_hil.lab.expectations import expect
+from ipsec_hil.lab.appliance import Appliance
+from ipsec_hil.lab.cases import TunnelCase
+from ipsec_hil.lab.expectations.hardware import KnownIssue
+from ipsec_hil.lab.live_lab import Lab
+from ipsec_hil.lab.sharing.lock import ApplianceLock
+from ipsec_hil.lab.measuring.measure import Ledger, expect_zero
+from ipsec_hil.lab.provision import ChildPlan, EndPlan, TunnelPlan, TunnelProvisioner, child_plans, render_masked
+from ipsec_hil.lab.topology import Topology, TunnelConfig
+from ipsec_hil.lab.traffic.bench import BenchHost
+
+#: A tolerance for an equality on a congested link when the topology names none (0.1 %).
+DEFAULT_CONGESTED_TOLERANCE = 0.001
+
+
+@dataclass
+class ActiveTunnel:
+    """A tunnel that is up: its plan, configuration, both appliances and what bring-up saw."""
+
+    case: TunnelCase
+    plan: TunnelPlan
+    provisioner: TunnelProvisioner
+    local: Appliance
+    remote: Appliance
+    lab: Lab
+    locks: tuple[ApplianceLock, ...] = ()
+
+    def check_leases(self) -> None:
+        """Raise LeaseLost when another run took either end's lease (ipsec_hil.lab.sharing.lock).
+
+        Called before every test on the tunnel: a run whose lease was broken or taken over
+        must stop at once instead of driving an appliance someone else now owns.
+        """
+        for lock in self.locks:
+            lock.check()
+
+    # ------------------------------------------------------------ what it is
+
+    @property
+    def name(self) -> str:
+        """The topology's name of the tunnel (``tunnels.<name>``)."""
+        return self.case.tunnel
+
+    @property
+    def config(self) -> TunnelConfig:
+        return self.case.config
+
+    @property
+    def topology(self) -> Topology:
+        return self.lab.topology
+
+    @property
+    def bench(self) -> BenchHost | None:
+        return self.lab.bench
+
+    @property
+    def conn(self) -> str:
+        return self.provisioner.conn
+
+    @property
+    def children(self) -> list[ChildPlan]:
+        return child_plans(self.plan, self.config)
+
+    @property
+    def bringup(self):
+        return self.provisioner.bringup
+
+    def appliance(self, end: str) -> Appliance:
+        return self.local if end == "local" else self.remote
+
+    def end(self, end: str) -> EndPlan:
+        return self.plan.end(end)
+
+    @property
+    def esn(self) -> bool:
+        """Were the children proposed with extended sequence numbers only (``-esn``)?"""
+        return self.plan.esn
+
+    @property
+    def replay_window(self) -> int | None:
+        """The children's ``replay_window`` the tunnel asks for (None: strongSwan's 32)."""
+        return self.plan.replay_window
+
+    # ------------------------------------------------------------ ciphers and limits
+
+    @property
+    def local_cipher(self) -> str:
+        """``offload`` (the engine holds the SA) or ``kernel`` on the local end."""
+        return self.plan.local.cipher
+
+    @property
+    def remote_cipher(self) -> str:
+        return self.plan.remote.cipher
+
+    def offloaded(self, end: str) -> bool:
+        """Does ``end``'s engine hold the associations (not the kernel's cipher)?"""
+        return self.plan.end(end).cipher != "kernel"
+
+    @property
+    def path_mtu(self) -> int:
+        """The tunnel's path MTU (``Topology.path_mtu``: the one definition, one MTU per tunnel)."""
+        return self.topology.path_mtu(self.name)
+
+    def floor(self, *, via_bench: bool) -> expect.Floor:
+        """The least acceptable rate through the tunnel (``via_bench``: traffic forwarded from the bench)."""
+        return expect.throughput_floor(self.topology, self.name, self.config, via_bench=via_bench)
+
+    def tolerance(self, kind: str = "congested") -> float:
+        """The topology's relative tolerance for an equality of ``kind`` (0.1 % when it names none)."""
+        return float(self.plan.tolerance.get(kind, DEFAULT_CONGESTED_TOLERANCE))
+
+    def known_issue(self, key: str) -> KnownIssue | None:
+        """The local appliance's open issue ``key`` (its profile's known issues), if any."""
+        return self.local.profile.known_issue(key)
+
+    def encrypted_refs(self, end: str) -> list[str]:
+        """Ledger references whose deltas sum to the packets ``end`` encrypted (engine or kernel)."""
+        app = self.appliance(end)
+        return expect.encrypted_refs(app.name, app.profile, kernel_cipher=not self.offloaded(end))
+
+    def decrypted_refs(self, end: str) -> list[str]:
+        """Ledger references whose deltas sum to the packets ``end`` decrypted and handed up."""
+        app = self.appliance(end)
+        return expect.decrypted_refs(app.name, app.profile, kernel_cipher=not self.offloaded(end))
+
+    def tx_drop_refs(self, end: str) -> list[str]:
+        """Ledger references of ``end``'s packets counted as encrypted and dropped before
+        leaving: where these stay 0 a conservation check is exact."""
+        app = self.appliance(end)
+        return expect.tx_drop_refs(app.name, app.profile, kernel_cipher=not self.offloaded(end))
+
+    def least_stream_packets(self, result: Any) -> int:
+        """The fewest data packets that carried what an iperf3 ``result``'s receiver got:
+        its received bytes over the largest TCP payload the tunnel's path fits."""
+        return expect.least_packets(result.received_bytes, expect.largest_tcp_payload(self.config, self.path_mtu))
+
+    def expect_offload_carried(self, ledger: Ledger, why: str) -> None:
+        """Every end whose engine holds the associations left its kernel's ESP counters
+        where they were: the traffic took the offload path, not the kernel's cipher."""
+        for end in ("local", "remote"):
+            if self.offloaded(end):
+                name = self.appliance(end).name
+                expect_zero(ledger, expect.kernel_esp_refs(name),
+                            f"{why}: {name}'s engine holds the SAs, its kernel ESP does not move")
+
+    # ------------------------------------------------------------ addresses
+
+    def inner_address(self, end: str) -> str:
+        """The ``end`` appliance's own address on its LAN in the inner family."""
+        return str(ipaddress.ip_interface(self.plan.end(end).lan_if[self.config.inner]).ip)
+
+    def inner_prefix(self, end: str) -> str:
+        """``inner_address(end)`` as a host route (``/32`` or ``/128``)."""
+        return f"{self.inner_address(end)}/{32 if self.config.inner == 'ipv4' else 128}"
+
+    def outer_address(self, end: str) -> str:
+        """The ``end`` appliance's outer address in the outer family."""
+        return self.plan.end(end).outer_addr(self.config.outer)
+
+    def lan_net(self, end: str) -> str:
+        """The ``end`` LAN's network in the inner family (the child's selector)."""
+        return self.plan.end(end).lan_net(self.config.inner)
+
+    def outer_ifname(self, end: str) -> str:
+        """The OS's name of ``end``'s outer port (where a capture listens)."""
+        return self.plan.end(end).port_ifname
+
+    def bench_inner_address(self, end: str) -> str | None:
+        """The bench's address on ``end``'s LAN in the inner family (None if not wired)."""
+        e = self.plan.end(end)
+        found = self.lab.bench_port_facing(e.host, e.lan)
+        if found is None:
+            return None
+        v = getattr(found[1], self.config.inner, None)
+        return str(ipaddress.ip_interface(str(v)).ip) if v else None
+
+    def bench_lan_mtu(self, end: str) -> int:
+        """The MTU a forwarded packet from the bench meets first: the smaller of the bench's
+        port and the appliance's LAN port on ``end``'s side."""
+        e = self.plan.end(end)
+        lan = self.topology.port(e.host, e.lan).mtu
+        found = self.lab.bench_port_facing(e.host, e.lan)
+        return min(lan, found[1].mtu) if found else lan
+
+    # ------------------------------------------------------------ life
+
+    def masked_conf(self, end: str) -> str:
+        return render_masked(self.plan, self.config, end)
+
+    def reestablish(self) -> None:
+        """After a reboot: the kept configuration loaded again and every child up."""
+        self.provisioner.reestablish()
+
+    def renew_children(self) -> None:
+        """Fresh associations for every child: each closed from the local end, then the
+        tunnel's children initiated again (what a rekey gives, without waiting for one).
+        Why: a test that moved an association's sequence numbers -- injected frames past
+        the tunnel's own, an outbound counter started near 2^32 -- leaves the next test a
+        window or a counter it cannot reason about."""
+        for c in self.children:
+            self.local.swanctl_terminate(child=c.name).check(f"swanctl --terminate --child {c.name}")
+        self.reestablish()
+
+    def spis(self, app: Appliance) -> set[int]:
+        """This tunnel's SPIs (both directions) on ``app``, from ``swanctl --list-sas``."""
+        out: set[int] = set()
+        for ike in app.list_sas().ike_sas:
+            if ike.name == self.conn:
+                for c in ike.children:
+                    out |= {int(s, 16) for s in (c.spi_in, c.spi_out) if s}
+        return out
+
+    def close(self) -> list[str]:
+        """Tear the tunnel down now (idempotent: the fixture's own teardown is then a no-op)."""
+        return self.provisioner.down()
+
+    def backups(self) -> list[tuple[str, Any]]:
+        """(appliance, files.Backup) of every file the tunnel's transactions saved."""
+        return self.provisioner.backups()
+
+
+@contextlib.contextmanager
+def bring_up(lab: Lab, case: TunnelCase, *, run_id: str, keep: bool = False, lock_wait: float = 600,
+             announce: Callable[[str, str], None] | None = None) -> Iterator[ActiveTunnel]:
+    """Build ``case`` on both ends (one transaction), yield it, tear it down after.
+
+    Both appliances are locked for the tunnel's whole life (two runs never interleave on
+    one appliance); a dead run's journal is recovered under the lock. ``announce(conn,
+    masked local swanctl.conf)`` is told before provisioning (the plugin attaches it to
+    Allure). Bring-up is all or nothing: ProvisionError when a child does not come up.
+    """
+    topo = lab.topology
+    plan = TunnelPlan.from_topology(topo, case.tunnel)
+    psk = topo.tunnels[case.tunnel].psk.read()
+    local, remote = lab.appliances[plan.local.host], lab.appliances[plan.remote.host]
+    holder = f"{getpass.getuser()}@{socket.gethostname()}: pytest {case.id}"
+    locks: list[ApplianceLock] = []
+    with contextlib.ExitStack() as stack:
+        for app in (local, remote):
+            lock = ApplianceLock(app.host, holder, run_id=run_id, wait=lock_wait, poll=2)
+            lock.acquire()
+            stack.callback(lock.release)
+            locks.append(lock)
+        for app in (local, remote):
+            lab.recover_once(app)
+        prov = TunnelProvisioner({local.name: local, remote.name: remote}, plan, case.config, psk,
+                                 run_id=run_id, keep=keep)
+        if announce is not None:
+            announce(prov.conn, render_masked(plan, case.config, "local"))
+        prov.up()
+        try:
+            yield ActiveTunnel(case, plan, prov, local, remote, lab, tuple(locks))
+        finally:
+            prov.down()

@@ -1,0 +1,51 @@
+"""``pytest --hil-preflight``: check the lab and stop; and the same checks open every run.
+
+Why first (``pytest_hil_lab_ready``, ``tryfirst``: before ``--driver`` deploys anything):
+a lab with a missing ipsec.ko, a stopped charon or a wrong MTU fails every test slowly
+and in ways that look like the driver's fault. The checks (ipsec_hil.lab.preflight) answer
+in one command each; any failure ends the run with :attr:`HilExitCode.PREFLIGHT_FAILED`
+and one line per failure naming its fix. ``--hil-preflight`` ends the run after the
+checks (exit 0 when all passed) and also checks the bench's addresses and MTUs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ipsec_hil.exitcodes import HilExitCode
+from ipsec_hil.lab.live_lab import Lab
+from ipsec_hil.lab.preflight import preflight
+from ipsec_hil.session import active_topology
+
+__all__: list[str] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hil")
+    group.addoption("--hil-preflight", action="store_true", default=False,
+                    help="check the lab (appliances reachable, ipsec.ko and the driver loaded, charon, ports, "
+                         "routes, the bench's tools), print the result and stop")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_hil_lab_ready(session: pytest.Session) -> None:
+    config = session.config
+    topology = active_topology(config)
+    only = config.getoption("--hil-preflight", False)
+    lab = Lab.connect(topology)
+    try:
+        findings = preflight(topology, lab.appliances, lab.bench, bench_ports=only)
+    finally:
+        lab.close()
+    failed = [f for f in findings if not f.ok]
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None and (only or failed):
+        terminal.section("preflight")
+        for f in (findings if only else failed):
+            terminal.write_line(f.text())
+    if failed:
+        pytest.exit(f"preflight: {len(failed)} of {len(findings)} checks failed: "
+                    + "; ".join(f"{f.host}: {f.check} -- fix: {f.fix}" for f in failed),
+                    returncode=HilExitCode.PREFLIGHT_FAILED)
+    if only:
+        pytest.exit(f"preflight: all {len(findings)} checks passed", returncode=0)

@@ -1,0 +1,204 @@
+"""The suite's pytest plugin: options, markers, topology loading, skip-by-hardware.
+
+Loaded from the ``pytest11`` entry point ``ipsec_hil.pytest_plugin`` (pyproject.toml) when the
+suite is installed -- so a driver repository that ``pip install``s it runs its own
+tests_hil/ -- or, with plugin autoload disabled, by the root conftest.py. The entry
+point's name is this module's name: pytest then sees the conftest's ``pytest_plugins``
+entry as already registered instead of registering the module twice. It brings in the
+suite's other plugins (``pytest_plugins`` below).
+
+Thin on purpose (library first): everything that talks to a lab lives in ``ipsec_hil.lab``.
+
+Configure, in one place and one order (no tryfirst/trylast needed between our modules):
+extra model profiles -> markers -> the topology -> virtual-lab keys -> the controller's
+:class:`ipsec_hil.session.HilSession` (which, at session start, checks ``-m``, starts a
+virtual lab and lets ``--driver`` deploy) or, in an xdist worker, the controller's
+resolved lab file. The xdist controller loads and validates the
+topology first (a bad file stops the run with its ``FILE:LINE: ...`` message before any
+worker starts) and hands its path to workers through ``workerinput``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ipsec_hil import hookspecs, markers, rootdir
+from ipsec_hil.lab.errors import ProfileError, TopologyError
+from ipsec_hil.lab.expectations.hardware import REGISTRY
+from ipsec_hil.lab.expectations.profiles_file import load_profiles_file
+from ipsec_hil.lab.topology import Topology, load_topology
+from ipsec_hil.session import (ACTIVE_TOPOLOGY_KEY, PLUGIN_NAME, TOPOLOGY_KEY, TOPOLOGY_PATH_KEY, HilSession,
+                            configure_worker, is_worker)
+
+pytest_plugins = ["ipsec_hil.fixtures", "ipsec_hil.driver_plugin", "ipsec_hil.gate_plugin", "ipsec_hil.compare_plugin",
+                  "ipsec_hil.preflight_plugin", "ipsec_hil.throughput_plugin", "ipsec_hil.timeshare_plugin"]
+
+DEFAULT_TOPOLOGY = "topologies/virtual.yaml"
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hil", "IPsec offload hardware-in-the-loop")
+    group.addoption("--topology", metavar="FILE", default=None,
+                    help=f"lab topology YAML, anywhere on disk, ~ expanded (default: the ini key hil_topology, "
+                    f"else {DEFAULT_TOPOLOGY} relative to the rootdir: the virtual lab)")
+    group.addoption("--hil-profiles", metavar="FILE", action="append", default=[],
+                    help="an extra appliance-model profiles file (repeatable; see ipsec_hil.lab.expectations.profiles_file); "
+                    "also the ini key hil_profiles")
+    group.addoption("--keep-tunnels", action="store_true", default=False,
+                    help="leave tunnels up (and the virtual lab running) after the run, for debugging")
+    group.addoption("--traffic-seconds", metavar="FLOAT", type=float, default=1.0,
+                    help="scale factor for every traffic duration (1.0 = the pages' durations)")
+    parser.addini("hil_topology", "lab topology YAML (relative to the ini file)", default=None)
+    parser.addini("hil_profiles", "extra appliance-model profiles files (relative to the ini file)",
+                  type="paths", default=[])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str], parser: pytest.Parser) -> None:
+    """``--topology FILE`` (space form) must not move the rootdir to FILE's folder (see ipsec_hil.rootdir)."""
+    rootdir.redetermine_setup(early_config, args, "topology")
+
+
+def _user_path(value: str, base: Path) -> Path:
+    """A path as a user typed it: ``~`` expanded (the shell leaves it after ``=``), relative to ``base``."""
+    p = Path(os.path.expanduser(value))
+    return p if p.is_absolute() else base / p
+
+
+def topology_path(config: pytest.Config) -> Path | None:
+    """The lab file: the controller's (workers), ``--topology``, ini ``hil_topology``, the default."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput and "hil_topology" in workerinput:
+        return Path(workerinput["hil_topology"])
+    opt = config.getoption("--topology")
+    if opt is not None:
+        # Relative to where pytest was started, like any file argument.
+        return _user_path(opt, Path(config.invocation_params.dir))
+    ini = config.getini("hil_topology")
+    if ini:
+        return _user_path(ini, Path(config.inipath.parent if config.inipath else config.rootpath))
+    default = Path(config.rootpath) / DEFAULT_TOPOLOGY
+    # A run of some other project in the same environment (the plugin autoloads) has none.
+    return default if default.exists() else None
+
+
+def _load_profiles(config: pytest.Config) -> None:
+    files = [_user_path(v, Path(config.invocation_params.dir)) for v in config.getoption("--hil-profiles")]
+    files += list(config.getini("hil_profiles"))
+    for f in files:
+        try:
+            for profile in load_profiles_file(f):
+                REGISTRY.register(profile, source=str(f))
+        except ProfileError as exc:
+            raise pytest.UsageError(f"invalid profiles file:\n{exc}") from None
+
+
+def _give_virtual_lab_psks(topology: Topology) -> None:
+    """A virtual lab's tunnels use ``psk: {env: NAME}``; set a random key when unset.
+
+    Done in the controller before workers start, so they inherit the same value.
+    The value is never printed.
+    """
+    if not topology.lab.virtual:
+        return
+    for tunnel in topology.tunnels.values():
+        if tunnel.psk.env and not os.environ.get(tunnel.psk.env):
+            os.environ[tunnel.psk.env] = secrets.token_urlsafe(24)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _load_profiles(config)
+    markers.register(config)
+    path = topology_path(config)
+    if path is None:
+        return
+    config.stash[TOPOLOGY_PATH_KEY] = path
+    try:
+        topology = load_topology(path)
+    except TopologyError as exc:
+        raise pytest.UsageError(f"invalid topology:\n{exc}") from None
+    except FileNotFoundError:
+        raise pytest.UsageError(f"topology file not found: {path}") from None
+    config.stash[TOPOLOGY_KEY] = topology
+    _give_virtual_lab_psks(topology)
+    if is_worker(config):
+        configure_worker(config, topology)
+        return
+    config.pluginmanager.register(HilSession(config, topology, path), PLUGIN_NAME)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller -> worker: the topology file the controller validated, and loadgroup."""
+    path = node.config.stash.get(TOPOLOGY_PATH_KEY, None)
+    if path is not None:
+        node.workerinput["hil_topology"] = str(path)
+    node.workerinput["hil_loadgroup"] = getattr(node.config.option, "dist", None) == "loadgroup"
+
+
+def _dist_given(config: pytest.Config) -> bool:
+    """Did the user choose an xdist mode (--dist/-d on the command line, PYTEST_ADDOPTS, addopts)?"""
+    args = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+            *config.getini("addopts")]
+    return any(a == "-d" or a == "--dist" or a.startswith("--dist=") for a in args)
+
+
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``-n N`` means ``--dist loadgroup`` unless the user chose a mode.
+
+    Why: tests of one connected set of appliances carry ``xdist_group(<set>)`` (see
+    ipsec_hil.lab.cases.appliance_groups); only loadgroup keeps a group on one worker, so a
+    tunnel is built once and no two workers drive one appliance. Runs after xdist's own
+    tryfirst hook, which turned ``-n`` into ``dist="load"``.
+    """
+    if getattr(config.option, "dist", None) == "load" and not _dist_given(config):
+        config.option.dist = "loadgroup"
+    # A worker re-parses the command line (dist "no"), so xdist's worker side would not add
+    # the @group suffix the scheduler groups by: the controller's choice comes via workerinput.
+    wi = getattr(config, "workerinput", None)
+    if wi and wi.get("hil_loadgroup"):
+        config.option.loadgroup = True
+
+
+def get_topology(config: pytest.Config) -> Topology:
+    """The loaded :class:`ipsec_hil.lab.topology.Topology` of this run (the lab file as given)."""
+    return config.stash[TOPOLOGY_KEY]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    topology = config.stash.get(TOPOLOGY_KEY, None)
+    path = config.stash.get(TOPOLOGY_PATH_KEY, None)
+    if path is None:
+        return ["topology: none (give --topology FILE or the ini key hil_topology)"]
+    if topology is None:
+        return [f"topology: {path} (not loaded)"]
+    models = sorted({h.model for h in topology.appliances()})
+    kind = "virtual" if topology.lab.virtual else "hardware"
+    return [f"topology: {topology.lab.name} ({kind}) from {path}; appliances: {', '.join(models)}"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test whose hardware the topology does not have is skipped with the reason.
+
+    Skipped rather than deselected so the report shows what did not run and why.
+    """
+    topology = config.stash.get(TOPOLOGY_KEY, None)
+    if topology is None:
+        return
+    present = {h.model for h in topology.appliances()}
+    for item in items:
+        for model in REGISTRY.names():
+            if item.get_closest_marker(model) is not None and model not in present:
+                item.add_marker(pytest.mark.skip(reason=f"topology {topology.lab.name} has no {model}"))
+                break
+
+
+__all__ = ["get_topology", "topology_path", "DEFAULT_TOPOLOGY", "ACTIVE_TOPOLOGY_KEY"]

@@ -1,0 +1,110 @@
+"""The run's time breakdown on the page and in the terminal (issue 15).
+
+Thin glue over :mod:`ipsec_hil.lab.measuring.timeshare` (the accounting, and where each category is
+charged): why a run took as long as it did must be on the page it wrote, so a slower run
+shows which part grew.
+
+- ``pytest_configure`` (every process, first): the accumulator starts again, accounting
+  the thread that runs the tests.
+- xdist workers, ``pytest_sessionfinish``: their totals go to the controller in
+  ``workeroutput`` (the channel xdist gives a worker's last word); the controller takes
+  them in ``pytest_testnodedown``.
+- ``pytest_hil_page_sections`` (ipsec_hil.hookspecs; called by the controller when it writes
+  the page, after every other plugin's ``pytest_sessionfinish``): the section "Where the
+  time went", with the ratio wall / traffic asked (the records' ``traffic_seconds``); the
+  terminal summary prints the same table, from the same figures.
+
+Without xdist the one process's breakdown is the run's. With it, the workers' breakdowns
+are summed (their wall times too: they ran side by side) and the controller's own
+categorised work (e.g. the hardware facts it read over SSH before the workers started) is
+added as seconds of its own; the controller's waiting for workers is not counted.
+Nothing is shown for a run that executed no acceptance test.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+
+from ipsec_hil.lab.measuring import timeshare
+from ipsec_hil.lab.measuring.timeshare import Breakdown
+from ipsec_hil.session import hil_session, is_worker
+
+__all__: list[str] = []
+
+#: The key of a worker's totals in ``workeroutput``.
+WORKER_KEY = "hil_timeshare"
+
+
+@dataclass
+class RunShare:
+    """What the controller gathers: the workers' totals, and the run's figures once frozen."""
+
+    workers: list[Breakdown] = field(default_factory=list)
+    frozen: tuple[Breakdown, float] | None = None  # (breakdown, the run's wall time)
+
+
+RUN_SHARE_KEY = pytest.StashKey[RunShare]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    timeshare.SHARE.restart(threading.current_thread())
+    config.stash[RUN_SHARE_KEY] = RunShare()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if is_worker(config):
+        config.workeroutput[WORKER_KEY] = timeshare.SHARE.snapshot().to_dict()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist controller: a worker finished; keep its totals (a crashed worker sent none)."""
+    data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+    run = node.config.stash.get(RUN_SHARE_KEY, None)
+    if data and run is not None:
+        run.workers.append(Breakdown.from_dict(data))
+
+
+def run_breakdown(config: pytest.Config) -> tuple[Breakdown, float]:
+    """(the breakdown, the run's wall time), taken the first time it is asked for, so the
+    page and the terminal show the same figures."""
+    run = config.stash[RUN_SHARE_KEY]
+    if run.frozen is None:
+        own = timeshare.SHARE.snapshot()
+        if run.workers:
+            mine = Breakdown(sum(own.seconds.values()), own.seconds, own.inclusive, own.calls, processes=0)
+            run.frozen = (Breakdown.total([*run.workers, mine]), own.wall)
+        else:
+            run.frozen = (own, own.wall)
+    return run.frozen
+
+
+def _traffic_asked(config: pytest.Config) -> float | None:
+    """Seconds of traffic the tests asked for; None when the run executed no acceptance test."""
+    session = hil_session(config)
+    if session is None or not session.entries:
+        return None
+    return session.entries.traffic_seconds()
+
+
+def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+    traffic = _traffic_asked(config)
+    if traffic is None:
+        return None
+    b, wall = run_breakdown(config)
+    return timeshare.markdown(b, run_wall=wall, traffic_asked=traffic)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    traffic = _traffic_asked(config)
+    if traffic is None:
+        return
+    b, wall = run_breakdown(config)
+    terminalreporter.section("where the time went")
+    for line in timeshare.terminal_lines(b, run_wall=wall, traffic_asked=traffic):
+        terminalreporter.write_line(line)

@@ -1,0 +1,600 @@
+"""The transmit loop (esp0 -> ESP) and the receive loop (ESP -> esp0), one process each.
+
+Why two processes: Python's per-packet cost is the limit (machine-facts.md), and a
+process per direction roughly doubles what one can do.  Both loops learn about SA and
+fault changes without IPC round trips: the control process appends SA changes to a
+journal (ipsec_hil_twin.engine.satable), rewrites DIR/engine.state.json and bumps a generation
+counter in the shared counter block; a loop compares that generation on each packet
+(one memoryview read) and reloads when it moved.
+
+Own vs forwarded (the FreeBSD gate applies to forwarded packets only): a packet is the
+appliance's own when its source address is one of the namespace's addresses (listed by
+the control process in the state file).  The routes already separate the two (ip rule
+`iif lo` -> "own" table with the exact ESP MTU; everything else -> "fwd" table with the
+path MTU); the source-address test tells the loop which counters to move.
+
+Counting, per packet, for offloaded SAs: the driver's rules are data in
+ipsec_hil_twin.personality (`Counting`: which counters a forwarded, own or own-via-output-step
+packet moves; which one a frame, a replay, an ICV failure, a selector miss, an IPv6
+inner, a delivery or a refusal moves).  The loops resolve those names to counter
+indexes once and have no per-driver branches.
+SAs not offloaded (offload:false, declined, driver not loaded) count FreeBSD's espstat:
+sent-packets/sent-bytes, received-packets (every frame of a known SA, before checks, as
+esp_input does)/receieve-bytes, dropped-bad-auth, possible-replay-detected,
+dropped-bad-length (malformed inner), dropped-policy-violation and the histogram.  Byte counters
+count the ESP plaintext (inner + padding + trailer) on both sides, so sent == received.
+A packet that no outbound SA selects is counted only as the engine's `tx_no_sa`: no
+driver counter represents it (FreeBSD would not have handed it to the driver).
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import select
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+from ipsec_hil_twin.faults import JsonWatch, dfbit, fault_params
+from ipsec_hil_twin.personality import for_driver
+
+from . import netio
+from .counters import ALG_OF_CIPHER, HIST_ALGS, INDEX, SA_BYTES, SA_PACKETS, CounterBlock, PendingCounts, RxCounters
+from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
+from .pacer import FirstStreamPacer, PortPacer
+from .sa_state import InSa, OutSa
+from .satable import SaJournalReader
+from .selectors import ADDR4, ADDR6, addr_key, addresses_only, fast_key, flow, parse_selector, policy_pairs, sel_match
+from .txfaults import ClearLeak
+from .sizes import FRAMING, encap_header, forwarded_gate, gate_checks, outer_df
+
+IGEN_RESET = INDEX["gen:gen_reset"]
+IGEN_ANY = INDEX["gen:gen_any"]  # moves on every change, after gen_reset (CounterBlock.bump)
+# receive-side kernel/engine counter indexes (the layout is static; driver ones: RxCounters)
+X_NOT_ESP, X_FRAMES, X_RECEIVED = (INDEX[k] for k in ("eng:rx_not_esp", "eng:rx_frames", "esp:received-packets"))
+X_POSSIBLE_REPLAY, X_BAD_LENGTH, X_POLICY = (INDEX[k] for k in (
+    "esp:possible-replay-detected", "esp:dropped-bad-length", "esp:dropped-policy-violation"))
+X_RECV_BYTES, X_WRITE_FAIL = (INDEX[k] for k in ("esp:receieve-bytes", "eng:rx_write_fail"))
+X_NO_TDB = INDEX["esp:dropped-no-tdb"]
+X_SHORT_HEADER, X_WRAPS = INDEX["esp:dropped-short-header"], INDEX["esp:replay-counter-wraps"]
+ESPSTAT = {k[4:]: i for k, i in INDEX.items() if k.startswith("esp:")}
+SPI_SEQ = struct.Struct("!II").unpack_from  # (SPI, 32-bit sequence number) of an ESP header
+
+
+def _idx(names: tuple[str, ...]) -> tuple[int, ...]:
+    return tuple(INDEX[n] for n in names)
+
+
+class _Loop:
+    """What the two loops share: the host's counter block, its faults, the SA journal, the
+    first-stream pacer, and the generations they last loaded (see the module docstring)."""
+
+    sas: dict  # this direction's SAs, by the key its packets are looked up with
+    pend: PendingCounts  # the per-packet counts not yet stored (set by each loop)
+
+    def __init__(self, host_dir: Path, tun_fd: int, driver: str) -> None:
+        self.dir = Path(host_dir)
+        self.tun = tun_fd
+        self.driver = driver
+        self.c = CounterBlock(self.dir / "engine.counters")
+        self.a = self.c.a
+        self.faults = JsonWatch(self.dir / "faults.json")
+        self.slow = FirstStreamPacer()
+        self.table = SaJournalReader(self.dir)
+        self.gen_reset = -1
+        self.gen_any = -1
+
+    def _take_generations(self) -> dict:
+        """Note the control process's current generations and return its state (the SA
+        journal applied).  After a reset (gen_reset moved: the control process dropped
+        every SA and zeroed the counters) the loop forgets its SAs and the first stream's
+        pace too, so none of them outlives the reset."""
+        a = self.a
+        self.gen_any = a[IGEN_ANY]  # read first: a bump after this read is seen next time
+        gen_reset = a[IGEN_RESET]
+        if gen_reset != self.gen_reset:
+            self.pend.discard()  # counts of before the reset
+            self.slow.reset()
+            self.sas.clear()
+        else:
+            self.pend.flush(int(time.time()))  # stored before the SAs they count are replaced
+        self.gen_reset = gen_reset
+        return self.table.load()
+
+
+class TxLoop(_Loop):
+    """esp0 -> select SA -> FreeBSD gate -> pace -> seal -> raw socket."""
+
+    def __init__(self, host_dir: Path, tun_fd: int, driver: str) -> None:
+        super().__init__(host_dir, tun_fd, driver)
+        self.counting = cnt = for_driver(driver).counting
+        self.pend = PendingCounts(self.a, _idx(cnt.tx_forwarded + cnt.tx_own + cnt.tx_own_output_step) + _idx(
+            ("esp:sent-packets", "esp:sent-bytes", *("hist:" + h for h in HIST_ALGS))))
+        self.sysctl = JsonWatch(self.dir / "sysctl.json")
+        self.icmp4, self.icmp6 = netio.icmp_sockets()
+        self.socks: dict[str, socket.socket] = {}
+        self.sas: dict[tuple[int, str], OutSa] = {}
+        self.order: list[OutSa] = []
+        self.pairs: list = []
+        self.cache: dict = {}
+        self.keyf = fast_key  # the flow cache's key: addr_key when every selector allows it
+        self.own: set[bytes] = set()
+        self.own_step: list = []
+        self.faults_ver = -1
+        self.port = PortPacer()
+        self.fault_n = 0
+        self.extra_pending = 0
+        self.outer_df = netio.OuterDf()  # outer DF per dfbit (ipsec_output.c ipsec_encap)
+        self.leak = ClearLeak()  # fault cleartext_leak
+
+    # -- state -------------------------------------------------------------------------
+    def reload(self) -> None:
+        st = self._take_generations()
+        self.own = {ipaddress.ip_address(x).packed for x in st.get("own_addrs", [])}
+        self.own_step = [ipaddress.ip_network(x) for x in st.get("own_output_step", [])]
+        new: dict[tuple[int, str], OutSa] = {}
+        order = []
+        for e in st.get("sas", []):
+            if e["direction"] != "out":
+                continue
+            key = (e["spi"], e["dst"])
+            old = self.sas.get(key)
+            try:
+                osa = self._build(e)
+            except (OSError, ValueError, KeyError) as exc:  # e.g. src not an address here
+                print(f"engine tx: SA spi={e.get('spi', 0):#x} not usable: {exc}", file=sys.stderr)
+                continue
+            if old is not None:
+                osa.seq, osa.seq_mark = old.seq, old.seq_mark
+            mark = e.get("seq_set")  # [request number, last sequence number sent]
+            if mark and mark[0] != osa.seq_mark:
+                osa.seq_mark, osa.seq = mark
+            new[key] = osa
+            order.append(osa)
+        self.sas = new
+        self.order = order
+        self.pairs = policy_pairs(order)
+        self.keyf = addr_key if all(addresses_only(o.local + o.remote) for o in order) else fast_key
+        self.cache.clear()
+        self.faults.refresh(time.monotonic(), force=True)
+        self.sysctl.refresh(time.monotonic(), force=True)
+        self._faults_changed()
+
+    def _build(self, e: dict) -> OutSa:
+        I = INDEX
+        src = e["src"]
+        encap = bool(e.get("encap"))  # NAT-T: ESP in UDP 4500 (RFC 3948), IPv4 outer only
+        sock_key = src + ("/udp" if encap else "")
+        sock = self.socks.get(sock_key)
+        if sock is None:
+            sock = self.socks[sock_key] = netio.tx_socket(src, socket.IPPROTO_UDP if encap else netio.IPPROTO_ESP)
+        outer = "ipv6" if ":" in e["dst"] else "ipv4"
+        off = e["offloaded"]
+        if off:
+            cnt = self.counting
+            inc_fwd, inc_own = _idx(cnt.tx_forwarded), _idx(cnt.tx_own)
+            inc_own_step, fail = _idx(cnt.tx_own_output_step), I[cnt.tx_fail]
+        else:
+            inc_fwd = inc_own = inc_own_step = (I["esp:sent-packets"], I["hist:" + ALG_OF_CIPHER[e["cipher"]]])
+            fail = I["eng:tx_sendfail"]
+        suite = make_suite(e["cipher"], e["spi"], bytes.fromhex(e["enc_key"]),
+                           bytes.fromhex(e["auth_key"]) if e.get("auth_key") else None, bool(e.get("esn")))
+        return OutSa(
+            spi=e["spi"], dst=e["dst"], src=src, outer=outer, cipher=e["cipher"],
+            local=[parse_selector(t) for t in e.get("local_ts", [])],
+            remote=[parse_selector(t) for t in e.get("remote_ts", [])],
+            seal=netio.sealed_in_udp(suite.seal) if encap else suite.seal, sock=sock,
+            addr=(e["dst"], 0, 0, 0) if outer == "ipv6" else (e["dst"], 0),
+            slot=e["slot"], base=self.c.sa_slot(e["slot"]), path_mtu=e["path_mtu"], own_limit=e["own_limit"],
+            fwd_limit=e["fwd_limit"], rate_Bps=(e.get("rate_mbit") or 0) * 125000.0,
+            inc_own=inc_own, inc_own_step=inc_own_step, inc_fwd=inc_fwd,
+            ibytes=-1 if off else I["esp:sent-bytes"], fail_idx=fail, esn=bool(e.get("esn")),
+            outer_hdr=40 if outer == "ipv6" else 20,
+            fixed=FRAMING[e["cipher"]].fixed + encap_header(outer, encap),
+        )
+
+    def _faults_changed(self) -> None:
+        if self.faults.version != self.faults_ver:
+            self.faults_ver = self.faults.version
+            self.extra_pending = 1 if fault_params(self.faults, "count_extra") is not None else 0
+
+    def select(self, pkt: bytes, key: object) -> tuple[OutSa | None, bool, tuple[int, ...]]:
+        """(SA, own?, counter indexes to bump) for an inner packet not yet in the flow
+        cache; cached under `key` (the loop's `keyf(pkt)`, see reload)."""
+        f = flow(pkt)
+        if f is None:
+            return None, False, ()
+        v, s, d, proto, sp, dp = f
+        sa_ = ipaddress.ip_address(s)
+        da = ipaddress.ip_address(d)
+        chosen = None
+        for osa, ls, rs in self.pairs:
+            if sel_match((ls,), sa_, proto, sp) and sel_match((rs,), da, proto, dp):
+                chosen = osa
+                break
+        own = s in self.own
+        incs: tuple[int, ...] = ()
+        if chosen is not None:
+            if not own:
+                incs = chosen.inc_fwd
+            elif any(da.version == n.version and da in n for n in self.own_step):
+                incs = chosen.inc_own_step
+            else:
+                incs = chosen.inc_own
+        res = (chosen, own, incs)
+        if len(self.cache) > 65536:
+            self.cache.clear()
+        self.cache[key] = res
+        return res
+
+    # -- loop --------------------------------------------------------------------------
+    def run(self) -> None:
+        """The per-packet path.  Every name it touches per packet is a local: Python's
+        cost per packet is the engine's rate (issue 15), and a local costs less than an
+        attribute or a global.  Faults and sysctls are re-read every 0.1 s; SA changes
+        (the generations) are seen on the next packet.  esp0 is read without blocking:
+        when its queue is empty the loop stores its pending counts, then waits.  The
+        receive loop's writes share the fd's O_NONBLOCK; a TUN write never waits for
+        buffer space anyway (Linux tun_chr_open: sk_sndbuf = INT_MAX)."""
+        a = self.a
+        read = os.read
+        tun = self.tun
+        os.set_blocking(tun, False)
+        waiter = select.poll()
+        waiter.register(tun, select.POLLIN)
+        wait = waiter.poll
+        mono = time.monotonic
+        pend = self.pend
+        p, records, flush = pend.p, pend.records, pend.flush
+        self.reload()
+        i_nosa = INDEX["eng:tx_no_sa"]
+        i_ptb = INDEX["eng:tx_ptb"]
+        i_big = INDEX["eng:tx_too_big_own"]
+        i_faulted = INDEX["eng:tx_faulted"]
+        ig_any = IGEN_ANY
+        seq_low = SEQ_LOW
+        fp = fault_params
+        next_check = 0.0
+        f_drop = f_icv = f_replay = f_nh = f_frag = f_ptb = f_slow = f_esn = f_pad = None
+        f_padx = f_nonce = False
+        f_clear = None
+        df = 0
+        df_work = False  # an outer DF to set or to clear (dfbit, or sockets left with DF)
+        df_by = (False, False)
+        df_on = self.outer_df.on  # the sockets sending with DF now (OuterDf keeps this dict)
+        gated: dict[int, tuple[bool, bool]] = {}  # version -> (gate checks it?) by inner DF
+        g_any = self.gen_any
+        pick = self.select
+        cache_get = self.cache.get
+        keyf = self.keyf
+        addr_only = keyf is addr_key  # then the key is one slice of the header, no call
+        wall = int(time.time())
+        while True:
+            try:
+                pkt = read(tun, 65536)
+            except BlockingIOError:
+                flush(wall)
+                wait()
+                continue
+            if not pkt:
+                continue
+            if a[ig_any] != g_any:
+                self.reload()
+                g_any = self.gen_any
+                keyf = self.keyf
+                addr_only = keyf is addr_key
+                next_check = 0.0
+            now = mono()
+            if now >= next_check:
+                next_check = now + 0.1
+                wall = int(time.time())
+                flush(wall)
+                self.faults.refresh(now, force=True)
+                self.sysctl.refresh(now, force=True)
+                self._faults_changed()
+                F = self.faults
+                f_drop, f_icv, f_replay = fp(F, "drop_every"), fp(F, "corrupt_icv"), fp(F, "replay")
+                f_nh, f_frag, f_ptb = fp(F, "wrong_next_header"), fp(F, "fragment_instead_of_ptb"), fp(F, "wrong_ptb_mtu")
+                f_slow = fp(F, "slow_first_stream")
+                f_padx, f_nonce = fp(F, "esp_pad_extra") is not None, fp(F, "gcm_nonce_swapped") is not None
+                f_clear = fp(F, "cleartext_leak")
+                f_esn, f_pad = fp(F, "esn_high_bits_lost"), fp(F, "pad_length_lost")
+                # fault ipv4_df_gate: gate forwarded IPv4 by its DF bit (dfbit 2's rule)
+                # although net.inet.ipsec.dfbit says 0 -- the 000 page's IPv4 test must fail
+                df = 2 if fp(F, "ipv4_df_gate") is not None else dfbit(self.sysctl)
+                df_work = bool(df or self.outer_df.on)
+                df_by = (outer_df(df, False), outer_df(df, True))  # by the inner's DF
+                gated = {v: (gate_checks(v, df, False), gate_checks(v, df, True)) for v in (4, 6)}
+            v = pkt[0] >> 4
+            # addr_key's slices inline: esp0 carries only whole IPv4 and IPv6 packets (what
+            # the kernel routes to it), for which they are addr_key's answer
+            key = (pkt[ADDR4] if v == 4 else pkt[ADDR6]) if addr_only else (keyf(pkt) or flow(pkt))
+            hit = cache_get(key)
+            osa, own, incs = hit if hit is not None else pick(pkt, key)
+            if osa is None:
+                a[i_nosa] += 1
+                continue
+            n = len(pkt)
+            nh = 4 if v == 4 else 41
+            # FreeBSD's gate for forwarded packets (ipsec_hil_twin.engine.sizes.forwarded_gate)
+            if own:
+                if n > osa.own_limit:
+                    a[i_big] += 1  # only reachable when the own route MTU was raised (fault)
+            elif n > osa.fwd_limit and gated[v][pkt[6] >> 6 & 1]:
+                verdict = forwarded_gate(n, v, osa.path_mtu, osa.outer, df, v == 4 and bool(pkt[6] & 0x40))
+                if verdict.action == "icmp" and not (v == 6 and f_frag is not None):
+                    mtu = verdict.mtu + (int(f_ptb.get("delta", -8)) if f_ptb is not None else 0)
+                    try:
+                        if v == 6:
+                            netio.send_ptb6(self.icmp6, pkt, mtu)
+                        else:
+                            netio.send_frag_needed(self.icmp4, pkt, mtu)
+                        a[i_ptb] += 1
+                    except OSError as exc:
+                        print(f"engine tx: PTB not sent: {exc}", file=sys.stderr)
+                    continue
+                if verdict.action == "drop":
+                    continue  # pmtu <= hlen: FreeBSD frees the packet without an error
+            # pacing: the port is the bottleneck, so wait here and let esp0's queue drop
+            if osa.rate_Bps:
+                self.port.pace(osa.rate_Bps, n, now)
+            if f_slow is not None and pkt[9 if v == 4 else 6] == 6:
+                self.slow.pace(f_slow, n)
+            if df_work and osa.outer_hdr == 20:
+                # an IPv6 inner counts as no DF (FreeBSD: `setdf` unset); a call only on a change
+                on = df_by[v == 4 and pkt[6] >> 6 & 1]
+                if df_on.get(osa.sock, False) != on:
+                    self.outer_df.set(osa.sock, on)
+            if f_nh is not None and nh == 41:
+                nh = 4  # IPv6 inner announced as IPv4: the peer cannot deliver it
+            seq = osa.seq + 1
+            if seq > seq_low and not osa.esn:  # RFC 4303 3.3.3: a 32-bit counter never cycles
+                osa.seq = seq_low
+                a[X_WRAPS] += 1
+                continue
+            osa.seq = seq
+            # fault esn_high_bits_lost: the ICV/AAD covers 0 as the high half
+            esp = osa.seal(pkt, nh, seq if f_esn is None else seq & seq_low, f_padx, f_nonce)
+            for i in incs:
+                p[i] += 1
+            if self.extra_pending:
+                self.extra_pending = 0
+                p[incs[0]] += 1
+            if osa.ibytes >= 0:
+                p[osa.ibytes] += len(esp) - osa.fixed  # ESP plaintext: inner + pad + 2
+            b = osa.base  # its record: packets and bytes here, the rest at the flush
+            if not p[b + SA_PACKETS]:
+                records.append(osa)
+            p[b + SA_PACKETS] += 1
+            p[b + SA_BYTES] += n
+            if f_pad is not None and n % 16 == f_pad.get("residue", 9):
+                a[i_faulted] += 1  # fault pad_length_lost: counted, never sent
+                continue
+            if f_clear is not None:
+                self.leak.send(osa.src, pkt)
+            if f_drop is not None or f_icv is not None or f_replay is not None:
+                self.fault_n += 1
+                k = self.fault_n
+                if f_drop is not None and k % max(1, int(f_drop.get("n", 100))) == 0:
+                    a[i_faulted] += 1
+                    continue
+                if f_icv is not None and k % max(1, int(f_icv.get("every", 50))) == 0:
+                    esp = esp[:-1] + bytes((esp[-1] ^ 0x01,))
+                    a[i_faulted] += 1
+                if f_replay is not None and k % max(1, int(f_replay.get("every", 50))) == 0:
+                    self._send(osa, esp)
+                    a[i_faulted] += 1
+            try:
+                osa.sock.sendto(esp, osa.addr)
+            except OSError as exc:
+                self._send_failed(osa, exc)
+
+    def _send(self, osa: OutSa, esp: bytes) -> None:
+        try:
+            osa.sock.sendto(esp, osa.addr)
+        except OSError as exc:
+            self._send_failed(osa, exc)
+
+    def _send_failed(self, osa: OutSa, exc: OSError) -> None:
+        self.a[osa.fail_idx] += 1
+        if osa.fail_idx != INDEX["eng:tx_sendfail"]:
+            self.a[INDEX["eng:tx_sendfail"]] += 1
+        if exc.errno not in (105, 11, 90):  # ENOBUFS, EAGAIN, EMSGSIZE
+            print(f"engine tx: send failed: {exc}", file=sys.stderr)
+
+
+class RxLoop(_Loop):
+    """raw ESP -> SA by (SPI, dst) -> replay check -> ICV -> decrypt -> checks -> esp0."""
+
+    def __init__(self, host_dir: Path, tun_fd: int, driver: str) -> None:
+        super().__init__(host_dir, tun_fd, driver)
+        self.s4 = netio.rx_socket(socket.AF_INET)
+        self.s6 = netio.rx_socket(socket.AF_INET6)
+        self.su = netio.udp_encap_rx_socket()
+        self.sas: dict[tuple[int, bytes], InSa] = {}
+        self.x = x = RxCounters.of(for_driver(driver).counting)
+        # what every delivered frame moves, summed per epoll batch (PendingCounts)
+        self.pend = PendingCounts(self.a, (X_FRAMES, X_RECEIVED, X_RECV_BYTES, x.frame, x.inner_v6, x.done_v4,
+                                           x.done_v6, *(INDEX["hist:" + h] for h in HIST_ALGS)))
+        self.wall = int(time.time())
+        self.f_slow: dict | None = None
+        self.f_icv_ok: dict | None = None
+        self.f_pad: int | None = None
+
+    def reload(self) -> None:
+        st = self._take_generations()
+        self.faults.refresh(time.monotonic(), force=True)
+        new = {}
+        for e in st.get("sas", []):
+            if e["direction"] != "in":
+                continue
+            key = (e["spi"], ipaddress.ip_address(e["dst"]).packed)
+            esn = bool(e.get("esn"))
+            try:
+                suite = make_suite(e["cipher"], e["spi"], bytes.fromhex(e["enc_key"]),
+                                   bytes.fromhex(e["auth_key"]) if e.get("auth_key") else None, esn)
+            except (ValueError, KeyError) as exc:
+                print(f"engine rx: SA spi={e.get('spi', 0):#x} not usable: {exc}", file=sys.stderr)
+                continue
+            old = self.sas.get(key)
+            w = int(e.get("replay_window", 32))
+            replay = old.replay if old is not None and old.replay is not None else (ReplayWindow(w, esn) if w else None)
+            new[key] = InSa(spi=e["spi"], dst=e["dst"], open_fitted=suite.open_fitted, replay=replay,
+                            fits=suite.fits, open_unverified=suite.open_unverified,
+                            slot=e["slot"], base=self.c.sa_slot(e["slot"]), offloaded=e["offloaded"],
+                            alg_idx=INDEX["hist:" + ALG_OF_CIPHER[e["cipher"]]],
+                            fixed=FRAMING[e["cipher"]].fixed,
+                            local=[parse_selector(t) for t in e.get("local_ts", [])],
+                            remote=[parse_selector(t) for t in e.get("remote_ts", [])],
+                            encap=bool(e.get("encap")))
+        self.sas = new
+        self.faults_changed()
+
+    def faults_changed(self) -> None:
+        """Receive-side faults: the window's reach and bitmap use are set on each window
+        (a driver bug in its replay logic), the rest read per packet."""
+        fp, F = fault_params, self.faults
+        self.f_slow = fp(F, "slow_first_stream")
+        self.f_icv_ok = fp(F, "tampered_icv_delivered")
+        pad = fp(F, "pad_length_lost")
+        self.f_pad = None if pad is None else int(pad.get("residue", 9))
+        off_by_one = fp(F, "replay_window_off_by_one") is not None
+        dup_ok = fp(F, "replay_duplicates_accepted") is not None
+        no_wrap = fp(F, "esn_rx_high_bits_lost") is not None
+        for sa in self.sas.values():
+            if sa.replay is not None:
+                sa.replay.reach = sa.replay.size + off_by_one
+                sa.replay.dup_ok = dup_ok
+                sa.replay.no_wrap = no_wrap
+
+    def run(self) -> None:
+        self.reload()
+        ep = select.epoll()
+        for s in (self.s4, self.s6, self.su):
+            s.setblocking(False)
+            ep.register(s.fileno(), select.EPOLLIN)
+        buf = bytearray(65536)
+        mv = memoryview(buf)
+        anc = socket.CMSG_SPACE(20)
+        s4, s6 = self.s4, self.s6
+        f4, f6, fu = s4.fileno(), s6.fileno(), self.su.fileno()
+        frame = self.frame
+        flush = self.pend.flush
+        while True:
+            events = ep.poll()
+            self.wall = int(time.time())
+            a = self.a
+            if a[IGEN_ANY] != self.gen_any:
+                self.reload()
+            if self.faults.refresh(time.monotonic()):
+                self.faults_changed()
+            for fd, _ in events:  # at most 64 frames per socket, then store the counts, re-check generations
+                if fd == f4:
+                    for _i in range(64):
+                        try:
+                            n = s4.recv_into(buf)
+                        except BlockingIOError:
+                            break
+                        ihl = (buf[0] & 15) * 4
+                        frame(bytes(mv[ihl:n]), bytes(buf[16:20]))
+                elif fd == f6:
+                    for _i in range(64):
+                        try:
+                            n, ancdata, _fl, _addr = s6.recvmsg_into([buf], anc)
+                        except BlockingIOError:
+                            break
+                        dst = b""
+                        for lvl, typ, data in ancdata:
+                            if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_PKTINFO:
+                                dst = bytes(data[:16])
+                        frame(bytes(mv[:n]), dst)
+                elif fd == fu:
+                    self._udp_batch(buf, mv)
+            flush(self.wall)
+
+    def _udp_batch(self, buf: bytearray, mv: memoryview) -> None:
+        """ESP from UDP 4500 (udp_ipsec_input), up to 64 datagrams."""
+        for esp, dst in netio.natt_datagrams(self.su, buf, mv, 64):
+            sa = self.sas.get((int.from_bytes(esp[:4], "big"), dst))
+            if sa is None or not sa.encap:  # `sav->natt == NULL`: esps_notdb, before any driver
+                self.a[X_NO_TDB] += 1
+                continue
+            self.frame(esp, dst)
+
+    def frame(self, esp: bytes, dst: bytes) -> None:
+        """One received ESP payload (generation checked per epoll batch by run()). The
+        counters every delivered frame moves go to `self.pend` (stored after the batch),
+        the rest to the block at once."""
+        a = self.a
+        if len(esp) < 8:  # FreeBSD ipsec_common_input: esps_hdrops before any SA lookup
+            a[X_NOT_ESP] += 1
+            a[X_SHORT_HEADER] += 1
+            return
+        p = self.pend.p
+        p[X_FRAMES] += 1
+        spi, seq = SPI_SEQ(esp)
+        sa = self.sas.get((spi, dst))
+        x = self.x
+        if sa is None:
+            a[x.no_sa] += 1
+            return
+        off = sa.offloaded
+        if off:
+            if x.frame >= 0:
+                p[x.frame] += 1
+        else:
+            p[X_RECEIVED] += 1
+            p[sa.alg_idx] += 1
+        if not sa.fits(len(esp)):  # FreeBSD esp_input: esps_badilen, before the replay check
+            a[x.malformed if off else X_BAD_LENGTH] += 1
+            return
+        rp = sa.replay
+        # past the right edge without ESN: ReplayWindow.check's first answer, without the call
+        if rp is not None and (seq <= rp.top or rp.esn):
+            seq = rp.check(seq)  # the full (ESN) number, 0 to drop
+            if not seq:
+                a[x.replay if off else X_POSSIBLE_REPLAY] += 1
+                return
+        try:
+            inner, nh = sa.open_fitted(esp, seq >> 32)
+        except EspError as e:
+            a[(x.bad if e.kind == "auth" else x.malformed) if off else ESPSTAT[e.espstat]] += 1
+            if e.kind != "auth" or self.f_icv_ok is None:
+                return
+            try:  # fault tampered_icv_delivered: counted, and delivered all the same
+                inner, nh = sa.open_unverified(esp)
+            except EspError:
+                return
+            rp = None  # an unauthenticated frame never moves the window
+        if rp is not None:
+            rp.update(seq)
+        if self.f_pad is not None and len(inner) % 16 == self.f_pad:
+            return  # fault pad_length_lost: this padding length never comes out of the driver
+        # the policy cache first (nh 4/41: _strip checked the version and length)
+        ok = sa.policy_cache.get(inner[ADDR4 if nh == 4 else ADDR6]) if sa.addr_only else None
+        if not (ok if ok is not None else sa.allowed(inner)):
+            if off:
+                a[x.blocked] += 1
+            else:
+                a[X_POLICY] += 1
+            return
+        b = sa.base  # its record: packets and bytes here, the rest at the flush
+        if not p[b + SA_PACKETS]:
+            self.pend.records.append(sa)
+        p[b + SA_PACKETS] += 1
+        p[b + SA_BYTES] += len(inner)
+        if not off:
+            p[X_RECV_BYTES] += len(esp) - sa.fixed
+        if self.f_slow is not None and inner[9 if nh == 4 else 6] == 6:
+            self.slow.pace(self.f_slow, len(inner))
+        if off and nh == 41 and x.inner_v6 >= 0:
+            p[x.inner_v6] += 1
+        try:
+            os.write(self.tun, inner)
+        except OSError:
+            a[x.refused if off else X_WRITE_FAIL] += 1
+            return
+        if off:
+            p[x.done_v4 if nh == 4 else x.done_v6] += 1

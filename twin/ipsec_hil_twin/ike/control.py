@@ -1,0 +1,100 @@
+"""DIR/ike.sock: the daemon's control socket, spoken by ipsec_hil_twin.ike.swanctl and the lab.
+
+One JSON request per connection; one JSON answer, or for initiate/terminate/rekey a
+stream of `{"log": line}` messages and a final `{"done": true, "ok": ...}` (swanctl
+prints the lines as they come, as strongSwan's vici log callback does).  Ops: load,
+list_sas, list_conns, reset, status, initiate, terminate, rekey.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from ipsec_hil_twin import jsonl
+
+from .children import TerminateSelector
+from .model import Failed
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+MAX_REQUEST = 16 * 1024 * 1024
+
+
+class ControlServer:
+    def __init__(self, daemon: "Daemon") -> None:
+        self.d = daemon
+        self.path = str(daemon.hd.ike_sock)
+
+    async def start(self) -> asyncio.AbstractServer:
+        self.d.hd.ike_sock.unlink(missing_ok=True)
+        return await asyncio.start_unix_server(self.on_client, path=self.path, limit=MAX_REQUEST)
+
+    async def on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        def send(obj: dict) -> None:
+            if not writer.is_closing():
+                writer.write(jsonl.encode(obj))
+        try:
+            line = await reader.readline()
+            if not line:
+                return
+            req = jsonl.decode(line, self.path)
+            op = req.get("op")
+            # fault old_sa_kept switched off since the last tick: its leftovers go before any
+            # answer, so what swanctl lists next matches the engine (ipsec_hil_twin.ike.rekey)
+            await self.d.rekeys.sweep_kept()
+            if op in ("initiate", "terminate", "rekey"):
+                await self._streamed(op, req, send)
+            else:
+                send(await self._answer(op, req))
+            await writer.drain()
+        except (ConnectionError, ValueError) as exc:  # ControlSocketError is a ConnectionError
+            self.d.log(f"control client: {exc!r}")
+        finally:
+            writer.close()
+
+    async def _answer(self, op: Any, req: dict) -> dict[str, Any]:
+        d = self.d
+        if op == "load":
+            return {"ok": True, **d.load_file(req["file"])}
+        if op == "list_sas":
+            return {"ok": True, "sas": await d.children.list_sas(req.get("ike"), req.get("child"))}
+        if op == "list_conns":
+            return {"ok": True, "conns": d.config.list_conns()}
+        if op == "reset":  # the supervisor's/tests' "as after a reboot": no SAs, no config
+            await d.flush()
+            d.config.clear()
+            return {"ok": True}
+        if op == "status":
+            return {"ok": True, "pid": os.getpid(), "ike_sas": len(d.sas), "uptime": time.time() - d.started}
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+    async def _streamed(self, op: str, req: dict, send: Callable[[dict], None]) -> None:
+        def log(line: str) -> None:
+            send({"log": line})
+        d = self.d
+        if op == "initiate":
+            coro = d.initiator.initiate(req["child"], req.get("ike"), log)
+        elif op == "terminate":
+            sel = TerminateSelector.of(req)
+            coro = d.children.terminate(sel, log)
+            if sel.force:  # a forced terminate ends by itself once its timeout is spent
+                req = {**req, "timeout": None}
+        else:
+            coro = d.rekeys.request(req.get("child"), req.get("ike"))  # queued, as vici's rekey
+        task = d.spawn(coro)
+        timeout = req.get("timeout")
+        try:
+            if timeout:
+                await asyncio.wait_for(asyncio.shield(task), float(timeout))
+            else:
+                await task
+            send({"done": True, "ok": True})
+        except asyncio.TimeoutError:
+            name = req.get("child") or req.get("ike")
+            send({"done": True, "ok": False, "timeout": True,
+                  "error": f"CHILD_SA '{name}' not established after {int(float(timeout) * 1000)}ms"})
+        except Failed as exc:
+            send({"done": True, "ok": False, "error": str(exc)})

@@ -1,0 +1,1 @@
+"""ipsec_hil_twin.machinery: see the modules."""
