@@ -24,7 +24,7 @@ SELECT = "lab-v6in4-gcm"  # the 3300 pair, IPv6 inner over IPv4 outer: both size
 SIZE_TESTS = ("test_forwarded_ipv6_packet_too_big", "test_own_largest_packet_passes_one_more_refused")
 
 MUTANT = '''"""Loaded with -p before collection: makes ipsec_hil.lab.expectations.esp_math wrong on purpose."""
-from ipsec_hil.lab import esp_math
+from ipsec_hil.lab.expectations import esp_math
 
 esp_math._KERNEL_WORST_CASE_FIXED += 8  # esp_hdrsiz(NULL) as if the max ICV were 24 bytes
 esp_math.ESP_HEADER += 4                # SPI + sequence as if they were 12 bytes

@@ -1,6 +1,6 @@
 """The lab is an independent oracle: twin/ipsec_hil_twin/ imports nothing of plugin/ipsec_hil/ but the topology model.
 
-Why a scan and not a convention: one `from ipsec_hil.lab import esp_math` in the twin makes
+Why a scan and not a convention: one `from ipsec_hil.lab.expectations import esp_math` in the twin makes
 the lab compute FreeBSD's limits with the suite's own formula, and the size tests then
 compare a formula with itself (issue 10).  The lab file's schema (ipsec_hil.lab.topology) is
 the one contract the two share.
@@ -24,7 +24,7 @@ def plugin_imports(path: Path) -> list[tuple[int, str]]:
             found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "ipsec_hil"]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module.split(".")[0] == "ipsec_hil":
-                # `from ipsec_hil.lab import esp_math` imports ipsec_hil.lab.expectations.esp_math
+                # `from ipsec_hil.lab.expectations import esp_math` imports the module esp_math
                 found += [(node.lineno, node.module if node.module in ALLOWED else f"{node.module}.{a.name}")
                           for a in node.names]
         elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (

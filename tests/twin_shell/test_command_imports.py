@@ -23,7 +23,7 @@ import pytest
 
 from ipsec_hil_twin.fbsd import COMMANDS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2] / "twin"  # the source root the wrappers put on PYTHONPATH
 
 #: modules no emulated command may import at start-up (what they cost each command, measured)
 HEAVY = {
