@@ -177,6 +177,7 @@ AWAITING_TEST: dict[str, str] = {}
 FRESH: dict[str, str] = {
     "child_never_up": "acts on bring-up: the tunnel must be built while it is on",
     "peer_unreachable": "acts on bring-up: the tunnel must be built while it is on",
+    "spd_policy_missing": "bring-up reads the SPD: the tunnel must be built while it is on",
     "decline_ipv6_sa": "the driver decides when an association is added: a fresh bring-up",
     "silent_reboot": "the appliance reboots: the tunnel it carried is gone for later runs (the "
                      "stepper also waits for the rebooted appliance to answer before the next run)",

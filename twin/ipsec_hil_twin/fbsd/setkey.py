@@ -89,6 +89,9 @@ def main(argv: list[str]) -> int:
     now = time.time()
     pid = os.getpid()
     if "P" in flags:
+        if "spd_policy_missing" in c.active_faults(hd):  # the first association's out policy was never installed
+            first_out = next((i for i, sa in enumerate(sas) if sa.get("direction", "out") == "out"), None)
+            sas = [sa for i, sa in enumerate(sas) if i != first_out]
         text = dump_policies(sas, now, pid)
         sys.stdout.write(text if text else "No SPD entries.\n")
     else:

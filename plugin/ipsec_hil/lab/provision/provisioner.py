@@ -21,7 +21,7 @@ from ipsec_hil.lab import files
 from ipsec_hil.lab.errors import LabError, ProvisionError
 from ipsec_hil.lab.provision import verify
 from ipsec_hil.lab.provision.changes import HostChanges, Teardown, prepare_inner_v6
-from ipsec_hil.lab.provision import terminate
+from ipsec_hil.lab.provision import spd, terminate
 from ipsec_hil.lab.provision.commands import initiate_children
 from ipsec_hil.lab.provision.plan import CONF_DIR, TunnelPlan, child_plans, conf_path, conn_name
 from ipsec_hil.lab.provision.render import render_swanctl
@@ -51,6 +51,8 @@ class BringUp:
     sas: dict[str, Any] = field(default_factory=dict)  # appliance -> parsers SaList
     problems: dict[str, str] = field(default_factory=dict)  # child -> why it does not count
     foreign: dict[str, list[str]] = field(default_factory=dict)  # peer's IKE_SA (as child) -> children
+    spd: dict[str, Any] = field(default_factory=dict)  # appliance -> parsers SpdDump (setkey -DP)
+    spd_problems: list[str] = field(default_factory=list)  # policies a child lacks (spd.missing)
 
     @property
     def all_up(self) -> bool:
@@ -225,6 +227,11 @@ class TunnelProvisioner:
         if not bu.all_up:
             self._teardown_after_failure()
             raise ProvisionError(bu.stop_message(self.tunnel.name, self._app(self._responder).name))
+        if bu.spd_problems:
+            self._teardown_after_failure()
+            raise ProvisionError(
+                f"tunnel {self.tunnel.name} ({self.conn}): every child is up but the SPD is not as planned "
+                f"(setkey -DP): {verify.summarize(bu.spd_problems)}")
         return bu
 
     @property
@@ -240,6 +247,31 @@ class TunnelProvisioner:
         for c, why in bu.problems.items():
             if bu.outcomes[c].ok:  # the failed initiates were noted as they came
                 self._note(f"{c} does not count: {why}")
+        if bu.all_up:
+            self._verify_spd(bu)
+
+    def _spd_ends(self) -> list[tuple[Any, spd.EndPolicies]]:
+        """(appliance, what its SPD holds for this tunnel) of each end that has a kernel SPD
+        to read (an appliance says ``reads_spd = False`` when it has none, e.g. a Linux peer
+        whose charon keeps its policies in user space)."""
+        out = []
+        for end in ("local", "remote"):
+            app = self._app(end)
+            if not getattr(app, "reads_spd", True):
+                continue
+            me, peer = self.tunnel.end(end), self.tunnel.other(end)
+            out.append((app, spd.EndPolicies(app.name, me.lan_net(self.config.inner), peer.lan_net(self.config.inner),
+                                             me.outer_addr(self.config.outer), peer.outer_addr(self.config.outer))))
+        return out
+
+    def _verify_spd(self, bu: BringUp) -> None:
+        """One ``setkey -DP`` per end: each child's ``in`` and ``out`` policy, by its reqid (:mod:`spd`)."""
+        kids = [c.name for c in child_plans(self.tunnel, self.config)]
+        for app, want in self._spd_ends():
+            bu.spd[app.name] = dump = app.setkey_policies()
+            bu.spd_problems += spd.missing(dump, want, spd.child_reqids(bu.sas[app.name], self.conn, kids))
+        for why in bu.spd_problems:
+            self._note(f"SPD: {why}")
 
     def _install(self, end: str) -> None:
         app = self._app(end)
@@ -357,6 +389,14 @@ class TunnelProvisioner:
         self._initiated.clear()
         return done
 
+    def _check_spd_gone(self) -> str:
+        """Neither end's SPD still holds a policy of this tunnel (:func:`spd.leftovers`)."""
+        left = [x for app, want in self._spd_ends() for x in spd.leftovers(app.setkey_policies(), want)]
+        if left:
+            raise LabError(f"the SPD still holds {len(left)} policy(ies) of {self.conn} after the teardown: "
+                           + verify.summarize(left))
+        return f"no SPD entry of {self.conn} is left"
+
     def down(self) -> list[str]:
         """Undo everything ``up`` did (reverse order); returns what was done. Idempotent.
 
@@ -374,6 +414,7 @@ class TunnelProvisioner:
                 initiator = self._app(self.initiator).name
                 td.step(f"{initiator}: terminate {self.conn}", self._terminate)
                 td.step(f"checking that no SA of {self.conn} is left", self._check_gone)
+                td.step(f"checking that no SPD entry of {self.conn} is left", self._check_spd_gone)
         with self._phase("restore"):
             for kind, what in (("conf", self.path), ("main", SWANCTL_CONF)):
                 for name, tx, _ in reversed([t for t in self._txs if t[2] == kind]):
