@@ -65,6 +65,7 @@ class TrialResult:
 
     ``achieved``: the load that left the generator, measured (same unit as ``offered``);
     None when the generator does not say (a simulation's trials offer what they are asked).
+    ``port_tx``: the packets its port counted out meanwhile, when readable (evidence only).
     """
 
     offered: float
@@ -72,6 +73,7 @@ class TrialResult:
     received: int
     duration: float
     achieved: float | None = None
+    port_tx: int | None = None  # packets the generator's port transmitted (None: not read)
 
     def shortfall(self) -> float:
         """How far the measured load fell short of the intended one (0 when not measured)."""
