@@ -90,3 +90,37 @@ def test_the_twins_shaper_holds_the_stated_queue_bucket_and_queue_together():
     finally:
         tn.destroy_prefix(prefix)
     assert not tn.list_namespaces(prefix) and not tn.root_links(prefix)
+
+
+def _result(ndr: float, pdr: float, seconds: float = 1.0):
+    from ipsec_hil.lab.decision.search import Goal, GoalResult
+    goals = (GoalResult(Goal("NDR", 0.0), ndr, ndr * 1.02, 0.02, True, seconds),
+             GoalResult(Goal("PDR", 0.005), pdr, pdr * 1.02, 0.02, True, seconds))
+    return type("R", (), {"goals": goals})()
+
+
+def test_the_plan_brackets_the_bottleneck_and_lengthens_trials_for_a_deep_queue():
+    from ipsec_hil.lab.decision.bottleneck import search_plan
+    b = path_bottleneck(load_topology(VIRTUAL), "npu", GCM44, 1200)
+    plan = search_plan(b, width=0.02, trial_seconds=1.0)
+    assert plan.max_rate == pytest.approx(1.1 * b.payload_mbit) and plan.final_duration == 1.0
+    assert any("92.4 Mbit/s of UDP payload" in line for line in plan.lines())
+    deep = parse_topology(_with(VIRTUAL.read_text(), "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100}",
+                                "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100, queue_kib: 875}"), "deep.yaml")
+    longer = search_plan(path_bottleneck(deep, "npu", GCM44, 1200), width=0.02, trial_seconds=1.0)
+    assert longer.final_duration == pytest.approx(3.6)  # 875 KiB at 100 Mbit/s = 71.7 ms; / 2 % = 3.58 s
+    assert longer.bottleneck.hidden_ratio(longer.final_duration) <= 0.02
+
+
+def test_the_physical_limit_check_fails_with_the_figures():
+    """The old twin's figure (NDR = PDR = 110 on a 92.4 bottleneck), a queue-hidden 95.6, and
+    an NDR above its PDR each fail, naming the numbers; figures under the limit pass."""
+    from ipsec_hil.lab.decision.bottleneck import physical_limit_problems, search_plan
+    plan = search_plan(path_bottleneck(load_topology(VIRTUAL), "npu", GCM44, 1200), width=0.02, trial_seconds=1.0)
+    assert physical_limit_problems(_result(91.0, 92.5), plan) == []
+    old = physical_limit_problems(_result(110.0, 110.0), plan)
+    assert len(old) == 2 and old[0].startswith("NDR 110.0 Mbit/s is above the bottleneck's line rate: xgs136.port8 "
+                                               "carries 92.4 Mbit/s of payload, 93.4 with 0.0% loss")
+    assert physical_limit_problems(_result(95.6, 95.6), plan)[1].startswith("PDR 95.6 Mbit/s is above")
+    assert physical_limit_problems(_result(90.0, 85.0), plan) == [
+        "NDR 90.0 Mbit/s is above PDR 85.0 Mbit/s: a load met the stricter goal but not the looser one"]

@@ -29,6 +29,7 @@ Library code: no pytest.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,3 +148,75 @@ def path_bottleneck(topology: Any, tunnel: str, config: Any, payload_bytes: int)
     if not hops:
         raise bad(f"tunnel {tunnel}: rate_mbit", None, "a rate on a port or link of its path (the search's ceiling)")
     return Bottleneck(tuple(hops))
+
+
+#: The search's ceiling above the bottleneck's line rate: enough that a DUT at line rate
+#: is bracketed (its upper bound must be a load that lost), little enough that the bench
+#: is not asked for much more than a wire can carry.
+CEILING_MARGIN = 0.10
+#: The search's floor, as a share of the bottleneck's line rate.
+FLOOR_SHARE = 0.02
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """Where the NDR/PDR search may look and how long its final trials last, from the path."""
+
+    bottleneck: Bottleneck
+    max_rate: float
+    min_rate: float
+    final_duration: float
+    asked_duration: float  # what the options asked; final_duration is at least the queue's need
+    width: float
+
+    def lines(self) -> list[str]:
+        """The plan in words, for the page."""
+        b, h = self.bottleneck, self.bottleneck.slowest
+        longer = (f" (asked {self.asked_duration:g} s; {b.min_trial_seconds(self.width):.2f} s keep the queue's "
+                  f"share under the goal width {self.width:.1%})" if self.final_duration > self.asked_duration else "")
+        return [f"hop {hop.describe()}" for hop in b.hops] + [
+            f"bottleneck {h.sender} -> {h.receiver}: {b.payload_mbit:.1f} Mbit/s of UDP payload",
+            f"search range {self.min_rate:.1f} .. {self.max_rate:.1f} Mbit/s (ceiling {1 + CEILING_MARGIN:g} x the "
+            f"bottleneck)",
+            f"final trials {self.final_duration:g} s{longer}: its {h.queue_bytes // 1024} KiB queue can hide "
+            f"{b.hidden_ratio(self.final_duration):.2%} of an overload (late datagrams are not cut: iperf3's end "
+            f"message queues behind them)",
+        ]
+
+
+def search_plan(bottleneck: Bottleneck, *, width: float, trial_seconds: float,
+                margin: float = CEILING_MARGIN) -> SearchPlan:
+    """The ceiling (line rate x (1 + margin)), the floor, and final trials at least long
+    enough that the bottleneck's queue hides no more than the goal ``width``."""
+    if not trial_seconds > 0:
+        raise bad("trial_seconds", trial_seconds, "seconds > 0")
+    if not 0 < margin <= 1:
+        raise bad("ceiling margin", margin, "a ratio in (0, 1], e.g. 0.1")
+    need = math.ceil(bottleneck.min_trial_seconds(width) * 10) / 10
+    rate = bottleneck.payload_mbit
+    return SearchPlan(bottleneck, rate * (1 + margin), rate * FLOOR_SHARE, max(trial_seconds, need), trial_seconds,
+                      width)
+
+
+def physical_limit_problems(result: Any, plan: SearchPlan) -> list[str]:
+    """What the search's figures claim beyond physics: a goal's lower bound above what the
+    bottleneck can carry at that goal's loss with the queue's hidden share
+    (:meth:`Bottleneck.limit`), or a stricter goal (NDR) above a looser one (PDR). Each
+    message carries the figures; empty when the figures obey the path."""
+    out: list[str] = []
+    b = plan.bottleneck
+    proved = [g for g in result.goals if g.lower_bound is not None]
+    for g in proved:
+        limit = b.limit(g.proved_at, g.goal.loss_ratio)
+        if g.lower_bound > limit:
+            out.append(
+                f"{g.goal.name} {g.lower_bound:.1f} Mbit/s is above the bottleneck's line rate: "
+                f"{b.slowest.sender} carries {b.payload_mbit:.1f} Mbit/s of payload, {limit:.1f} with "
+                f"{g.goal.loss_ratio:.1%} loss and what its {b.slowest.queue_bytes // 1024} KiB queue hides in "
+                f"{g.proved_at:g} s trials ({b.hidden_ratio(g.proved_at):.2%}): a queue deeper than stated, or "
+                f"loss not counted")
+    for stricter, looser in zip(proved, proved[1:]):
+        if stricter.lower_bound > looser.lower_bound:
+            out.append(f"{stricter.goal.name} {stricter.lower_bound:.1f} Mbit/s is above {looser.goal.name} "
+                       f"{looser.lower_bound:.1f} Mbit/s: a load met the stricter goal but not the looser one")
+    return out
