@@ -252,3 +252,22 @@ def test_a_queue_that_delivers_inside_the_trial_hides_an_overload_of_queue_over_
 def test_a_bad_achieved_load_names_the_trial():
     with pytest.raises(DecisionError, match=r"trial #0 at load 100: achieved: expected a measured load"):
         search(lambda load, d: TrialResult(load, 10, 10, d, achieved=float("nan")), max_rate=100.0, min_rate=1.0)
+
+
+def test_a_stall_below_a_load_the_bench_offered_is_measured_again_not_a_new_limit():
+    """The bench offered 101.6 in full; a later trial under 100 comes out short once (a busy CPU):
+    the ceiling stays, that load is measured again, and the bounds are the path's."""
+    trial, asked = _bench_and_path(bench_limit=200.0, capacity=92.4)
+    stalls = {"left": 1}
+
+    def stalling(load: float, duration: float) -> TrialResult:
+        r = trial(load, duration)
+        if load < 100 and stalls["left"]:
+            stalls["left"] -= 1
+            return TrialResult(r.offered, r.sent, r.received, duration, achieved=0.8 * load)
+        return r
+
+    result = search(stalling, max_rate=1.1 * 92.4, min_rate=2.0, goals=GOALS)
+    ndr = result.goal("NDR")
+    assert sum(t.bench_short for t in result.trials) == 1 and stalls["left"] == 0
+    assert ndr.bracketed and ndr.bench_limit is None and ndr.lower_bound <= 92.4 + 1e-9 < ndr.upper_bound, ndr

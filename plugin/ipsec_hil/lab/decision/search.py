@@ -118,8 +118,8 @@ class Goal:
 #: A trial may fall this far short of its intended load and still count at it: iperf3's
 #: pacing and the sender's timer slack stay well inside it; a bench at its limit does not.
 OFFER_TOLERANCE = 0.02
-#: Short trials in one search before it stops (the bench's limit keeps moving down).
-MAX_SHORT_TRIALS = 6
+#: Short trials in one search before it stops (a bench that keeps stalling measures nothing).
+MAX_SHORT_TRIALS = 10
 
 #: the issue's defaults: NDR = 0 loss, PDR = 0.5 % loss, 1 % relative width
 DEFAULT_GOALS = (Goal("NDR", 0.0), Goal("PDR", 0.005))
@@ -307,6 +307,7 @@ class _Range:
     max_rate: float
     bench_limit: float | None = None
     short: int = 0
+    offered_ok: float = 0.0  # the highest load the bench offered in full so far
 
 
 def search(
@@ -352,8 +353,10 @@ def search(
             _bench_short(rng, result, offer_tolerance)
             if role != WARMUP:
                 raise _BenchShort
-        elif phase is not None:
-            phase.loads.setdefault(load, []).append(result)
+        else:
+            rng.offered_ok = max(rng.offered_ok, load)
+            if phase is not None:
+                phase.loads.setdefault(load, []).append(result)
         return result
 
     plan = _plan(initial_duration, final_duration, phases)
@@ -387,11 +390,15 @@ def search(
 
 
 def _bench_short(rng: _Range, result: TrialResult, tolerance: float) -> None:
-    """A trial fell short: the bench offers at most ``achieved``; ask just under it from now on."""
+    """A trial fell short. At a load the bench has offered in full before it is a stall of
+    the bench (a busy CPU): the load is measured again. Above every load it offered in
+    full it is the bench's limit: the ceiling drops to just under what it offered (never
+    under a load it did offer), and the goals met up to there say so."""
     achieved = float(result.achieved or 0.0)
     rng.short += 1
-    rng.bench_limit = achieved if rng.bench_limit is None else min(rng.bench_limit, achieved)
-    rng.max_rate = min(rng.max_rate, achieved * (1 - tolerance / 2))
+    if result.offered > rng.offered_ok:
+        rng.bench_limit = achieved if rng.bench_limit is None else min(rng.bench_limit, achieved)
+        rng.max_rate = min(rng.max_rate, max(achieved * (1 - tolerance / 2), rng.offered_ok))
     if rng.short >= MAX_SHORT_TRIALS or rng.max_rate <= rng.min_rate:
         raise _StopSearch(f"the bench fell short of its load {rng.short} times (last: asked {result.offered:.4g}, "
                           f"offered {achieved:.4g}); the ceiling reached {rng.max_rate:.4g}")
