@@ -40,15 +40,17 @@ DATAGRAM = 1200  # bytes of UDP payload: below every configuration's inner limit
 
 
 def _trials_table(result) -> str:
-    rows = [f"{'#':>3} {'role':<9} {'phase':>5} {'asked Mbit/s':>12} {'left Mbit/s':>11} {'sent':>8} "
-            f"{'port tx':>8} {'received':>8} {'loss %':>7} {'s':>5}"]
+    rows = ["drain: how long the receiver still counted after the sender's last datagram (a standing queue)",
+            f"{'#':>3} {'role':<9} {'phase':>5} {'asked Mbit/s':>12} {'left Mbit/s':>11} {'sent':>8} "
+            f"{'port tx':>8} {'received':>8} {'loss %':>7} {'s':>5} {'drain ms':>8}"]
     for t in result.trials:
         r = t.result
         left = "-" if r.achieved is None else f"{r.achieved:.2f}"
         tx = "-" if r.port_tx is None else str(r.port_tx)
         short = "  the bench could not offer it" if t.bench_short else ""
+        drain = "-" if r.drain is None else f"{1000 * r.drain:.1f}"
         rows.append(f"{t.index:>3} {t.role:<9} {t.phase:>5} {t.load:>12.2f} {left:>11} {r.sent:>8} {tx:>8} "
-                    f"{r.received:>8} {100 * r.loss_ratio:>7.3f} {r.duration:>5.2f}{short}")
+                    f"{r.received:>8} {100 * r.loss_ratio:>7.3f} {r.duration:>5.2f} {drain:>8}{short}")
     return "\n".join(rows)
 
 

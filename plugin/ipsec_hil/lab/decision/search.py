@@ -66,6 +66,8 @@ class TrialResult:
     ``achieved``: the load that left the generator, measured (same unit as ``offered``);
     None when the generator does not say (a simulation's trials offer what they are asked).
     ``port_tx``: the packets its port counted out meanwhile, when readable (evidence only).
+    ``drain``: how long the receiver's window outlasted the sender's (evidence of a standing
+    queue at the trial's end: about queue / line rate when the path was overloaded).
     """
 
     offered: float
@@ -74,6 +76,7 @@ class TrialResult:
     duration: float
     achieved: float | None = None
     port_tx: int | None = None  # packets the generator's port transmitted (None: not read)
+    drain: float | None = None  # seconds the receiver still counted after the sender's last datagram
 
     def shortfall(self) -> float:
         """How far the measured load fell short of the intended one (0 when not measured)."""

@@ -90,7 +90,18 @@ def parse_udp_json(text: str, load_mbit: float, duration: float, port_tx: int | 
     lost = min(sent, max(0, int(recv_sum["lost_packets"])))
     achieved = _achieved(sent_sum, sent, port_tx)
     return TrialResult(offered=load_mbit, sent=sent, received=sent - lost, duration=duration, achieved=achieved,
-                       port_tx=port_tx)
+                       port_tx=port_tx, drain=_drain(sent_sum, recv_sum))
+
+
+def _drain(sent_sum: dict[str, Any], recv_sum: dict[str, Any]) -> float | None:
+    """Receiver seconds minus sender seconds (>= 0): the queue's drain plus the end message's
+    trip; None when either is missing (the old ``end.sum`` alone has one clock)."""
+    if sent_sum is recv_sum:
+        return None
+    try:
+        return max(0.0, float(recv_sum["seconds"]) - float(sent_sum["seconds"]))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _achieved(sent_sum: dict[str, Any], sent: int, port_tx: int | None) -> float | None:
