@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from ipsec_hil.lab.decision.bottleneck import queue_bytes
 from ipsec_hil.lab.topology import Host, Port, Topology, load_topology
 from ipsec_hil_twin.machinery import netns as tn
 from ipsec_hil_twin.machinery.labruns import LabBuildError
@@ -55,9 +56,9 @@ def load_lab_topology(path: Path) -> Topology:
         raise LabBuildError(f"{path}: topology file not found") from None
 
 
-def port_spec(host: str, name: str, port: Port) -> tn.PortSpec:
+def port_spec(host: str, name: str, port: Port, queue_bytes: int | None = None) -> tn.PortSpec:
     return tn.PortSpec(host=host, name=name, ipv4=_text(port.ipv4), ipv6=_text(port.ipv6),
-                       mtu=port.mtu, rate_mbit=_rate(port.rate_mbit))
+                       mtu=port.mtu, rate_mbit=_rate(port.rate_mbit), queue_bytes=queue_bytes)
 
 
 def _rate(mbit: float | None) -> Any:
@@ -81,8 +82,10 @@ def network_spec(topo: Topology, prefix: str) -> tn.NetworkSpec:
     links: list[tn.LinkSpec] = []
     for link in topo.links:
         (ha, pa), (hb, pb) = link.ends
-        links.append(tn.LinkSpec(port_spec(ha, pa, topo.port(ha, pa)),
-                                 port_spec(hb, pb, topo.port(hb, pb)), _rate(link.rate_mbit)))
+        # each end's egress queue by the rule the NDR/PDR search sizes its trials with
+        links.append(tn.LinkSpec(port_spec(ha, pa, topo.port(ha, pa), queue_bytes(topo, ha, pa)),
+                                 port_spec(hb, pb, topo.port(hb, pb), queue_bytes(topo, hb, pb)),
+                                 _rate(link.rate_mbit)))
     n = 0
     for hname, host in topo.hosts.items():
         for pname, port in host.ports.items():
