@@ -15,7 +15,9 @@
 - Order: the longest test files run first (their worker seconds in :data:`file_order.FILE_TIMES`, written
   by ``tools/selftest-times --write-order`` from a measured run), so that under xdist
   (``--dist loadfile --no-loadscope-reorder``, as tools/run-selftests runs) the longest
-  file never starts last while the other worker idles.
+  file never starts last while the other worker idles. Under ``--dist loadfile`` a work unit
+  is a file, except the fault matrix's, whose shards (one per registry model) are units of
+  their own (file_order.shard_scope), so they run on separate workers at once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 import pytest
 
 import cpu_by_file
-from file_order import load_file_times, order_longest_first
+from file_order import load_file_times, order_longest_first, sharded_loadfile_scheduler
 from lab_factory import namespaces_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +54,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("needs_root") is not None:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` with the fault matrix's shards as separate work units; any other
+    mode is xdist's own (None: the next implementation decides)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    return sharded_loadfile_scheduler(config, log)
 
 
 @pytest.fixture

@@ -57,3 +57,35 @@ def order_longest_first(items: list, times: dict[str, float]) -> None:
     items.sort(key=lambda item: -times.get(_file_of(item), 0.0))
 
 
+
+
+# ------------------------------------------------------------- xdist work units
+
+#: Test files (paths under tests/) whose items go to xdist workers one parameter set at a
+#: time, not as one file: the fault matrix, one shard per registry model in one file
+#: (tests/teeth/test_fault_matrix.py). Each shard is ~4-5 minutes of one worker; kept as
+#: one unit the file would run its shards one after the other on one worker.
+SHARDED_FILES = ("teeth/test_fault_matrix.py",)
+
+
+def shard_scope(nodeid: str) -> str:
+    """The xdist work unit of ``nodeid`` under ``--dist loadfile``: its file, except in a
+    :data:`SHARDED_FILES` file, where it is the file and the item's parameters
+    (``tests/teeth/test_fault_matrix.py[xgs136]``): the module-scoped parameter's items
+    stay together, so each shard's lab and result are made once, in one worker."""
+    file, _, rest = nodeid.partition("::")
+    if "[" in rest and any(file == name or file.endswith("/" + name) for name in SHARDED_FILES):
+        return f"{file}[{rest.split('[', 1)[1]}"
+    return file
+
+
+def sharded_loadfile_scheduler(config, log):
+    """xdist's LoadFileScheduling with :func:`shard_scope` as its work unit (tests/conftest.py
+    returns it from ``pytest_xdist_make_scheduler`` for ``--dist loadfile``)."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class ShardedLoadFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return shard_scope(nodeid)
+
+    return ShardedLoadFileScheduling(config, log)

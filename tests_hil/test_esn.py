@@ -22,10 +22,9 @@ from __future__ import annotations
 import pytest
 
 from ipsec_hil.lab.cases import ANY
+from ipsec_hil.lab.inject.counted import assert_drops_counted, deltas
 from ipsec_hil.lab.inject.reasons import drop_counter
 from ipsec_hil.lab.measuring.measure import expect_equal
-
-from ._wire import assert_drops_counted, deltas, wire  # noqa: F401  (fixture)
 
 B = 1 << 32
 #: the first step of the outbound start: the middle of the first subspace, where any

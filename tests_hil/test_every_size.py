@@ -23,11 +23,8 @@ from ipsec_hil.lab.traffic.capture import WireCapture, is_esp, packets
 from ipsec_hil.lab.inject import Inner, min_inner, sweep_udp
 from ipsec_hil.lab.inject.tunnel import share_of_path
 
-from ._wire import wire  # noqa: F401  (fixture)
-
 #: bytes of each captured packet kept: the IP header says the length
 SNAPLEN = 96
-
 
 
 @pytest.mark.tunnels(children="one")

@@ -20,11 +20,11 @@ import allure
 import pytest
 
 from ipsec_hil.lab.errors import TransportError
-from ipsec_hil.lab.measuring.health import HealthReport, HealthSnapshot, compare, take_snapshot, take_snapshots
+from ipsec_hil.lab.measuring.health import (POLICY, HealthReport, HealthSnapshot, compare, driver_scope,
+                                           take_snapshot, take_snapshots)
 from ipsec_hil.lab.remote.together import each_at_once
 from ipsec_hil.lab.measuring.timeshare import TRAFFIC, spent
 
-from ._health import POLICY, driver_scope
 
 pytestmark = [pytest.mark.tunnels(encap=[True, False], children="one")]
 
@@ -62,7 +62,7 @@ def test_health_around_the_configuration(tunnel, record):
     with allure.step("health after"):
         after = each_at_once(lambda app: snapshot_when_back(app, BACK_S), ends, name="hil-health")
         for app, snap in zip(ends, after):
-            report = compare(before[app.name], snap, POLICY, driver=driver_scope(app))
+            report = compare(before[app.name], snap, POLICY, driver=driver_scope(app.profile))
             table = report.table()
             record.ledgers.append(table)
             allure.attach(table, name=f"health {app.name}", attachment_type=allure.attachment_type.TEXT)

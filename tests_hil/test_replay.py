@@ -12,10 +12,8 @@ from __future__ import annotations
 import pytest
 
 from ipsec_hil.lab.cases import ANY
+from ipsec_hil.lab.inject.counted import assert_drops_counted, deltas
 from ipsec_hil.lab.inject.reasons import drop_counter
-
-from ._wire import assert_drops_counted, deltas, wire  # noqa: F401  (fixture)
-
 
 
 #: why RFC 4303 drops a frame: a duplicate of a number inside the window, or a number

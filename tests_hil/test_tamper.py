@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from ipsec_hil.lab.inject.counted import deltas, moved
 from ipsec_hil.lab.inject.reasons import VARIANT_REASON, drop_counter
-
-from ._wire import deltas, moved, wire  # noqa: F401  (fixture)
-
 
 
 @pytest.mark.tunnels(children="one")

@@ -39,6 +39,7 @@ from ipsec_hil.lab.cases import (FILTER_KEYS, TunnelCase, appliance_groups, as_s
                               tunnel_cases)
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.expectations.hardware import REGISTRY, KnownIssue
+from ipsec_hil.lab.inject import NoInjectionPoint, TunnelWire
 from ipsec_hil.lab.live_lab import Lab
 from ipsec_hil.lab.live_lab import build_appliances  # noqa: F401 -- the project's tests import it from here
 from ipsec_hil.lab.measuring.measure import Ledger, collect_checks, settle_all
@@ -188,6 +189,21 @@ def tunnel(request: pytest.FixtureRequest, lab: Lab, run_id: str) -> Iterator[Ac
     keep = request.config.getoption("--keep-tunnels", False)
     with bring_up(lab, case, run_id=run_id, keep=keep, announce=_announce_provisioning) as active:
         yield active
+
+
+@pytest.fixture
+def wire(tunnel: ActiveTunnel) -> Iterator[TunnelWire]:
+    """The tunnel's injection point for crafted ESP (``tunnels.<t>.inject``; issue 12's wire
+    tests). A topology that names none skips the test saying so; after the test the
+    associations are restored fresh, so its crafted sequence numbers never reach the next."""
+    try:
+        w = TunnelWire.of(tunnel)
+    except NoInjectionPoint as exc:
+        pytest.skip(str(exc))
+    try:
+        yield w
+    finally:
+        w.restore()
 
 
 def _announce_provisioning(conn: str, masked_conf: str) -> None:

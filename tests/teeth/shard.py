@@ -6,8 +6,10 @@ of every row, and its cells); the two shards run on two xdist workers at once, a
 splits its rows by their measured seconds among ``TEETH_PARTS`` (default 3) pytest
 subprocesses (tests/teeth/runner.py, tests/teeth/stepper.py), each on a lab of its own.
 Rows are per (function, model) already, so a model's coverage is decided by its shard
-alone. tests/teeth/test_fault_matrix_<model>.py each import this module and say which
-model they run (the ``matrix_model`` fixture).
+alone. tests/teeth/test_fault_matrix.py imports this module and parametrises the
+``matrix_model`` fixture by the hardware registry's models (matrix.models()): one shard per
+model, none written by hand; under ``--dist loadfile`` each shard is a work unit of its own
+(tests/file_order.py shard_scope), so the shards still run on separate xdist workers.
 
 Every row's node runs ``TEETH_HEALTHY_RUNS`` times healthy (default 3: the acceptance
 criterion is three clean runs) and once per cell with the cell's fault on, each cell
@@ -32,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import QUIET_RATE_MBIT, lab_fixture, start_lab
+from lab_factory import QUIET_RATE_MBIT, start_lab
 
 from . import matrix, runner
 
@@ -66,14 +68,27 @@ def _rows(model: str) -> tuple[matrix.Row, ...]:
     return tuple(out)
 
 
-#: Every port and link at QUIET_RATE_MBIT: a fault's effect on a test does not depend on the
-#: link's rate (the floors scale with it, ipsec_hil.lab.expectations.expect), but the engines' CPU does.
-teeth_lab = lab_fixture(name="teeth_lab", rate_mbit=QUIET_RATE_MBIT)
+@pytest.fixture(scope="module")
+def teeth_lab(matrix_model, tmp_path_factory):
+    """The shard's own virtual lab, one per model (``matrix_model`` is a module-scoped
+    parameter: in one process the second model's shard gets a fresh lab, so a model's rows
+    never meet what another's faults left -- a rebooted appliance, a torn-down tunnel).
+
+    Every port and link at QUIET_RATE_MBIT: a fault's effect on a test does not depend on
+    the link's rate (the floors scale with it, ipsec_hil.lab.expectations.expect), but the
+    engines' CPU does."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the virtual lab: network namespaces, TUN)")
+    lab = start_lab(tmp_path_factory, rate_mbit=QUIET_RATE_MBIT)
+    try:
+        yield lab
+    finally:
+        lab.close()
 
 
 #: Seconds each row's node runs took (its healthy runs and cells together) in a measured
 #: matrix run, by "model item-name": what split_rows balances. Written by
-#: ``TEETH_WRITE_SECONDS=1 pytest tests/teeth/test_fault_matrix_<model>.py`` (that model's
+#: ``TEETH_WRITE_SECONDS=1 pytest tests/teeth/test_fault_matrix.py -k <model>`` (that model's
 #: rows replaced); tests/teeth/test_matrix_data.py fails naming a row it lacks.
 ROW_SECONDS = Path(__file__).with_name("row_seconds.json")
 

@@ -8,7 +8,9 @@
 - every function's teeth on a model include a cell judged by its own assertion (not only
   bring-up errors);
 - the strict verdict rule behaves (call-phase assertion with the words in its message;
-  setup errors only for declared bring-up cells; a test's source lines do not count).
+  setup errors only for declared bring-up cells; a test's source lines do not count);
+- the models are the hardware registry's (each emulated by the twin and the local end of a
+  tunnel of the virtual lab), and each model's shard is an xdist work unit of its own.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from . import matrix, runner
 
 REPO = Path(__file__).resolve().parents[2]
 VIRTUAL = REPO / "topologies" / "virtual.yaml"
-MODELS = ("xgs136", "xgs3300")
+#: The shards' models: the suite's hardware registry (matrix.models()), not a list kept here.
+MODELS = tuple(matrix.models())
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +52,70 @@ def _functions(nodes: list[str]) -> set[str]:
     return {n.removeprefix("tests_hil/").split("[", 1)[0] for n in nodes}
 
 
-def test_models_are_the_markers_of_the_virtual_lab():
-    assert set(matrix.models()) == set(MODELS), f"rows on models {matrix.models()}, markers {MODELS}"
+def test_every_registered_model_has_rows_a_twin_and_a_tunnel_in_the_virtual_lab():
+    """A model is a registry entry, a twin personality and a topology block: with one of the
+    three missing, its shard could not run (no lab, no node) -- said here, naming the file."""
+    from ipsec_hil_twin.personality import PERSONALITIES
+
+    assert MODELS, "the hardware registry has no model"
+    local_ends = set(matrix.tunnel_models().values())
+    for model in MODELS:
+        assert model in PERSONALITIES, f"{model}: no twin personality (twin/ipsec_hil_twin/personality.py)"
+        assert model in local_ends, (f"{model}: no tunnel of {VIRTUAL.name} has an appliance of this model as its "
+                                     f"local end (a host block and a tunnel in topologies/virtual.yaml)")
+    rowed = {r.model for r in matrix.rows()}
+    assert rowed == set(MODELS), f"rows on models {sorted(rowed)}, the registry's models {MODELS}"
+
+
+def test_each_models_shard_is_an_xdist_work_unit_of_its_own():
+    """Under ``--dist loadfile`` (tools/run-selftests) the shards of test_fault_matrix.py go to
+    separate workers, both at the start, while another file's items stay one unit: xdist's
+    own scheduler, as tests/conftest.py makes it, fed the real collection of the matrix file
+    and a second file (four workers, as run-selftests starts them)."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from file_order import sharded_loadfile_scheduler
+
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "-p", "no:xdist", "tests/teeth/test_fault_matrix.py", "tests/teeth/test_fault_effects.py"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    collection = [ln.strip() for ln in res.stdout.splitlines() if "::" in ln]
+    assert res.returncode == 0 and collection, res.stdout[-2000:] + res.stderr[-2000:]
+
+    class Worker:
+        shutting_down = False
+
+        def __init__(self, n: int) -> None:
+            self.sent: list[str] = []
+            self.gateway = SimpleNamespace(id=f"gw{n}")
+
+        def send_runtest_some(self, indices: list[int]) -> None:
+            self.sent += [collection[i] for i in indices]
+
+        def shutdown(self) -> None:
+            self.shutting_down = True
+
+    config = SimpleNamespace(getvalue=lambda name: {"tx": ["4*popen"]}[name],
+                             option=SimpleNamespace(loadscopereorder=False))
+    sched = sharded_loadfile_scheduler(config, None)
+    workers = [Worker(n) for n in range(4)]
+    for w in workers:
+        sched.add_node(w)
+    for w in workers:
+        sched.add_node_collection(w, collection)
+    sched.schedule()
+    for model in MODELS:
+        shard = [n for n in collection if n.startswith("tests/teeth/test_fault_matrix.py::") and n.endswith(f"[{model}]")]
+        holders = [i for i, w in enumerate(workers) if set(shard) & set(w.sent)]
+        assert len(shard) == 4 and len(holders) == 1, f"shard {model}: its {len(shard)} items went to workers {holders}"
+        assert set(shard) <= set(workers[holders[0]].sent), f"shard {model}: split across workers"
+    shard_workers = {i for i, w in enumerate(workers) for n in w.sent if "test_fault_matrix.py" in n}
+    assert len(shard_workers) == len(MODELS), f"the {len(MODELS)} shards started on workers {sorted(shard_workers)}"
+    effects = [n for n in collection if "test_fault_effects.py" in n]
+    assert effects and len({i for i, w in enumerate(workers) if set(effects) & set(w.sent)}) <= 1, \
+        "another file's items must stay one unit (their module's lab)"
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -226,7 +291,7 @@ def test_split_balances_the_measured_seconds():
     from .shard import load_row_seconds, row_key, split_rows
 
     seconds = load_row_seconds()
-    for model in ("xgs136", "xgs3300"):
+    for model in MODELS:
         rows = matrix.rows(model)
         order = [r.name for r in rows]
         for n in (2, 3):
@@ -242,7 +307,7 @@ def test_split_balances_the_measured_seconds():
 
 def test_every_row_has_measured_seconds():
     """A row the table lacks is split by a guess (its node runs at the median second a run):
-    measure it. How: TEETH_WRITE_SECONDS=1 pytest tests/teeth/test_fault_matrix_<model>.py."""
+    measure it. How: TEETH_WRITE_SECONDS=1 pytest tests/teeth/test_fault_matrix.py -k <model>."""
     from .shard import ROW_SECONDS, load_row_seconds, row_key
 
     seconds = load_row_seconds()

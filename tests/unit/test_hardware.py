@@ -150,3 +150,13 @@ def test_a_bad_profiles_file_names_file_and_field(tmp_path, text, needle):
     with pytest.raises(ProfileError) as info:
         load_profiles_file(f)
     assert str(info.value).startswith(f"{f}: ") and needle in str(info.value)
+
+
+def test_the_default_gate_is_a_registered_model():
+    """tools/run-acceptance selects ``-m <default_gate>``: a gate naming no model is refused
+    when the registry is built, naming the models it could be."""
+    from ipsec_hil.lab.expectations.hardware import REGISTRY, ModelRegistry
+
+    assert REGISTRY.default_gate in REGISTRY.names()
+    with pytest.raises(ProfileError, match=r"default_gate 'xgs9' is no model of the registry; expected one of xgs136"):
+        ModelRegistry([REGISTRY.get("xgs136")], default_gate="xgs9")

@@ -150,8 +150,12 @@ def private_mounts(host_dir: str | os.PathLike[str], netns: str | None) -> None:
 
 def keep_visible(host_dir: str | os.PathLike[str]) -> list[str]:
     """Host paths the appliance's commands need even where an appliance mount covers them."""
+    # ...and the directory holding the ipsec_hil_twin package (its components run with it
+    # on PYTHONPATH): a checkout under /root or /tmp is otherwise covered by the appliance's own
+    # /root or /tmp, and its command server fails with "No module named 'ipsec_hil_twin'".
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     paths = {os.path.realpath(host_dir), os.path.abspath(sys.executable), os.path.realpath(sys.executable),
-             os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
+             os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), package_root}
     return sorted(paths)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, fields
-from typing import Callable, Mapping, Optional, Sequence, TypeVar
+from typing import Callable, Mapping, Optional, Protocol, Sequence, TypeVar
 
 from ipsec_hil.lab.errors import LabError, ParseError
 from ipsec_hil.lab.parsers import boottime, dmesg, kldstat, netstat_m, vmstat_m, vmstat_z
@@ -37,8 +37,15 @@ from ipsec_hil.lab.remote.together import each_at_once
 
 T = TypeVar("T")
 
+
+class _Profile(Protocol):
+    """What driver_scope reads of a hardware profile (ipsec_hil.lab.expectations.hardware)."""
+
+    driver: str
+    module_file: str
+
 __all__ = [
-    "HealthPolicy", "DriverScope", "HealthSnapshot", "HealthSnapshotError", "HealthRow", "HealthReport",
+    "POLICY", "HealthPolicy", "DriverScope", "driver_scope", "HealthSnapshot", "HealthSnapshotError", "HealthRow", "HealthReport",
     "snapshot_script", "split_sections", "take_snapshot", "compare",
 ]
 
@@ -111,6 +118,19 @@ class DriverScope:
     def owns(self, line: str) -> bool:
         """Whether a kernel log line is the driver's own (`name:` or `name<unit>:`)."""
         return re.match(rf"{re.escape(self.name)}[0-9]*: ", line) is not None
+
+
+#: The tolerances of every health comparison the acceptance tests make (the whole
+#: configuration's in test_health.py, the mbufs around rekeys in ipsec_hil.lab.rekey): one
+#: policy, so a leak small enough for one never fails the other for no reason anyone
+#: could name. The defaults are HealthPolicy's (each field says why).
+POLICY = HealthPolicy()
+
+
+def driver_scope(profile: _Profile) -> DriverScope:
+    """The driver as the health checks see it, from the appliance's hardware profile: its
+    name and module file (zones and malloc types by the driver's name)."""
+    return DriverScope(name=profile.driver, module=os.path.basename(profile.module_file))
 
 
 # --------------------------------------------------------------------------- snapshot
