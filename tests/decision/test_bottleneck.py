@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ipsec_hil.lab.decision.bottleneck import path_bottleneck, queue_bytes
+from ipsec_hil.lab.decision.bottleneck import path_bottleneck
 from ipsec_hil.lab.decision.errors import DecisionError
 from ipsec_hil.lab.errors import TopologyError
 from ipsec_hil.lab.topology import TunnelConfig, load_topology, parse_topology
@@ -54,9 +54,9 @@ def test_queue_is_stated_per_link_and_overridden_per_port():
     text = _with(text, 'port8:  {ipv4: 203.0.113.130/26, ipv6: "2001:db8:2::2/64", mtu: 9000, rate_mbit: 100}',
                  'port8: {ipv4: 203.0.113.130/26, ipv6: "2001:db8:2::2/64", mtu: 9000, rate_mbit: 100, queue_kib: 32}')
     topo = parse_topology(text, "lab.yaml")
-    assert queue_bytes(topo, "xgs136", "port8") == 768 * 1024  # the link's
-    assert queue_bytes(topo, "peer3300", "port8") == 32 * 1024  # the port's own
-    assert queue_bytes(topo, "bench", "c_f1") == 128 * 1024  # the default
+    assert topo.queue_bytes("xgs136", "port8") == 768 * 1024  # the link's
+    assert topo.queue_bytes("peer3300", "port8") == 32 * 1024  # the port's own
+    assert topo.queue_bytes("bench", "c_f1") == 128 * 1024  # the default
     assert path_bottleneck(topo, "npu", GCM44, 1200).hidden_ratio(1.0) == pytest.approx(6 * 0.0105, abs=1e-3)
 
 

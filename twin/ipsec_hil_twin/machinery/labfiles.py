@@ -21,7 +21,6 @@ from typing import Any
 
 import yaml
 
-from ipsec_hil.lab.decision.bottleneck import queue_bytes
 from ipsec_hil.lab.topology import Host, Port, Topology, load_topology
 from ipsec_hil_twin.machinery import netns as tn
 from ipsec_hil_twin.machinery.labruns import LabBuildError
@@ -83,8 +82,8 @@ def network_spec(topo: Topology, prefix: str) -> tn.NetworkSpec:
     for link in topo.links:
         (ha, pa), (hb, pb) = link.ends
         # each end's egress queue by the rule the NDR/PDR search sizes its trials with
-        links.append(tn.LinkSpec(port_spec(ha, pa, topo.port(ha, pa), queue_bytes(topo, ha, pa)),
-                                 port_spec(hb, pb, topo.port(hb, pb), queue_bytes(topo, hb, pb)),
+        links.append(tn.LinkSpec(port_spec(ha, pa, topo.port(ha, pa), topo.queue_bytes(ha, pa)),
+                                 port_spec(hb, pb, topo.port(hb, pb), topo.queue_bytes(hb, pb)),
                                  _rate(link.rate_mbit)))
     n = 0
     for hname, host in topo.hosts.items():

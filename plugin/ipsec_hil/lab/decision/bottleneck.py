@@ -35,7 +35,6 @@ from typing import Any
 
 from ipsec_hil.lab.decision.errors import bad
 from ipsec_hil.lab.expectations.esp_math import IP_HEADER, outer_packet_len
-from ipsec_hil.lab.topology.parts import DEFAULT_QUEUE_KIB
 
 UDP_HEADER = 8
 #: Bytes a frame costs on an Ethernet wire beyond its IP packet: header 14, FCS 4,
@@ -103,14 +102,6 @@ class Bottleneck:
         return self.payload_mbit / (1.0 - loss_ratio) * (1.0 + self.hidden_ratio(trial_seconds))
 
 
-def queue_bytes(topology: Any, host: str, port: str) -> int:
-    """A port's egress buffer: the port's ``queue_kib``, else its link's, else the default."""
-    p = topology.port(host, port)
-    link = topology.link_of(host, port)
-    kib = p.queue_kib or (link.queue_kib if link is not None else None) or DEFAULT_QUEUE_KIB
-    return int(kib * 1024)
-
-
 def _rate(topology: Any, host: str, port: str) -> float | None:
     rates = [topology.port(host, port).rate_mbit]
     peer = topology.peer_of(host, port)
@@ -144,7 +135,7 @@ def path_bottleneck(topology: Any, tunnel: str, config: Any, payload_bytes: int)
         if rate is None:
             continue
         hops.append(Hop(f"{sh}.{sp}", f"{rh}.{rp}", float(rate), size + overhead, payload_bytes,
-                        queue_bytes(topology, sh, sp)))
+                        topology.queue_bytes(sh, sp)))
     if not hops:
         raise bad(f"tunnel {tunnel}: rate_mbit", None, "a rate on a port or link of its path (the search's ceiling)")
     return Bottleneck(tuple(hops))
