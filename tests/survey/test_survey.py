@@ -1,0 +1,184 @@
+"""The survey of a lab (issue 43) on the virtual lab: bundle, masked keys, table, profile
+proposal, golden round trip, and the lease.
+
+One lab for the file, with the lab tunnel up (TunnelProvisioner, as the suite brings it
+up) while the bundle is taken, so ``setkey -D`` holds real keys to mask and the ESP-gate
+pings have an SA to go through. The survey itself brings nothing up and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil.lab.expectations.profiles_file import load_profiles_file
+from ipsec_hil.lab.parsers import setkey as setkey_parser
+from ipsec_hil.lab.provision import Secret, TunnelPlan, TunnelProvisioner
+from ipsec_hil.lab.remote import host_from_mgmt
+from ipsec_hil.lab.sharing.lock import ApplianceLock
+from ipsec_hil.lab.survey import golden, render, survey
+from ipsec_hil.lab.survey.mask import mask_setkey
+from ipsec_hil.lab.survey.reads import appliance_reads, bench_reads
+from ipsec_hil.lab.topology import TunnelConfig
+from lab_factory import REPO, lab_fixture, subprocess_env
+from parsers.golden import GOLDEN, load_case, normalise
+from safety.test_secrets import forms
+
+pytestmark = pytest.mark.needs_root
+
+lab = lab_fixture()
+
+#: what today's twin does not answer as FreeBSD/OPNsense would (issue 43's other half): the
+#: only reads allowed to fail on a healthy virtual lab; each one a difference the survey
+#: must show, and the twin's versions work removes them from this set
+TWIN_GAPS = {"freebsd-version", "opnsense-version", "netstat-ip", "netstat-ip6"}
+
+
+@pytest.fixture(scope="module")
+def surveyed(lab, tmp_path_factory):
+    """The lab tunnel up (AES-GCM, IPv4 in IPv4), its keys read through the suite's
+    Appliance, then ``python -m ipsec_hil.lab.survey`` as a user runs it."""
+    out = tmp_path_factory.mktemp("survey") / "bundle"
+    plan = TunnelPlan.from_topology(lab.topo, "lab")
+    prov = TunnelProvisioner(lab.apps, plan, TunnelConfig("ipv4", "ipv4", "aes-gcm-16"),
+                             Secret(secrets.token_hex(16)), run_id="survey-test")
+    with prov as bu:
+        assert bu.all_up
+        keys = {e.enc_key for h in ("dut3300", "peer3300") for e in lab.apps[h].setkey_sas().entries}
+        r = subprocess.run([sys.executable, "-m", "ipsec_hil.lab.survey", str(lab.resolved), "--out", str(out)],
+                           capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd=REPO)
+    return out, keys, r
+
+
+def test_bundle_has_every_read_masked_and_parsed(lab, surveyed):
+    out, keys, r = surveyed
+    manifest = json.loads((out / "survey.json").read_text())
+    assert set(manifest["hosts"]) == set(lab.topo.hosts), r.stdout + r.stderr
+    for host, h in lab.topo.hosts.items():
+        expected = appliance_reads(lab.topo, host) if h.is_appliance else bench_reads()
+        got = {x["name"]: x for x in manifest["hosts"][host]["reads"]}
+        assert {e.name for e in expected} <= set(got), f"{host}: reads missing from the bundle"
+        for name, x in got.items():
+            for suffix in (".txt", ".stderr", ".status"):
+                assert (out / host / (name + suffix)).exists(), f"{host}/{name}{suffix}"
+            if x["state"] == "parsed":
+                assert json.loads((out / host / f"{name}.parsed.json").read_text()) is not None
+            elif x["state"] == "not parsed":
+                assert (out / host / f"{name}.error").read_text().strip()
+            else:  # raw or failed: no parser, or no answer
+                assert x["parser"] is None or x["state"] == "failed"
+        failed = {n for n, x in got.items() if x["state"] not in ("parsed", "raw")}
+        assert failed <= TWIN_GAPS, f"{host}: reads the twin should answer did not parse: {failed - TWIN_GAPS}"
+    # keys: read independently through the suite, present in the run, absent from every file
+    assert len(keys) >= 2 and all(keys)
+    sad = setkey_parser.parse((out / "dut3300" / "setkey-D.txt").read_text())
+    assert sad.entries and all(e.enc_key and set(e.enc_key) == {"0"} for e in sad.entries)  # masked, still parses
+    needles = {f for k in keys for f in forms(secret_hex=k)}
+    leaks = [str(p) for p in out.rglob("*") if p.is_file() for n in needles if n in p.read_bytes()]
+    assert leaks == [], f"ESP key material in {sorted(set(leaks))}"
+
+
+def test_table_says_what_parsed_the_counters_the_offload_and_the_gates(lab, surveyed):
+    out, _, r = surveyed
+    manifest = json.loads((out / "survey.json").read_text())
+    failed = [x for h in manifest["hosts"].values() for x in h["reads"] if x["state"] not in ("parsed", "raw")]
+    assert r.returncode == (4 if failed else 0) == manifest["exit_status"], r.stdout + r.stderr
+    table = r.stdout
+    for host in ("dut3300", "peer3300", "xgs136"):
+        assert manifest["hosts"][host]["counters"]["missing"] == {}
+        assert manifest["hosts"][host]["counters"]["unknown"] == {}
+        rows = [l for l in table.splitlines() if l.startswith(host + " ")]
+        assert any("counters (" in l and "profile matched" in l for l in rows), rows
+        assert any("ipsec offload framework" in l and " absent " in l for l in rows), rows
+        for x in manifest["hosts"][host]["reads"]:
+            assert any(l.split()[1] == x["name"] and x["state"].upper() in l.upper() for l in rows), x["name"]
+    for x in failed:
+        assert f"status {x['status']}" in table  # a failed read names its status and stderr
+    assert not (out / "proposed-profiles.yaml").exists()
+    # the own-largest ping of the tunnel that is up (ESP arithmetic) passes, one byte more is refused
+    data = esp_math.ping_data_for_inner(esp_math.max_inner("aes-gcm-16", "ipv4", 1500), "ipv4")
+    ok = json.loads((out / "dut3300" / f"ping-198.51.100.65-{data}.parsed.json").read_text())
+    big = json.loads((out / "dut3300" / f"ping-198.51.100.65-{data + 1}.parsed.json").read_text())
+    assert (data, ok["received"], big["received"]) == (1418, 3, 0) and big["emsgsize_count"] == 3
+
+
+def test_renamed_driver_counter_is_missing_unknown_and_proposed(lab, tmp_path):
+    r = lab.twin("fault", "dut3300", "counter_renamed", "counter=tx_encrypt", "to=tx_encrypted")
+    assert r.returncode == 0, r.stderr
+    try:
+        result = survey(lab.topo, tmp_path / "b")
+    finally:
+        lab.twin("fault", "dut3300", "counter_renamed", "--off")
+    (dut,) = [h for h in result.hosts if h.host == "dut3300"]
+    assert dut.diff.missing == {"tx_encrypt": "dev.octep.0.ipsec.tx_encrypt"}
+    assert list(dut.diff.unknown) == ["dev.octep.0.ipsec.tx_encrypted"]
+    assert [(p.logical, p.oid) for p in dut.diff.proposals] == [("tx_encrypt", "dev.octep.0.ipsec.tx_encrypted")]
+    assert all(h.diff.matched for h in result.hosts if h.diff is not None and h.host != "dut3300")
+    assert result.exit_status & 8
+    table = render(result)
+    rows = [" ".join(l.split()) for l in table.splitlines() if l.startswith("dut3300 ")]
+    assert "dut3300 counters (xgs3300, octep) MISSING tx_encrypt: dev.octep.0.ipsec.tx_encrypt" in rows
+    value = dut.diff.unknown["dev.octep.0.ipsec.tx_encrypted"]  # the engine's count, under its new name
+    assert f"dut3300 counters (xgs3300, octep) UNKNOWN dev.octep.0.ipsec.tx_encrypted = {value} (no profile names it)" in rows
+    assert ("dut3300 counters (xgs3300, octep) PROPOSED tx_encrypt: dev.octep.0.ipsec.tx_encrypt -> "
+            "dev.octep.0.ipsec.tx_encrypted (name similarity 0.91)") in rows
+    (model,) = load_profiles_file(result.proposed_profiles)
+    assert model.model == "xgs3300_surveyed" and model.counters["tx_encrypt"] == "dev.octep.0.ipsec.tx_encrypted"
+    assert {n: o for n, o in model.counters.items() if n != "tx_encrypt"} == \
+        {n: o for n, o in lab.topo.hosts["dut3300"].hardware.counters.items() if n != "tx_encrypt"}
+    assert model.roles == lab.topo.hosts["dut3300"].hardware.roles
+
+
+def test_bundle_round_trips_into_golden_files(surveyed, tmp_path):
+    out, _, _ = surveyed
+    written, skipped = golden.convert(out, tmp_path)
+    manifest = json.loads((out / "survey.json").read_text())
+    parsed = [x for h in manifest["hosts"].values() for x in h["reads"] if x["state"] in ("parsed", "not parsed")]
+    assert len(written) == len(parsed) > 40 and skipped
+    for txt in written:
+        case = load_case(txt)
+        assert case.command == txt.parent.name and (case.expected is not None or case.error)
+        if case.error:
+            with pytest.raises(Exception) as ei:
+                case.call()
+            assert case.error in str(ei.value)
+        else:
+            assert normalise(case.call()) == case.expected, txt
+    with pytest.raises(FileExistsError):  # never overwrites a case
+        golden.convert(out, tmp_path)
+
+
+def test_masked_setkey_keeps_its_shape_and_loses_its_keys():
+    """On the repository's golden setkey dumps (GCM and CBC+HMAC, continuation lines)."""
+    cases = [load_case(p) for p in sorted((GOLDEN / "setkey").glob("*.txt"))]
+    with_keys = [c for c in cases if c.expected and any(e.get("enc_key") for e in c.expected["entries"])]
+    assert with_keys
+    for c in with_keys:
+        masked = setkey_parser.parse(mask_setkey(c.stdout))
+        want = [{**e, "enc_key": e["enc_key"] and "0" * len(e["enc_key"]),
+                 "auth_key": e["auth_key"] and "0" * len(e["auth_key"])} for e in c.expected["entries"]]
+        assert normalise(masked)["entries"] == want, c.name
+        assert len(mask_setkey(c.stdout).splitlines()) == len(c.stdout.splitlines())
+
+
+def test_a_held_lease_is_not_surveyed_and_ours_is_released(lab, tmp_path):
+    topo = lab.topo
+    other = host_from_mgmt("xgs136", topo.hosts["xgs136"].mgmt, topo.lab.known_hosts)
+    try:
+        with ApplianceLock(other, "someone else: pytest -m xgs136", run_id="other-run"):
+            result = survey(topo, tmp_path / "b")
+        (x,) = [h for h in result.hosts if h.host == "xgs136"]
+        assert "LockHeld" in x.error and "someone else" in x.error and not x.outcomes
+        assert result.exit_status == 3 and "NOT SURVEYED" in render(result)
+        assert not (tmp_path / "b" / "xgs136").exists()  # nothing read under someone else's lease
+        for name in ("dut3300", "peer3300", "xgs136"):  # the survey's own leases are gone
+            h = other if name == "xgs136" else lab.apps[name].host
+            assert ApplianceLock(h, "check").status().holder is None, name
+    finally:
+        other.close()
