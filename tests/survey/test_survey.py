@@ -40,10 +40,24 @@ lab = lab_fixture()
 TWIN_GAPS = {"freebsd-version", "opnsense-version", "netstat-ip", "netstat-ip6"}
 
 
+def appliance_state(lab) -> dict[str, bytes]:
+    """What a configuration change would touch on the emulated appliances: their file
+    systems (swanctl.conf, modules, loader.conf), written sysctls, module state, faults and
+    the engine's SA journal -- not the logs, and not the lease file (taken and released)."""
+    out = {}
+    for host in ("dut3300", "peer3300", "xgs136"):
+        hd = lab.run_dir / "hosts" / host
+        files = [hd / n for n in ("state.json", "sysctl.json", "faults.json", "engine.sas.jsonl")]
+        files += [p for p in (hd / "root").rglob("*") if p.is_file() and "ipsec-hil/run.lock" not in str(p)]
+        out.update({str(p.relative_to(lab.run_dir)): p.read_bytes() for p in files if p.exists()})
+    return out
+
+
 @pytest.fixture(scope="module")
 def surveyed(lab, tmp_path_factory):
     """The lab tunnel up (AES-GCM, IPv4 in IPv4), its keys read through the suite's
-    Appliance, then ``python -m ipsec_hil.lab.survey`` as a user runs it."""
+    Appliance, then ``python -m ipsec_hil.lab.survey`` as a user runs it; the appliances'
+    state before and after it."""
     out = tmp_path_factory.mktemp("survey") / "bundle"
     plan = TunnelPlan.from_topology(lab.topo, "lab")
     prov = TunnelProvisioner(lab.apps, plan, TunnelConfig("ipv4", "ipv4", "aes-gcm-16"),
@@ -51,13 +65,21 @@ def surveyed(lab, tmp_path_factory):
     with prov as bu:
         assert bu.all_up
         keys = {e.enc_key for h in ("dut3300", "peer3300") for e in lab.apps[h].setkey_sas().entries}
+        before = appliance_state(lab)
         r = subprocess.run([sys.executable, "-m", "ipsec_hil.lab.survey", str(lab.resolved), "--out", str(out)],
                            capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd=REPO)
-    return out, keys, r
+        after = appliance_state(lab)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    return out, keys, r, changed
+
+
+def test_survey_changes_nothing_on_the_appliances(surveyed):
+    *_, changed = surveyed
+    assert changed == [], f"the survey changed {changed}"
 
 
 def test_bundle_has_every_read_masked_and_parsed(lab, surveyed):
-    out, keys, r = surveyed
+    out, keys, r, _ = surveyed
     manifest = json.loads((out / "survey.json").read_text())
     assert set(manifest["hosts"]) == set(lab.topo.hosts), r.stdout + r.stderr
     for host, h in lab.topo.hosts.items():
@@ -85,7 +107,7 @@ def test_bundle_has_every_read_masked_and_parsed(lab, surveyed):
 
 
 def test_table_says_what_parsed_the_counters_the_offload_and_the_gates(lab, surveyed):
-    out, _, r = surveyed
+    out, _, r, _ = surveyed
     manifest = json.loads((out / "survey.json").read_text())
     failed = [x for h in manifest["hosts"].values() for x in h["reads"] if x["state"] not in ("parsed", "raw")]
     assert r.returncode == (4 if failed else 0) == manifest["exit_status"], r.stdout + r.stderr
@@ -136,7 +158,7 @@ def test_renamed_driver_counter_is_missing_unknown_and_proposed(lab, tmp_path):
 
 
 def test_bundle_round_trips_into_golden_files(surveyed, tmp_path):
-    out, _, _ = surveyed
+    out, *_ = surveyed
     written, skipped = golden.convert(out, tmp_path)
     manifest = json.loads((out / "survey.json").read_text())
     parsed = [x for h in manifest["hosts"].values() for x in h["reads"] if x["state"] in ("parsed", "not parsed")]
