@@ -12,6 +12,7 @@ import json
 import secrets
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,17 @@ def appliance_state(lab) -> dict[str, bytes]:
     return out
 
 
+@dataclass(frozen=True)
+class Surveyed:
+    """The bundle, the run of the command, what it changed; the ESP keys the appliances held
+    (kept out of repr: a failing assertion must not print them)."""
+
+    out: Path
+    run: subprocess.CompletedProcess
+    changed: list[str]
+    keys: set[str] = field(repr=False)
+
+
 @pytest.fixture(scope="module")
 def surveyed(lab, tmp_path_factory):
     """The lab tunnel up (AES-GCM, IPv4 in IPv4), its keys read through the suite's
@@ -70,16 +82,15 @@ def surveyed(lab, tmp_path_factory):
                            capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd=REPO)
         after = appliance_state(lab)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-    return out, keys, r, changed
+    return Surveyed(out, r, changed, keys)
 
 
 def test_survey_changes_nothing_on_the_appliances(surveyed):
-    *_, changed = surveyed
-    assert changed == [], f"the survey changed {changed}"
+    assert surveyed.changed == [], f"the survey changed {surveyed.changed}"
 
 
 def test_bundle_has_every_read_masked_and_parsed(lab, surveyed):
-    out, keys, r, _ = surveyed
+    out, keys, r = surveyed.out, surveyed.keys, surveyed.run
     manifest = json.loads((out / "survey.json").read_text())
     assert set(manifest["hosts"]) == set(lab.topo.hosts), r.stdout + r.stderr
     for host, h in lab.topo.hosts.items():
@@ -107,7 +118,7 @@ def test_bundle_has_every_read_masked_and_parsed(lab, surveyed):
 
 
 def test_table_says_what_parsed_the_counters_the_offload_and_the_gates(lab, surveyed):
-    out, _, r, _ = surveyed
+    out, r = surveyed.out, surveyed.run
     manifest = json.loads((out / "survey.json").read_text())
     failed = [x for h in manifest["hosts"].values() for x in h["reads"] if x["state"] not in ("parsed", "raw")]
     assert r.returncode == (4 if failed else 0) == manifest["exit_status"], r.stdout + r.stderr
@@ -158,7 +169,7 @@ def test_renamed_driver_counter_is_missing_unknown_and_proposed(lab, tmp_path):
 
 
 def test_bundle_round_trips_into_golden_files(surveyed, tmp_path):
-    out, *_ = surveyed
+    out = surveyed.out
     written, skipped = golden.convert(out, tmp_path)
     manifest = json.loads((out / "survey.json").read_text())
     parsed = [x for h in manifest["hosts"].values() for x in h["reads"] if x["state"] in ("parsed", "not parsed")]
