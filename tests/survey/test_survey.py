@@ -215,3 +215,40 @@ def test_a_held_lease_is_not_surveyed_and_ours_is_released(lab, tmp_path):
             assert ApplianceLock(h, "check").status().holder is None, name
     finally:
         other.close()
+
+
+class _Answers:
+    """A host that answers each command with a fixed output (no lab: the parser's side)."""
+
+    name = "fake"
+
+    def __init__(self, answers: dict[str, tuple[str, str, int]]) -> None:
+        self.answers = answers
+
+    def run(self, script: str, timeout: float | None = None):
+        from ipsec_hil.lab.remote.shell import RunResult
+
+        out, err, status = self.answers[script]
+        return RunResult(out, err, status, 0.0, self.name)
+
+
+def test_an_output_the_parser_refuses_is_saved_with_its_first_unread_line(tmp_path):
+    from ipsec_hil.lab.survey.reads import Read
+    from ipsec_hil.lab.survey.run import HostSurvey, SurveyResult, run_read
+
+    good = (GOLDEN / "setkey" / "gcm-pair.txt").read_text()
+    lines = good.splitlines(keepends=True)
+    assert lines[4].startswith("\tseq=")  # line 5: the first SA's state line, after the key's two lines
+    garbled = "".join(lines[:4] + ["\tseq=0x00000000 replay=4 flags=0x00000000 state=fresh\n"] + lines[5:])
+    read = Read("setkey-D", "setkey -D", "setkey", mask=True)
+    o = run_read(_Answers({"setkey -D": (garbled, "", 0)}), "h1", read, tmp_path)
+    assert o.state == "not parsed" and o.first_line.startswith("line 5: ") and "state=fresh" in o.first_line
+    error = (tmp_path / "setkey-D.error").read_text()
+    assert "setkey -D: line 5:" in error and "line 5: \tseq=0x00000000" in error
+    assert not (tmp_path / "setkey-D.parsed.json").exists()
+    saved = (tmp_path / "setkey-D.txt").read_text().splitlines()
+    assert saved[2] == "\tE: aes-gcm-16  " + " ".join(["00000000"] * 8) and saved[3] == " 00000000"  # masked too
+    result = SurveyResult(tmp_path, (HostSurvey("h1", "appliance", (o,)),))
+    row = [" ".join(l.split()) for l in render(result).splitlines() if l.startswith("h1 ")]
+    assert row[0] == "h1 setkey-D NOT PARSED setkey -D: line 5: \\tseq=0x00000000 replay=4 flags=0x00000000 state=fresh", row
+    assert result.exit_status == 4

@@ -31,7 +31,7 @@ def rows(result: SurveyResult) -> list[tuple[str, str, str, str]]:
             elif o.state == "raw":
                 detail = f"saved raw: {o.read.why}" if o.read.why else "saved raw"
             elif o.first_line:
-                detail = f"{o.detail.split(': line ')[0]}: {o.first_line[:160]}"
+                detail = f"{o.detail.split(': line ')[0]}: {o.first_line[:160]}".replace("\t", "\\t")  # tabs seen
             else:
                 detail = o.detail
             out.append(_row(h.host, o.read.name, o.state.upper() if o.state != PARSED else o.state, detail))
