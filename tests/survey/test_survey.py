@@ -252,3 +252,19 @@ def test_an_output_the_parser_refuses_is_saved_with_its_first_unread_line(tmp_pa
     row = [" ".join(l.split()) for l in render(result).splitlines() if l.startswith("h1 ")]
     assert row[0] == "h1 setkey-D NOT PARSED setkey -D: line 5: \\tseq=0x00000000 replay=4 flags=0x00000000 state=fresh", row
     assert result.exit_status == 4
+
+
+def test_bad_arguments_name_the_file_and_field(tmp_path, capsys):
+    from ipsec_hil.lab.survey.__main__ import main
+
+    assert main([str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "b")]) == 2
+    assert "nope.yaml" in capsys.readouterr().err
+    bad = tmp_path / "profiles.yaml"
+    bad.write_text("models:\n  xgs9:\n    driver: Bad-Name\n    module_file: /boot/modules/x.ko\n"
+                   "    counters: [a]\n    roles: {encrypted: [a], decrypted: [a]}\n")
+    assert main([str(REPO / "topologies" / "virtual.yaml"), "--out", str(tmp_path / "b"), "--hil-profiles", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "profiles.yaml: models.xgs9.driver:" in err
+    assert not (tmp_path / "b").exists()  # nothing surveyed
+    assert golden.main([str(tmp_path / "no-bundle"), str(tmp_path / "g")]) == 1
+    assert "no-bundle/survey.json: cannot read the survey manifest" in capsys.readouterr().err
