@@ -268,3 +268,24 @@ def test_bad_arguments_name_the_file_and_field(tmp_path, capsys):
     assert not (tmp_path / "b").exists()  # nothing surveyed
     assert golden.main([str(tmp_path / "no-bundle"), str(tmp_path / "g")]) == 1
     assert "no-bundle/survey.json: cannot read the survey manifest" in capsys.readouterr().err
+
+
+def test_offload_framework_present_from_setkey_or_sysctl(tmp_path):
+    """FreeBSD 15's framework, as the parsers read it (the twin's 15.1 is issue 43's other half)."""
+    from ipsec_hil.lab.survey.reads import Read
+    from ipsec_hil.lab.survey.run import offload_framework, run_read
+
+    offl = (GOLDEN / "setkey" / "main-ipsec-offload.txt").read_text()
+    plain = (GOLDEN / "setkey" / "gcm-pair.txt").read_text()
+    unknown = ("", "sysctl: unknown oid 'net.inet.ipsec.offload'\n", 1)
+    leaves = ("net.inet.ipsec.offload.verbose: 0\n", "", 0)
+    sk = Read("setkey-D", "setkey -D", "setkey", mask=True)
+    sc = Read("sysctl-ipsec-offload", "sysctl net.inet.ipsec.offload", "sysctl", unknown_oids=True)
+
+    def seen(setkey_out: str, sysctl_out: tuple[str, str, int]) -> str:
+        host = _Answers({"setkey -D": (setkey_out, "", 0), "sysctl net.inet.ipsec.offload": sysctl_out})
+        return offload_framework({r.name: run_read(host, "h", r, tmp_path) for r in (sk, sc)})
+
+    assert seen(offl, unknown) == "present ('hw offl' lines in setkey -D)"
+    assert seen(plain, leaves) == "present (sysctl net.inet.ipsec.offload.*: 1 leaves)"
+    assert seen(plain, unknown).startswith("absent (")

@@ -162,7 +162,7 @@ def leased(host: Any) -> Iterator[ApplianceLock]:
         yield lock
 
 
-def _offload(outcomes: dict[str, Outcome]) -> str:
+def offload_framework(outcomes: dict[str, Outcome]) -> str:
     """The kernel's IPsec offload framework (FreeBSD 15, option IPSEC_OFFLOAD): present when
     sysctl knows net.inet.ipsec.offload.* or setkey -D printed an ``hw offl`` line."""
     why = []
@@ -183,13 +183,15 @@ def _offload(outcomes: dict[str, Outcome]) -> str:
 def survey_appliance(topology: Topology, name: str, app: Any, out: Path) -> HostSurvey:
     folder = out / name
     try:
-        with leased(app.host):
+        with leased(app.host) as lease:
             done: dict[str, Outcome] = {}
             for read in appliance_reads(topology, name):
                 done[read.name] = run_read(app.host, name, read, folder)
+                lease.check()  # LeaseLost: someone broke it; stop reading under their run
             sad = done["setkey-D"].value if done["setkey-D"].state == PARSED else None
             for read in ping_reads(ping_plans(topology, name, sad)):
                 done[read.name] = run_read(app.host, name, read, folder)
+                lease.check()
     except LabError as exc:
         return HostSurvey(name, "appliance", error=f"{type(exc).__name__}: {exc}")
     profile: HardwareProfile = topology.hosts[name].hardware
@@ -197,7 +199,7 @@ def survey_appliance(topology: Topology, name: str, app: Any, out: Path) -> Host
     diff = None
     if prof.state == PARSED and tree.state == PARSED:
         diff = counters_mod.compare(name, profile, list(prof.unknown_oids), tree.value)
-    return HostSurvey(name, "appliance", tuple(done.values()), diff=diff, offload=_offload(done))
+    return HostSurvey(name, "appliance", tuple(done.values()), diff=diff, offload=offload_framework(done))
 
 
 def survey_bench(name: str, host: Any, out: Path) -> HostSurvey:
