@@ -138,7 +138,9 @@ def test_table_says_what_parsed_the_counters_the_offload_and_the_gates(lab, surv
     data = esp_math.ping_data_for_inner(esp_math.max_inner("aes-gcm-16", "ipv4", 1500), "ipv4")
     ok = json.loads((out / "dut3300" / f"ping-198.51.100.65-{data}.parsed.json").read_text())
     big = json.loads((out / "dut3300" / f"ping-198.51.100.65-{data + 1}.parsed.json").read_text())
-    assert (data, ok["received"], big["received"]) == (1418, 3, 0) and big["emsgsize_count"] == 3
+    assert data == 1418 and ok["received"] > 0 and big["received"] == 0 and big["emsgsize_count"] == 3
+    iperf = [" ".join(l.split()) for l in table.splitlines() if l.startswith("bench ") and "iperf3-version" in l]
+    assert iperf and iperf[0].startswith("bench iperf3-version RAW 'iperf 3.")  # a raw read shows its first line
 
 
 def test_renamed_driver_counter_is_missing_unknown_and_proposed(lab, tmp_path):

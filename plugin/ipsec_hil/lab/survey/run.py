@@ -139,8 +139,8 @@ def run_read(host: Any, name: str, read: Read, folder: Path) -> Outcome:
     stderr = mask_setkey(r.stderr) if read.mask else r.stderr
     _save(folder, read, stdout, stderr, r.status)
     if read.parser is None:
-        if r.status in read.ok_status:
-            return Outcome(name, read, RAW, r.status)
+        if r.status in read.ok_status:  # its first line in the table: a person reads what no parser does
+            return Outcome(name, read, RAW, r.status, first_line=(stdout.strip().splitlines() or [""])[0][:80])
         why = (stderr.strip().splitlines() or [""])[-1][:200]
         return Outcome(name, read, FAILED, r.status, f"status {r.status}: {why}")
     try:

@@ -29,7 +29,7 @@ def rows(result: SurveyResult) -> list[tuple[str, str, str, str]]:
             elif o.state == PARSED:
                 detail = f"unknown oid: {', '.join(o.unknown_oids)}" if o.unknown_oids else ""
             elif o.state == "raw":
-                detail = f"saved raw: {o.read.why}" if o.read.why else "saved raw"
+                detail = f"{o.first_line!r} (saved raw: {o.read.why or 'no parser'})"
             elif o.first_line:
                 detail = f"{o.detail.split(': line ')[0]}: {o.first_line[:160]}".replace("\t", "\\t")  # tabs seen
             else:
