@@ -168,7 +168,10 @@ ROWS = load_rows()
 
 #: Faults of the twin's registry the matrix does not run, each with the reason: listed on the
 #: matrix page, never counted as noticed (when the reason goes, a row replaces the entry).
-AWAITING_TEST: dict[str, str] = {}
+AWAITING_TEST: dict[str, str] = {
+    "counter_renamed": "a survey fault (tests/survey/test_survey.py breaks on it): an acceptance test "
+                       "stops at its first counter read with the ProfileError naming the OID, in every row alike",
+}
 
 
 #: Faults that act on bring-up: the node's tunnel is built afresh with the fault on (the

@@ -89,7 +89,10 @@ class Tree:
             counters = self.host.get("counters") or {}
             if not isinstance(counters, dict):
                 raise ValueError(f"{self.hd.host_json}: counters: expected an object logical->oid")
+            renamed = c.active_faults(self.hd).get("counter_renamed") or {}  # a driver naming it otherwise
             for logical, oid in counters.items():
+                if logical == renamed.get("counter"):
+                    oid = str(oid).rsplit(".", 1)[0] + "." + str(renamed.get("to"))
                 self._add(Oid(str(oid), "uint64_t", self._driver_getter(str(logical))))
 
     def _driver_getter(self, logical: str) -> Callable[[], int]:
