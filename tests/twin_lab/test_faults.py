@@ -20,7 +20,9 @@ EXPECTED = {"drop_every", "count_extra", "corrupt_icv", "replay", "wrong_next_he
             "replay_window_off_by_one", "replay_duplicates_accepted", "tampered_icv_delivered",
             "esn_high_bits_lost", "esn_rx_high_bits_lost", "pad_length_lost",
             # issue 43: the survey's teeth (a driver naming a counter otherwise)
-            "counter_renamed"}
+            "counter_renamed",
+            # issue 42: the SPD as part of a tunnel's state (provision.spd)
+            "spd_policy_missing"}
 
 
 def test_registry_complete_and_documented():
