@@ -307,6 +307,11 @@ class ModelRegistry:
     def source(self, model: str) -> str:
         return self._sources[model]
 
+    def check_profile(self, model: str, overrides: Mapping[str, Any]) -> None:
+        """A lab file's ``profile:`` overrides of ``model`` apply (ProfileError otherwise):
+        the topology loader is given this registry (ipsec_hil.lab.topology.registry)."""
+        self.get(model).with_overrides(overrides)
+
     def marker_lines(self) -> list[str]:
         """``ini markers`` lines, one per model: ``xgs136: needs an XGS 136 ...``."""
         return [f"{p.model}: {p.marker or f'needs an appliance of model {p.model} (driver {p.driver})'}"
@@ -370,7 +375,17 @@ def profile_for(model: str, overrides: Mapping[str, Any] | None = None) -> Hardw
     return REGISTRY.get(model).with_overrides(overrides)
 
 
+def host_profile(host: Any) -> HardwareProfile:
+    """The hardware profile of a topology's appliance host (``ipsec_hil.lab.topology.Host``)
+    with its ``profile:`` overrides. The suite's side of the lab file: the schema itself
+    knows no profiles (the twin reads it too)."""
+    if host.model is None:
+        raise ProfileError(f"host {host.name} is the bench: it has no hardware profile")
+    return profile_for(host.model, host.profile)
+
+
 __all__ = [
+    "host_profile",
     "MODELS",
     "REGISTRY",
     "CounterRoles",
