@@ -58,8 +58,9 @@ class TestLab(VirtualLab):
     @cached_property
     def topo(self):
         from ipsec_hil.lab.topology import load_topology
+        from ipsec_hil.lab.expectations.hardware import REGISTRY
 
-        return load_topology(self.resolved)
+        return load_topology(self.resolved, models=REGISTRY)
 
     @cached_property
     def namespaces(self) -> dict[str, str]:
@@ -71,10 +72,11 @@ class TestLab(VirtualLab):
     def apps(self) -> dict:
         """Every appliance of the lab file, connected over SSH as the suite connects."""
         from ipsec_hil.lab.appliance import Appliance
+        from ipsec_hil.lab.expectations.hardware import host_profile
         from ipsec_hil.lab.remote import host_from_mgmt
 
         topo = self.topo
-        self._opened.update({n: Appliance(n, host_from_mgmt(n, h.mgmt, topo.lab.known_hosts), h.hardware)
+        self._opened.update({n: Appliance(n, host_from_mgmt(n, h.mgmt, topo.lab.known_hosts), host_profile(h))
                              for n, h in topo.hosts.items() if h.role == "appliance"})
         return self._opened
 

@@ -122,7 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     config.stash[TOPOLOGY_PATH_KEY] = path
     try:
-        topology = load_topology(path)
+        topology = load_topology(path, models=REGISTRY)
     except TopologyError as exc:
         raise pytest.UsageError(f"invalid topology:\n{exc}") from None
     except FileNotFoundError:

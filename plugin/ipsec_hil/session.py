@@ -41,6 +41,7 @@ from ipsec_hil.lab.errors import LabError, TopologyError
 from ipsec_hil.lab.live_lab import HardwareFacts, read_hardware
 from ipsec_hil.lab.reporting.report import RunInfo, write_allure_files, write_page
 from ipsec_hil.lab.topology import Topology, load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def virtual_lab_of(config: pytest.Config) -> virtual_lab.VirtualLab | None:
 def configure_worker(config: pytest.Config, topology: Topology) -> None:
     """An xdist worker tests against the lab its controller started (the resolved file)."""
     resolved = config.workerinput.get("hil_resolved")
-    active = load_topology(Path(resolved)) if resolved else topology
+    active = load_topology(Path(resolved), models=REGISTRY) if resolved else topology
     if active.lab.labgrid is not None and wants_lab(config):
         active = places.claim_place(config, active)  # every worker holds its own place
     config.stash[ACTIVE_TOPOLOGY_KEY] = active
@@ -168,7 +169,7 @@ class HilSession:
                 pytest.exit(f"virtual lab: {exc}", returncode=HilExitCode.LAB_NOT_UP)
             config.stash[VIRTUAL_LAB_KEY] = self.lab
             try:
-                self.topology = load_topology(self.lab.resolved)
+                self.topology = load_topology(self.lab.resolved, models=REGISTRY)
             except TopologyError as exc:
                 virtual_lab.stop(self.lab)
                 pytest.exit(f"virtual lab: its resolved lab file is invalid:\n{exc}", returncode=HilExitCode.LAB_NOT_UP)

@@ -13,6 +13,7 @@ import pytest
 from ipsec_hil.lab.decision.bottleneck import path_bottleneck
 from ipsec_hil.lab.decision.errors import DecisionError
 from ipsec_hil.lab.errors import TopologyError
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 from ipsec_hil.lab.topology import TunnelConfig, load_topology, parse_topology
 
 VIRTUAL = Path(__file__).resolve().parents[2] / "topologies" / "virtual.yaml"
@@ -22,7 +23,7 @@ GCM44 = TunnelConfig("ipv4", "ipv4", "aes-gcm-16")
 def test_the_npu_path_is_limited_by_the_esp_link_not_the_benchs():
     """1,200-byte datagrams: the bench link carries 1,242-byte frames (96.6 Mbit/s of payload
     at 100), the gigabit link ESP's 1,298 (92.4): the second is the bottleneck."""
-    b = path_bottleneck(load_topology(VIRTUAL), "npu", GCM44, 1200)
+    b = path_bottleneck(load_topology(VIRTUAL, models=REGISTRY), "npu", GCM44, 1200)
     bench, esp = b.hops
     assert (bench.sender, esp.sender) == ("bench.c_f1", "xgs136.port8")
     assert bench.payload_mbit == pytest.approx(100 * 1200 / 1242)
@@ -33,7 +34,7 @@ def test_the_npu_path_is_limited_by_the_esp_link_not_the_benchs():
 def test_trial_length_against_the_queue():
     """128 KiB at 100 Mbit/s is 10.5 ms: 1 s trials hide at most 1.05 %, a 2 % goal width
     needs 0.52 s, and the PDR's physical limit allows its loss and the hidden share."""
-    b = path_bottleneck(load_topology(VIRTUAL), "npu", GCM44, 1200)
+    b = path_bottleneck(load_topology(VIRTUAL, models=REGISTRY), "npu", GCM44, 1200)
     assert b.slowest.queue_bytes == 128 * 1024
     assert b.hidden_ratio(1.0) == pytest.approx(0.0105, abs=1e-4)
     assert b.min_trial_seconds(0.02) == pytest.approx(0.524, abs=1e-3)
@@ -53,7 +54,7 @@ def test_queue_is_stated_per_link_and_overridden_per_port():
                  "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100, queue_kib: 768}")
     text = _with(text, 'port8:  {ipv4: 203.0.113.130/26, ipv6: "2001:db8:2::2/64", mtu: 9000, rate_mbit: 100}',
                  'port8: {ipv4: 203.0.113.130/26, ipv6: "2001:db8:2::2/64", mtu: 9000, rate_mbit: 100, queue_kib: 32}')
-    topo = parse_topology(text, "lab.yaml")
+    topo = parse_topology(text, "lab.yaml", models=REGISTRY)
     assert topo.queue_bytes("xgs136", "port8") == 768 * 1024  # the link's
     assert topo.queue_bytes("peer3300", "port8") == 32 * 1024  # the port's own
     assert topo.queue_bytes("bench", "c_f1") == 128 * 1024  # the default
@@ -64,7 +65,7 @@ def test_a_bad_queue_names_the_file_line_and_field():
     text = _with(VIRTUAL.read_text(), "{a: xgs136.f1, b: bench.c_f1, rate_mbit: 100}",
                  "{a: xgs136.f1, b: bench.c_f1, rate_mbit: 100, queue_kib: -1}")
     with pytest.raises(TopologyError, match=r"lab.yaml:\d+.*queue_kib"):
-        parse_topology(text, "lab.yaml")
+        parse_topology(text, "lab.yaml", models=REGISTRY)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
@@ -101,12 +102,12 @@ def _result(ndr: float, pdr: float, seconds: float = 1.0):
 
 def test_the_plan_brackets_the_bottleneck_and_lengthens_trials_for_a_deep_queue():
     from ipsec_hil.lab.decision.bottleneck import search_plan
-    b = path_bottleneck(load_topology(VIRTUAL), "npu", GCM44, 1200)
+    b = path_bottleneck(load_topology(VIRTUAL, models=REGISTRY), "npu", GCM44, 1200)
     plan = search_plan(b, width=0.02, trial_seconds=1.0)
     assert plan.max_rate == pytest.approx(1.1 * b.payload_mbit) and plan.final_duration == 1.0
     assert any("92.4 Mbit/s of UDP payload" in line for line in plan.lines())
     deep = parse_topology(_with(VIRTUAL.read_text(), "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100}",
-                                "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100, queue_kib: 875}"), "deep.yaml")
+                                "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100, queue_kib: 875}"), "deep.yaml", models=REGISTRY)
     longer = search_plan(path_bottleneck(deep, "npu", GCM44, 1200), width=0.02, trial_seconds=1.0)
     assert longer.final_duration == pytest.approx(3.6)  # 875 KiB at 100 Mbit/s = 71.7 ms; / 2 % = 3.58 s
     assert longer.bottleneck.hidden_ratio(longer.final_duration) <= 0.02
@@ -116,7 +117,7 @@ def test_the_physical_limit_check_fails_with_the_figures():
     """The old twin's figure (NDR = PDR = 110 on a 92.4 bottleneck), a queue-hidden 95.6, and
     an NDR above its PDR each fail, naming the numbers; figures under the limit pass."""
     from ipsec_hil.lab.decision.bottleneck import physical_limit_problems, search_plan
-    plan = search_plan(path_bottleneck(load_topology(VIRTUAL), "npu", GCM44, 1200), width=0.02, trial_seconds=1.0)
+    plan = search_plan(path_bottleneck(load_topology(VIRTUAL, models=REGISTRY), "npu", GCM44, 1200), width=0.02, trial_seconds=1.0)
     assert physical_limit_problems(_result(91.0, 92.5), plan) == []
     old = physical_limit_problems(_result(110.0, 110.0), plan)
     assert len(old) == 2 and old[0].startswith("NDR 110.0 Mbit/s is above the bottleneck's line rate: xgs136.port8 "

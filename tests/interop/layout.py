@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ipsec_hil.lab.provision import TunnelPlan
 from ipsec_hil.lab.topology import Topology, load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 
 from .charon_pair import Port
 
@@ -33,7 +34,7 @@ RESIDENT_CHILD = "resident-net"
 
 
 def load() -> Topology:
-    return load_topology(TOPOLOGY)
+    return load_topology(TOPOLOGY, models=REGISTRY)
 
 
 def sides(topo: Topology) -> dict[str, str]:

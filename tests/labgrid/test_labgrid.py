@@ -15,6 +15,7 @@ from ipsec_hil.lab.sharing.labgrid_claim import LabgridError, PlaceClaim, apply_
 from ipsec_hil.lab.sharing.labgrid_session import LabgridLab
 from ipsec_hil.lab.sharing.lease import LeaseLost
 from ipsec_hil.lab.topology import LabgridInfo, parse_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 
 REPO = Path(__file__).resolve().parents[2]
 HOLDER = Path(__file__).with_name("holder.py")
@@ -138,7 +139,7 @@ def test_topology_without_addresses_gets_them_from_the_place(coordinator):
     text = (REPO / "tests/topology/bad/hardware_lab_without_mgmt.yaml").read_text()
     text = text.replace("gw1", "dut3300").replace("gw2", "peer3300").replace(
         "  virtual: false\n", f"  virtual: false\n  labgrid: {{coordinator: '{coordinator.address}', place: lab1}}\n")
-    topo = parse_topology(text, "lab.yaml")
+    topo = parse_topology(text, "lab.yaml", models=REGISTRY)
     assert topo.hosts["dut3300"].mgmt.address is None
     with PlaceClaim(topo.lab.labgrid, holder="alice") as claim:
         resolved = apply_services(topo, claim.access_for(topo))
@@ -159,7 +160,7 @@ def test_status_and_break_commands_in_labgrid_mode(coordinator, tmp_path):
     topo = tmp_path / "lab.yaml"
     topo.write_text(text)
     lost = threading.Event()
-    claim = PlaceClaim(parse_topology(text).lab.labgrid, holder="alice: pytest", run_id="run-A", renew_every=0.5,
+    claim = PlaceClaim(parse_topology(text, models=REGISTRY).lab.labgrid, holder="alice: pytest", run_id="run-A", renew_every=0.5,
                        lease=10, on_lost=lambda exc: lost.set()).acquire()
     try:
         cli = [sys.executable, "-m", "ipsec_hil.lab.sharing"]

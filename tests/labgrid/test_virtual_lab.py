@@ -18,6 +18,7 @@ from ipsec_hil.lab.sharing.labgrid_claim import PlaceClaim, apply_services
 from ipsec_hil.lab.sharing.lock import ApplianceLock
 from ipsec_hil.lab.remote.factory import host_from_mgmt
 from ipsec_hil.lab.topology import load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 from lab_factory import suite_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def _shared_lab_file(coordinator, virtual_lab: Path, tmp_path: Path) -> tuple[Pa
 
 def test_virtual_lab_appliances_through_a_place(coordinator, virtual_lab, tmp_path):
     shared, services, appliances = _shared_lab_file(coordinator, virtual_lab, tmp_path)
-    topo = load_topology(shared)
+    topo = load_topology(shared, models=REGISTRY)
     assert all(topo.hosts[n].mgmt.address is None for n in appliances)
     with PlaceClaim(topo.lab.labgrid, holder="vlab test", run_id="r-vlab") as claim:
         resolved = apply_services(topo, claim.access_for(topo))
@@ -91,6 +92,6 @@ def test_the_acceptance_suite_runs_through_the_place(coordinator, virtual_lab, t
                     tmp_path / "checkout")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "2 passed" in run.stdout, run.stdout[-1000:]
-    topo = load_topology(shared)
+    topo = load_topology(shared, models=REGISTRY)
     with PlaceClaim(topo.lab.labgrid, holder="after the run", run_id="r-after", wait=10) as claim:
         assert claim.place == "vlab"  # released by the run: ours at once

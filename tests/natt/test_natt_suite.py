@@ -13,7 +13,9 @@ from ipsec_hil.lab.expectations.hardware import profile_for
 from ipsec_hil.lab.provision.plan import TunnelPlan
 from ipsec_hil.lab.provision.render import check_grammar, render_swanctl
 from ipsec_hil.lab.topology import TunnelConfig, load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 from ipsec_hil.lab.topology import TopologyError
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 from ipsec_hil_twin.engine import sizes
 from ipsec_hil_twin.personality import PERSONALITIES
 
@@ -32,7 +34,7 @@ def lab_file(tmp_path: Path, outer: str, encap: str) -> Path:
 def test_encap_with_an_ipv6_outer_fails_naming_file_and_line(tmp_path):
     path = lab_file(tmp_path, "[ipv4, ipv6]", "true")
     with pytest.raises(TopologyError) as info:
-        load_topology(path)
+        load_topology(path, models=REGISTRY)
     line = next(no for no, text in enumerate(path.read_text().splitlines(), 1) if "encap:" in text)
     assert f"{path}:{line}: tunnels.t.encap: expected outer: [ipv4] with encap: true" in str(info.value)
     assert "found outer ipv4, ipv6" in str(info.value)
@@ -40,12 +42,12 @@ def test_encap_with_an_ipv6_outer_fails_naming_file_and_line(tmp_path):
 
 def test_encap_not_a_bool_fails(tmp_path):
     with pytest.raises(TopologyError, match=r"tunnels\.t\.encap"):
-        load_topology(lab_file(tmp_path, "[ipv4]", "sometimes"))
+        load_topology(lab_file(tmp_path, "[ipv4]", "sometimes"), models=REGISTRY)
 
 
 @pytest.mark.parametrize("encap", ["true", "false"])
 def test_render_writes_encap_yes_on_both_ends_only_when_asked(tmp_path, encap):
-    topo = load_topology(lab_file(tmp_path, "[ipv4]", encap))
+    topo = load_topology(lab_file(tmp_path, "[ipv4]", encap), models=REGISTRY)
     plan = TunnelPlan.from_topology(topo, "t")
     for end in ("local", "remote"):
         text = render_swanctl(plan, TunnelConfig("ipv4", "ipv4", "aes-gcm-16"), end, "k")

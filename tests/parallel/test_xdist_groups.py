@@ -25,6 +25,7 @@ import pytest
 
 from ipsec_hil.lab.cases import appliance_groups
 from ipsec_hil.lab.topology import load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 
 REPO = Path(__file__).resolve().parents[2]
 VIRTUAL = REPO / "topologies" / "virtual.yaml"
@@ -59,14 +60,14 @@ def two_sets_topology(path: Path, *, hardware: bool) -> Path:
 
 
 def test_virtual_lab_is_one_group_because_everything_ends_on_peer3300():
-    groups = appliance_groups(load_topology(VIRTUAL))
+    groups = appliance_groups(load_topology(VIRTUAL, models=REGISTRY))
     assert set(groups) == {"lab", "npu", "many", "natt", "natt136", "rekey136", "rekey3300", "expire136", "expire3300",
                            "win64x136", "win64x3300", "esn136", "esn3300"}
     assert set(groups.values()) == {"dut3300+peer3300+xgs136"}
 
 
 def test_disjoint_appliance_sets_are_separate_groups(tmp_path):
-    groups = appliance_groups(load_topology(two_sets_topology(tmp_path / "two.yaml", hardware=False)))
+    groups = appliance_groups(load_topology(two_sets_topology(tmp_path / "two.yaml", hardware=False), models=REGISTRY))
     assert groups == {"lab": "dut3300+peer3300", "npu": "peer136+xgs136", "many": "peer136+xgs136",
                       "natt": "dut3300+peer3300", "natt136": "peer136+xgs136",
                       "rekey136": "peer136+xgs136", "rekey3300": "dut3300+peer3300",
@@ -77,7 +78,7 @@ def test_disjoint_appliance_sets_are_separate_groups(tmp_path):
 
 def test_a_chain_of_shared_appliances_is_one_group(tmp_path):
     """a-b and b-c share b: one set, although a and c have no tunnel between them."""
-    t = load_topology(VIRTUAL)
+    t = load_topology(VIRTUAL, models=REGISTRY)
     assert appliance_groups(t)["lab"] == appliance_groups(t)["many"]
 
 

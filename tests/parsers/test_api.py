@@ -159,3 +159,59 @@ def test_list_sas_raw_timers_already_past_are_negative() -> None:
     old, new = sas.ike_sas[0].children
     assert (old.state, old.rekey_in, old.expires_in) == ("DELETED", -1, 33)
     assert (new.state, new.rekey_in) == ("INSTALLED", 5)
+
+
+# ----------------------------------------------------------- the appliance answers in parser types
+
+#: Appliance method -> the type its parser returns (what a test asserts on).
+APPLIANCE_ANSWERS = {
+    "ping": "ping.PingResult",
+    "iperf3_client": "iperf3.IperfResult",
+    "esp_stats": "netstat_esp.EspStats",
+    "sysctl_get": "dict[str, sysctl.Value]",
+    "sysctl_set": "tuple[sysctl.Value, sysctl.Value]",
+    "swanctl_load": "swanctl_load.LoadResult",
+    "swanctl_initiate": "swanctl_initiate.InitiateResult",
+    "list_sas": "SaList",
+    "setkey_sas": "setkey.SadDump",
+    "setkey_policies": "setkey_spd.SpdDump",
+    "route_get": "route_get.RouteGet | None",
+    "interface": "ifconfig.Interface",
+}
+
+
+def test_appliance_answers_are_typed_by_their_parsers() -> None:
+    """Each question's return type is its parser's, resolved from the module's own imports
+    (a reader follows ``sysctl`` text to the value a test asserts on; no ``Any``)."""
+    import typing
+
+    from ipsec_hil.lab import appliance
+    from ipsec_hil.lab.parsers import ifconfig, route_get, setkey_spd, swanctl_initiate, swanctl_load
+    from ipsec_hil.lab.parsers._swan import SaList
+
+    names = {"ping": ping, "iperf3": iperf3, "netstat_esp": netstat_esp, "sysctl": sysctl, "setkey": setkey,
+             "setkey_spd": setkey_spd, "swanctl_load": swanctl_load, "swanctl_initiate": swanctl_initiate,
+             "route_get": route_get, "ifconfig": ifconfig, "SaList": SaList}
+    for method, expected in APPLIANCE_ANSWERS.items():
+        got = typing.get_type_hints(getattr(appliance.Appliance, method))["return"]
+        assert got == eval(expected, names), f"Appliance.{method} returns {got}, expected {expected}"
+    assert typing.get_type_hints(appliance.ModuleInfo)["kldstat"] == kldstat.KldstatResult | None
+
+
+def test_appliance_imports_its_parsers_by_name() -> None:
+    """No parser looked up from a string inside the appliance's classes (``parser("sysctl")``
+    hides from a reader and a type checker which module answers)."""
+    import ast
+    import inspect
+
+    from ipsec_hil.lab import appliance
+
+    tree = ast.parse(inspect.getsource(appliance))
+    lookups = [f"line {n.lineno}: {ast.unparse(n)}" for cls in tree.body if isinstance(cls, ast.ClassDef)
+               for n in ast.walk(cls) if isinstance(n, ast.Call)
+               and getattr(n.func, "id", getattr(n.func, "attr", "")) in ("parser", "import_module")]
+    assert not lookups, "parsers looked up by name in ipsec_hil/lab/appliance.py: " + "; ".join(lookups)
+    answers = [n for cls in (appliance.Appliance, appliance.ShellCommands) for n, f in vars(cls).items()
+               if callable(f) and not n.startswith("_") and "return" in getattr(f, "__annotations__", {})
+               and f.__annotations__["return"] in ("Any", "Any | None")]
+    assert not answers, f"Appliance methods typed Any: {answers}"

@@ -1,9 +1,13 @@
-"""No import circle in plugin/ipsec_hil/: every module can be read (and imported) on its own.
+"""No import circle in plugin/ipsec_hil/ nor in twin/ipsec_hil_twin/: every module can be read
+(and imported) on its own.
 
 Why: a circle (fixtures -> records -> session -> fixtures, as it once was) means no module of
-it can be understood or imported alone; lazy imports inside functions only hid it. The
-graph is read from the source (AST), lazy imports included, so hiding one again fails here
-with the circle named.
+it can be understood or imported alone; lazy imports inside functions only hid it, and so do
+type-only imports (``if TYPE_CHECKING:``): the twin's IKE parts once reached each other
+through the daemon object, an eight-module circle that only annotations closed. The graph is
+read from the source (AST), lazy and type-only imports included, so hiding one again fails
+here with the circle named; the type-only imports are counted, so a scan that stopped seeing
+them would show it.
 """
 
 from __future__ import annotations
@@ -11,8 +15,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2] / "plugin"  # the source root of the package
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REPO = ROOT / "plugin"  # the source root of the package
 PACKAGE = "ipsec_hil"
+SOURCES = {"ipsec_hil": ROOT / "plugin", "ipsec_hil_twin": ROOT / "twin"}
+"""Each package the distribution ships, by its source root."""
 
 
 def module_name(path: Path, repo: Path) -> str:
@@ -29,14 +38,24 @@ def _is_main_guard(node: ast.stmt) -> bool:
             and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in node.test.comparators))
 
 
-def import_graph(repo: Path = REPO) -> dict[str, set[str]]:
-    """module -> the plugin modules it imports (anywhere in its body)."""
-    modules = {module_name(p, repo): p for p in (repo / PACKAGE).rglob("*.py")}
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for mod, path in modules.items():
+def _is_type_checking_guard(node: ast.stmt) -> bool:
+    """``if TYPE_CHECKING:`` / ``if typing.TYPE_CHECKING:``."""
+    return isinstance(node, ast.If) and (
+        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
+
+
+def import_edges(repo: Path = REPO, package: str = PACKAGE) -> list[tuple[str, str, bool]]:
+    """(module, package module it imports, whether only under ``if TYPE_CHECKING:``) for every
+    import anywhere in a module's body (functions included, ``__main__`` guards not)."""
+    modules = {module_name(p, repo): p for p in (repo / package).rglob("*.py")}
+    edges: list[tuple[str, str, bool]] = []
+    for mod, path in sorted(modules.items()):
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         script_only = {id(n) for guard in tree.body if _is_main_guard(guard) for n in ast.walk(guard)}
+        type_only = {id(n) for g in ast.walk(tree) if isinstance(g, ast.If) and _is_type_checking_guard(g)
+                     for stmt in g.body for n in ast.walk(stmt)}
         for node in ast.walk(tree):
             if id(node) in script_only:  # runs only as `python -m module`, never on import
                 continue
@@ -54,7 +73,21 @@ def import_graph(repo: Path = REPO) -> dict[str, set[str]]:
                 while t and t not in modules:  # `import ipsec_hil.lab.x as y` / attribute imports
                     t = t.rpartition(".")[0]
                 if t and t != mod and not mod.startswith(t + "."):  # a package's own __init__ is not a circle
-                    graph[mod].add(t)
+                    edges.append((mod, t, id(node) in type_only))
+    return edges
+
+
+def type_only_imports(repo: Path = REPO, package: str = PACKAGE) -> list[tuple[str, str]]:
+    """(module, imported module) of every package import made only for type checking."""
+    return [(m, t) for m, t, typed in import_edges(repo, package) if typed]
+
+
+def import_graph(repo: Path = REPO, package: str = PACKAGE) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (anywhere in its body, TYPE_CHECKING included:
+    a type-only import is a dependency of the reader all the same)."""
+    graph: dict[str, set[str]] = {module_name(p, repo): set() for p in (repo / package).rglob("*.py")}
+    for mod, target, _ in import_edges(repo, package):
+        graph[mod].add(target)
     return graph
 
 
@@ -81,9 +114,38 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_circle_in_plugin():
-    cycle = find_cycle(import_graph())
-    assert cycle is None, "import circle in plugin/ipsec_hil/: " + " -> ".join(cycle)
+@pytest.mark.parametrize("package", sorted(SOURCES))
+def test_no_import_circle(package):
+    graph = import_graph(SOURCES[package], package)
+    assert len(graph) > 50, f"expected the modules of {package} under {SOURCES[package]}, found {len(graph)}"
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import circle in {package} (type-only imports count): " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("package", sorted(SOURCES))
+def test_type_only_imports_are_in_the_graph(package):
+    """Every ``if TYPE_CHECKING:`` import is an edge of the graph the circle check reads.
+    The count is printed (-s): a type-only import is a dependency like any other."""
+    repo = SOURCES[package]
+    graph = import_graph(repo, package)
+    typed = type_only_imports(repo, package)
+    print(f"{package}: {len(typed)} type-only imports of its own modules: {typed}")
+    for mod, target in typed:
+        assert target in graph[mod], f"{mod}: its type-only import of {target} is not in the import graph"
+
+
+def test_the_graph_sees_type_only_imports(tmp_path):
+    """The circle the twin's IKE parts had: closed only by a TYPE_CHECKING import."""
+    pkg = tmp_path / "ipsec_hil_twin"
+    (pkg / "ike").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ike" / "__init__.py").write_text("")
+    (pkg / "ike" / "daemon.py").write_text("from .children import ChildSAs\n")
+    (pkg / "ike" / "children.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .daemon import Daemon\n")
+    assert type_only_imports(tmp_path, "ipsec_hil_twin") == [("ipsec_hil_twin.ike.children", "ipsec_hil_twin.ike.daemon")]
+    assert find_cycle(import_graph(tmp_path, "ipsec_hil_twin")) == [
+        "ipsec_hil_twin.ike.children", "ipsec_hil_twin.ike.daemon", "ipsec_hil_twin.ike.children"]
 
 
 def test_gate_and_driver_plugins_do_not_import_each_other():

@@ -19,6 +19,7 @@ from ipsec_hil.lab.cases import appliance_groups, case_marker_names, tunnel_case
 from ipsec_hil.lab.live_lab import Lab
 from ipsec_hil.lab.provision import TunnelPlan
 from ipsec_hil.lab.topology import load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 from ipsec_hil.lab.tunnel import ActiveTunnel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +30,7 @@ LAB = lab_file("prompt", virtual=False, wan=({"mtu": 1400, "rate_mbit": 1000}, {
 
 def _tunnel(tmp_path: Path) -> ActiveTunnel:
     (tmp_path / "lab.yaml").write_text(LAB)
-    topo = load_topology(tmp_path / "lab.yaml")
+    topo = load_topology(tmp_path / "lab.yaml", models=REGISTRY)
     lab = Lab.connect(topo)
     case = tunnel_cases(topo, inner="ipv4")[0]
     plan = TunnelPlan.from_topology(topo, case.tunnel)
@@ -53,7 +54,7 @@ def test_a_tunnel_answers_what_tests_ask(tmp_path):
 
 def test_cases_groups_and_markers(tmp_path):
     (tmp_path / "lab.yaml").write_text(LAB)
-    topo = load_topology(tmp_path / "lab.yaml")
+    topo = load_topology(tmp_path / "lab.yaml", models=REGISTRY)
     assert [c.id for c in tunnel_cases(topo)] == ["t-v4in4-gcm", "t-v6in4-gcm"]
     assert appliance_groups(topo) == {"t": "gw1+gw2"}
     assert case_marker_names(tunnel_cases(topo, inner="ipv6")[0]) == ["xgs3300", "inner_v6", "gcm"]
@@ -63,7 +64,7 @@ def test_wire_sequence_tunnels_meet_only_the_tests_that_ask():
     """A tunnel with ESN or another replay window is not a plain tunnel: the steady tests
     (no criterion) never meet it, the wire tests ask (esn=True, replay_window=ANY)."""
     from ipsec_hil.lab.cases import ANY
-    topo = load_topology(REPO / "topologies" / "virtual.yaml")
+    topo = load_topology(REPO / "topologies" / "virtual.yaml", models=REGISTRY)
     plain = {c.tunnel for c in tunnel_cases(topo)}
     assert plain.isdisjoint({"esn136", "esn3300", "win64x136", "win64x3300"}), plain
     assert {c.tunnel for c in tunnel_cases(topo, esn=True, replay_window=ANY)} == {"esn136", "esn3300"}

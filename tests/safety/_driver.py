@@ -34,6 +34,7 @@ from ipsec_hil.fixtures import build_appliances  # noqa: E402
 from ipsec_hil.lab.sharing.lock import ApplianceLock, LockHeld  # noqa: E402
 from ipsec_hil.lab.provision import TunnelPlan, TunnelProvisioner  # noqa: E402
 from ipsec_hil.lab.topology import TunnelConfig, load_topology  # noqa: E402
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 
 CONFIG = TunnelConfig("ipv4", "ipv6", "aes-gcm-16", 1)
 
@@ -44,7 +45,7 @@ def say(text: str) -> None:
 
 def main(argv: list[str]) -> int:
     mode, resolved = argv[0], argv[1]
-    topo = load_topology(resolved)
+    topo = load_topology(resolved, models=REGISTRY)
     apps, _ = build_appliances(topo)
     plan = TunnelPlan.from_topology(topo, "lab")
     psk = os.environ["HIL_SAFETY_PSK"]

@@ -27,6 +27,7 @@ from ipsec_hil.lab.errors import HostKeyError, LabError, ProvisionError, Topolog
 from ipsec_hil.lab.provision import Secret, TunnelPlan, TunnelProvisioner, render_swanctl
 from ipsec_hil.lab.remote import SshHost, argv
 from ipsec_hil.lab.topology import TunnelConfig, load_topology, parse_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 from safety._lab import snapshot
 
 pytestmark = pytest.mark.needs_root
@@ -186,7 +187,7 @@ def _hostile_topology(vlab, tmp_path, *, identities=None, ifname=None) -> object
         data["hosts"]["dut3300"]["ports"]["wan10g"]["ifname"] = ifname
     p = tmp_path / "hostile.yaml"
     p.write_text(yaml.safe_dump(data))
-    return load_topology(p)
+    return load_topology(p, models=REGISTRY)
 
 
 def test_identity_with_quote_or_newline_is_refused_by_name(vlab, tmp_path):
@@ -201,7 +202,7 @@ def test_identity_with_quote_or_newline_is_refused_by_name(vlab, tmp_path):
 def test_port_names_with_shell_characters_are_refused_by_the_topology(vlab):
     text = vlab.resolved.read_text().replace("wan10g:", "'wan;touch /tmp/x':", 1)
     with pytest.raises(TopologyError) as ei:
-        parse_topology(text, "hostile.yaml")
+        parse_topology(text, "hostile.yaml", models=REGISTRY)
     assert "hostile.yaml:" in str(ei.value) and "wan;touch /tmp/x" in str(ei.value)
 
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from ipsec_hil.lab import preflight
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.topology import load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 
 TOPOLOGY = Path(__file__).resolve().parents[2] / "topologies" / "virtual.yaml"
 
@@ -32,7 +33,7 @@ def _apps(topo, **hosts):
 
 
 def test_each_address_is_asked_once_and_every_tunnel_gets_its_finding():
-    topo = load_topology(TOPOLOGY)
+    topo = load_topology(TOPOLOGY, models=REGISTRY)
     apps = _apps(topo)
     findings = preflight.check_routes(apps, topo)
     asked = [(n, c) for n, a in apps.items() for c in a.host.calls]
@@ -43,7 +44,7 @@ def test_each_address_is_asked_once_and_every_tunnel_gets_its_finding():
 
 
 def test_a_missing_route_fails_every_tunnel_that_needs_it_with_the_fix():
-    topo = load_topology(TOPOLOGY)
+    topo = load_topology(TOPOLOGY, models=REGISTRY)
     dut = _Host(fail={"192.0.2.2"})
     findings = preflight.check_routes(_apps(topo, dut3300=dut), topo)
     failed = [f for f in findings if not f.ok]
@@ -53,7 +54,7 @@ def test_a_missing_route_fails_every_tunnel_that_needs_it_with_the_fix():
 
 
 def test_an_unreachable_appliance_fails_its_routes_once_asked():
-    topo = load_topology(TOPOLOGY)
+    topo = load_topology(TOPOLOGY, models=REGISTRY)
     dut = _Host(unreachable=True)
     findings = [f for f in preflight.check_routes(_apps(topo, dut3300=dut), topo) if f.host == "dut3300"]
     assert findings and not any(f.ok for f in findings)

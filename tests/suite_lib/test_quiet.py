@@ -12,6 +12,7 @@ from ipsec_hil.lab.expectations.hardware import DEFAULT_COUNTER_LAG_S, profile_f
 from ipsec_hil.lab.measuring.measure import SettleTimeout, Snapshot, settle_all
 from ipsec_hil.lab.expectations.profiles_file import load_profiles_file
 from ipsec_hil.lab.topology.load import load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,7 +114,7 @@ def test_a_bad_counter_lag_override_names_the_field(value):
 
 def test_the_hardware_default_is_unchanged_and_the_virtual_lab_states_its_own():
     assert profile_for("xgs136").counter_lag_s == DEFAULT_COUNTER_LAG_S == 0.5
-    topo = load_topology(REPO / "topologies" / "virtual.yaml")
+    topo = load_topology(REPO / "topologies" / "virtual.yaml", models=REGISTRY)
     lags = {n: profile_for(h.model).with_overrides(h.profile).counter_lag_s
             for n, h in topo.hosts.items() if h.is_appliance}
     assert lags and set(lags.values()) == {0.1}, lags

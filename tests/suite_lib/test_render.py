@@ -22,6 +22,7 @@ from ipsec_hil.lab.provision import (
     render_swanctl,
 )
 from ipsec_hil.lab.topology import TunnelConfig, load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -40,7 +41,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def topo():
-    return load_topology(REPO / "topologies" / "virtual.yaml")
+    return load_topology(REPO / "topologies" / "virtual.yaml", models=REGISTRY)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

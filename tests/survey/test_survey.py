@@ -26,6 +26,7 @@ from ipsec_hil.lab.sharing.lock import ApplianceLock
 from ipsec_hil.lab.survey import golden, render, survey
 from ipsec_hil.lab.survey.mask import mask_setkey
 from ipsec_hil.lab.survey.reads import appliance_reads, bench_reads
+from ipsec_hil.lab.expectations.hardware import host_profile
 from ipsec_hil.lab.topology import TunnelConfig
 from lab_factory import REPO, lab_fixture, subprocess_env
 from parsers.golden import GOLDEN, load_case, normalise
@@ -166,8 +167,8 @@ def test_renamed_driver_counter_is_missing_unknown_and_proposed(lab, tmp_path):
     (model,) = load_profiles_file(result.proposed_profiles)
     assert model.model == "xgs3300_surveyed" and model.counters["tx_encrypt"] == "dev.octep.0.ipsec.tx_encrypted"
     assert {n: o for n, o in model.counters.items() if n != "tx_encrypt"} == \
-        {n: o for n, o in lab.topo.hosts["dut3300"].hardware.counters.items() if n != "tx_encrypt"}
-    assert model.roles == lab.topo.hosts["dut3300"].hardware.roles
+        {n: o for n, o in host_profile(lab.topo.hosts["dut3300"]).counters.items() if n != "tx_encrypt"}
+    assert model.roles == host_profile(lab.topo.hosts["dut3300"]).roles
 
 
 def test_bundle_round_trips_into_golden_files(surveyed, tmp_path):

@@ -127,8 +127,9 @@ class Row:
 def tunnel_models() -> dict[str, str]:
     """{tunnel name: model of its local end} of the virtual lab (the suite's own loader)."""
     from ipsec_hil.lab.topology import load_topology
+    from ipsec_hil.lab.expectations.hardware import REGISTRY
 
-    topo = load_topology(VIRTUAL)
+    topo = load_topology(VIRTUAL, models=REGISTRY)
     hosts = {h.name: h for h in topo.appliances()}
     return {name: hosts[t.local.host].model for name, t in topo.tunnels.items()}
 

@@ -150,9 +150,10 @@ def test_teeth_never_only_from_bring_up_errors():
 
 def test_cells_name_registered_faults_on_lab_appliances():
     from ipsec_hil.lab.topology import load_topology
+    from ipsec_hil.lab.expectations.hardware import REGISTRY as MODELS
     from ipsec_hil_twin.faults import REGISTRY, get_fault
 
-    appliances = {h.name for h in load_topology(VIRTUAL).appliances()}
+    appliances = {h.name for h in load_topology(VIRTUAL, models=MODELS).appliances()}
     for r, c in matrix.all_cells():
         f = get_fault(c.fault.name)  # raises naming the known ones
         f.coerce(c.fault.kwargs)  # raises naming a bad parameter
@@ -180,12 +181,13 @@ def test_slow_first_stream_caps_below_the_shards_floor():
     from lab_factory import QUIET_RATE_MBIT
 
     from ipsec_hil.lab.topology import load_topology
+    from ipsec_hil.lab.expectations.hardware import REGISTRY, host_profile
 
-    topo = load_topology(VIRTUAL)
+    topo = load_topology(VIRTUAL, models=REGISTRY)
     cells = [(r, c) for r, c in matrix.all_cells() if c.fault.name == "slow_first_stream"]
     assert cells, "no slow_first_stream cell: this check checks nothing"
     for r, c in cells:
-        floor = topo.hosts[c.fault.host].hardware.throughput_floor_mbit(QUIET_RATE_MBIT)
+        floor = host_profile(topo.hosts[c.fault.host]).throughput_floor_mbit(QUIET_RATE_MBIT)
         assert c.fault.kwargs["mbit"] < floor, (
             f"{r.node}: {c.fault.label} caps at {c.fault.kwargs['mbit']} Mbit/s, not below the floor "
             f"{floor:g} of the shard's {QUIET_RATE_MBIT} Mbit/s links (tests/teeth/matrix.yaml)")
@@ -195,8 +197,9 @@ def test_child_never_up_names_a_child_of_the_nodes_tunnel():
     from ipsec_hil.fixtures import tunnel_cases
     from ipsec_hil.lab.provision import TunnelPlan, child_plans
     from ipsec_hil.lab.topology import load_topology
+    from ipsec_hil.lab.expectations.hardware import REGISTRY
 
-    topo = load_topology(VIRTUAL)
+    topo = load_topology(VIRTUAL, models=REGISTRY)
     cases = {c.id: c for c in tunnel_cases(topo)}
     for r, c in matrix.all_cells():
         if c.fault.name != "child_never_up":

@@ -8,6 +8,7 @@ import pytest
 
 from ipsec_hil.lab.errors import LabError, TopologyError
 from ipsec_hil.lab.topology import TunnelConfig, load_topology, parse_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY, host_profile
 
 HERE = Path(__file__).parent
 BAD = HERE / "bad"
@@ -79,7 +80,7 @@ def test_every_bad_file_is_pinned():
 def test_bad_file_fails_with_its_message(name):
     path = BAD / f"{name}.yaml"
     with pytest.raises(TopologyError) as info:
-        load_topology(path)
+        load_topology(path, models=REGISTRY)
     message = str(info.value)
     assert f"{path}:{EXPECTED[name]}" in message, message
     # every line of the message has the FILE:LINE: field: expected ..., found ... shape
@@ -93,7 +94,7 @@ def test_bad_file_fails_with_its_message(name):
     "path", ["topologies/virtual.yaml", "topologies/real-lab.example.yaml", "tests/topology/minimal-good.yaml"]
 )
 def test_good_files_load(path):
-    topo = load_topology(REPO / path)
+    topo = load_topology(REPO / path, models=REGISTRY)
     assert topo.appliances()
     assert topo.bench.role == "bench"
     for tunnel in topo.tunnels.values():
@@ -101,7 +102,7 @@ def test_good_files_load(path):
 
 
 def test_virtual_lab_shape():
-    topo = load_topology(REPO / "topologies/virtual.yaml")
+    topo = load_topology(REPO / "topologies/virtual.yaml", models=REGISTRY)
     assert topo.lab.virtual
     assert [h.name for h in topo.appliances("xgs3300")] == ["dut3300", "peer3300"]
     assert [h.name for h in topo.appliances("xgs136")] == ["xgs136"]
@@ -116,13 +117,13 @@ def test_virtual_lab_shape():
     assert many.configs() == [TunnelConfig("ipv4", "ipv4", "aes-gcm-16", 6)]
     assert many.children.ports() == [5201, 5202, 5203, 5204, 5205, 5206]
     assert many.identities is not None
-    assert topo.host("xgs136").hardware.driver == "npuep"
-    assert topo.host("dut3300").hardware.driver == "octep"
+    assert host_profile(topo.host("xgs136")).driver == "npuep"
+    assert host_profile(topo.host("dut3300")).driver == "octep"
 
 
 def test_derived_facts_are_the_models():
     """Path MTU, end ports, LAN networks and the bench's facing port come from Topology."""
-    topo = load_topology(REPO / "topologies/virtual.yaml")
+    topo = load_topology(REPO / "topologies/virtual.yaml", models=REGISTRY)
     assert topo.path_mtu("npu") == topo.path_mtu(topo.tunnel("many")) == 9000
     assert topo.path_mtu("lab") == 1500
     npu = topo.tunnel("npu")
@@ -141,7 +142,7 @@ def test_derived_facts_are_the_models():
 
 
 def test_lookups_name_what_exists():
-    topo = load_topology(REPO / "topologies/virtual.yaml")
+    topo = load_topology(REPO / "topologies/virtual.yaml", models=REGISTRY)
     with pytest.raises(LabError, match="no host 'nope'.*dut3300"):
         topo.host("nope")
     with pytest.raises(LabError, match="no port 'eth0'.*lan"):
@@ -158,14 +159,14 @@ def test_paths_resolve_relative_to_the_file(tmp_path):
         "psk: {env: HIL_PSK_T}", "psk: {file: secrets/t.psk}"
     )
     (tmp_path / "lab.yaml").write_text(text)
-    topo = load_topology(tmp_path / "lab.yaml")
+    topo = load_topology(tmp_path / "lab.yaml", models=REGISTRY)
     assert topo.lab.known_hosts == tmp_path / "keys/known_hosts"
     assert topo.tunnel("t").psk.file == tmp_path / "secrets/t.psk"
     assert topo.source == tmp_path / "lab.yaml"
 
 
 def test_psk_read_from_env_and_file(tmp_path, monkeypatch):
-    topo = parse_topology(MINI)
+    topo = parse_topology(MINI, models=REGISTRY)
     psk = topo.tunnel("t").psk
     monkeypatch.delenv("HIL_PSK_T", raising=False)
     with pytest.raises(LabError, match="environment variable HIL_PSK_T is not set"):
@@ -175,7 +176,7 @@ def test_psk_read_from_env_and_file(tmp_path, monkeypatch):
     assert "s3cr3t" not in repr(psk) and "s3cr3t" not in str(topo.to_dict())
 
     (tmp_path / "lab.yaml").write_text(MINI.replace("{env: HIL_PSK_T}", "{file: t.psk}"))
-    fpsk = load_topology(tmp_path / "lab.yaml").tunnel("t").psk
+    fpsk = load_topology(tmp_path / "lab.yaml", models=REGISTRY).tunnel("t").psk
     with pytest.raises(LabError, match=r"cannot read .*t\.psk"):
         fpsk.read()
     (tmp_path / "t.psk").write_text("from-file\n")
@@ -198,9 +199,9 @@ def _hardware_lab(tmp_path: Path) -> Path:
 
 def test_hardware_lab_files_checked_only_when_asked(tmp_path):
     path = _hardware_lab(tmp_path)
-    load_topology(path)  # not checked: loads
+    load_topology(path, models=REGISTRY)  # not checked: loads
     with pytest.raises(TopologyError) as info:
-        load_topology(path, check_files=True)
+        load_topology(path, check_files=True, models=REGISTRY)
     msg = str(info.value)
     assert f"{path}:4: lab.known_hosts: expected a known_hosts file, found no file at {tmp_path}/known_hosts" in msg
     assert "hosts.gw1.mgmt.key_file: expected a private key file, found no file at" in msg
@@ -210,12 +211,12 @@ def test_hardware_lab_files_checked_only_when_asked(tmp_path):
     (tmp_path / "keys/id").write_text("")
     (tmp_path / "secrets").mkdir()
     (tmp_path / "secrets/t.psk").write_text("k")
-    load_topology(path, check_files=True)
+    load_topology(path, check_files=True, models=REGISTRY)
 
 
 def test_virtual_lab_files_never_checked(tmp_path):
     (tmp_path / "lab.yaml").write_text(MINI.replace("  virtual: true", "  virtual: true\n  known_hosts: nowhere"))
-    load_topology(tmp_path / "lab.yaml", check_files=True)
+    load_topology(tmp_path / "lab.yaml", check_files=True, models=REGISTRY)
 
 
 def test_several_problems_are_all_reported_in_line_order():
@@ -223,7 +224,7 @@ def test_several_problems_are_all_reported_in_line_order():
         "    role: bench\n", "    role: bench\n    colour: red\n"
     )
     with pytest.raises(TopologyError) as info:
-        parse_topology(text, "lab.yaml")
+        parse_topology(text, "lab.yaml", models=REGISTRY)
     lines = str(info.value).splitlines()
     assert lines[0].startswith("lab.yaml:13: hosts.gw2.model: expected one of xgs3300, xgs136")
     assert lines[1].startswith("lab.yaml:19: hosts.bench.colour: expected one of")
@@ -231,4 +232,73 @@ def test_several_problems_are_all_reported_in_line_order():
 
 def test_missing_file_is_file_not_found(tmp_path):
     with pytest.raises(FileNotFoundError):
-        load_topology(tmp_path / "absent.yaml")
+        load_topology(tmp_path / "absent.yaml", models=REGISTRY)
+
+
+# ----------------------------------------------------------- the models come from the caller
+
+
+class _Models:
+    """A registry as the loader's callers pass one (ipsec_hil.lab.topology.registry):
+    it knows only ``names`` and refuses any override named ``refused``."""
+
+    def __init__(self, *names: str) -> None:
+        self._names = names
+
+    def names(self) -> tuple[str, ...]:
+        return self._names
+
+    def check_profile(self, model: str, overrides) -> None:
+        if "refused" in overrides:
+            raise ValueError(f"{model} takes no 'refused'")
+
+
+def test_models_are_the_callers_not_the_suites():
+    """The loader checks model names against the registry it is passed, and nothing else:
+    one that knows only xgs3300 refuses the file's xgs136 at its line (and says what it
+    knows); the suite's registry accepts the same text. So the twin's personalities, not
+    the suite's hardware table, decide what the twin accepts."""
+    assert "model: xgs136" in MINI
+    with pytest.raises(TopologyError) as err:
+        parse_topology(MINI, "mini.yaml", models=_Models("xgs3300"))
+    line = next(i for i, t in enumerate(MINI.splitlines(), 1) if "model: xgs136" in t)
+    assert f"mini.yaml:{line}: hosts.gw2.model: expected one of xgs3300, found 'xgs136'" in str(err.value)
+    topo = parse_topology(MINI.replace("model: xgs136", "model: xgs9"), models=_Models("xgs3300", "xgs9"))
+    assert [h.model for h in topo.appliances()] == ["xgs3300", "xgs9"]
+    assert topo.appliances("xgs9")[0].name == "gw2"
+    with pytest.raises(ValueError, match="unknown model 'xgs136'; expected one of xgs3300, xgs9"):
+        topo.appliances("xgs136")  # the loaded file's registry, not the suite's
+
+
+def test_profile_overrides_are_judged_by_the_callers_registry():
+    text = MINI.replace("    model: xgs3300\n", "    model: xgs3300\n    profile: {refused: 1}\n", 1)
+    with pytest.raises(TopologyError, match=r"lab.yaml:\d+: hosts.gw1.profile.refused: expected what the "
+                                            r"xgs3300 profile knows, found: xgs3300 takes no 'refused'"):
+        parse_topology(text, "lab.yaml", models=_Models("xgs3300", "xgs136"))
+
+
+def test_the_twins_registry_is_its_personalities():
+    """The twin passes ipsec_hil_twin.personality.MODELS: the models it emulates, and its
+    own judgement of a host's profile overrides (a counter its personality lacks)."""
+    from ipsec_hil_twin.personality import MODELS, PERSONALITIES
+
+    assert tuple(MODELS.names()) == tuple(PERSONALITIES)
+    text = MINI.replace("    model: xgs3300\n", "    model: xgs3300\n    profile: {counters: {nosuch: dev.x.0.y}}\n", 1)
+    with pytest.raises(TopologyError, match=r"hosts.gw1.profile.counters.nosuch: .*has no counter 'nosuch'"):
+        parse_topology(text, "lab.yaml", models=MODELS)
+    assert parse_topology(MINI, models=MODELS).models == {"xgs3300", "xgs136"}
+
+
+def test_a_loader_without_a_registry_says_so():
+    with pytest.raises(TypeError, match="models: expected a registry with names"):
+        parse_topology(MINI, models=("xgs3300", "xgs136"))
+
+
+def test_schema_and_esp_math_name_the_same_families_and_ciphers():
+    """The schema spells them itself (it must not import the suite's arithmetic); a cipher
+    the arithmetic gains must be spelt in the schema too, and the reverse."""
+    from ipsec_hil.lab.expectations import esp_math
+    from ipsec_hil.lab.topology import CIPHERS, FAMILIES
+
+    assert FAMILIES == esp_math.FAMILIES
+    assert CIPHERS == esp_math.CIPHERS

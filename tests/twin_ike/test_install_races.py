@@ -69,7 +69,8 @@ KEYS = ChildKeys(enc_ir=b"\1" * 36, auth_ir=None, enc_ri=b"\2" * 36, auth_ri=Non
 
 def _children() -> tuple[ChildSAs, GatedEngine, SimpleNamespace]:
     d = _daemon()
-    cs = ChildSAs(d)  # type: ignore[arg-type]
+    # the state it reads (sas, config, log, hd); no transport or timers on these paths
+    cs = ChildSAs(d, transport=None, lifetimes=None)  # type: ignore[arg-type]
     cs.engine.close()
     eng = GatedEngine()
     cs.engine = eng  # type: ignore[assignment]

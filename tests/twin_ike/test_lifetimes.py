@@ -129,3 +129,22 @@ def test_rekeyed_child_raw_listing_matches_real_5_9_8():
              uniqueid=1, local_ts=["10.1.0.0/24"], remote_ts=["10.2.0.0/24"])
     twin = re.search(r"net-1 \{[^}]*\}", vici_raw(vici_sa(sa)))[0]
     assert twin == real_child
+
+
+def test_timers_act_through_the_part_they_are_given_not_a_daemon(tmp_path):
+    """Lifetimes is built on the shared state alone (ipsec_hil_twin.ike.state) and acts
+    through the Expiry it is handed: a timer firing before that says so, and the daemon
+    hands it its rekey part (the parts no longer reach each other through the daemon)."""
+    from types import SimpleNamespace
+
+    from ipsec_hil_twin.ike.daemon import Daemon
+    from ipsec_hil_twin.ike.lifetimes import Lifetimes
+    from ipsec_hil_twin.ike.state import IkeState
+
+    lifetimes = Lifetimes(IkeState(tmp_path))
+    with pytest.raises(RuntimeError, match="before act_with"):
+        lifetimes._soft(SimpleNamespace(state="INSTALLED"))
+    d = Daemon(tmp_path)
+    assert d.lifetimes.rekeys is d.rekeys and d.children.lifetimes is d.lifetimes
+    assert d.initiator.transport is d.transport is d.rekeys.transport
+    assert d.state.sas is d.sas and d.responder.state is d.state

@@ -100,7 +100,8 @@ def test_host_dirs_and_resolved(lab, fresh_prefix):
     assert resolved["hosts"]["bench"]["mgmt"] == {"local": True, "netns": f"{fresh_prefix}-bench"}
     assert resolved["links"] == yaml.safe_load(lab.topology_path.read_text())["links"]
     from ipsec_hil.lab.topology import load_topology
-    load_topology(lab.resolved)  # the suite must be able to read what we wrote
+    from ipsec_hil.lab.expectations.hardware import REGISTRY
+    load_topology(lab.resolved, models=REGISTRY)  # the suite must be able to read what we wrote
 
 
 def test_api_faults(lab):
@@ -186,6 +187,7 @@ def test_host_files_come_from_the_typed_model_and_the_twins_personality(small_to
     """The lab file is the contract: `profile` overrides rename and renumber the OIDs the
     emulated sysctl serves; driver and module come from ipsec_hil_twin.personality, not the suite."""
     from ipsec_hil.lab.topology import load_topology
+    from ipsec_hil.lab.expectations.hardware import REGISTRY
     from ipsec_hil_twin.machinery.labfiles import host_json, network_spec
     from ipsec_hil_twin.machinery.runtime import RunDir
 
@@ -196,7 +198,7 @@ def test_host_files_come_from_the_typed_model_and_the_twins_personality(small_to
     path = small_topology.parent / "lab_overrides.yaml"
     path.write_text(text)
     try:
-        topo = load_topology(path)
+        topo = load_topology(path, models=REGISTRY)
     finally:
         path.unlink()
     host = host_json(RunDir(tmp_path / "run"), "twzz00", topo, "peer3300")

@@ -47,7 +47,8 @@ def test_reboot_resets_state_keeps_root(small_topology, fresh_prefix):
         port = before["ssh_port"]
         assert ssh_run(run, port, "echo up")[1].strip() == "up"
         from ipsec_hil.lab import topology
-        resolved = topology.load_topology(out["resolved"])  # what the suite will read
+        from ipsec_hil.lab.expectations.hardware import REGISTRY
+        resolved = topology.load_topology(out["resolved"], models=REGISTRY)  # what the suite will read
         assert resolved.hosts["dut3300"].mgmt.port == port
         # runtime changes a real reboot forgets: a route, an alias, an MTU, a sysctl
         ns = f"{fresh_prefix}-dut3300"

@@ -45,7 +45,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 def _imported(module: str, *, site: bool) -> set[str]:
     """What importing ``module`` loads, in the interpreter its wrapper starts."""
     argv = [sys.executable] + ([] if site else ["-S"]) + ["-c", PROBE, module]
-    env = dict(os.environ, PYTHONPATH=str(REPO), TWIN_HOST_DIR="/nonexistent")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "twin"), TWIN_HOST_DIR="/nonexistent")  # the twin's source root
     r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, f"{module}: import failed:\n{r.stderr[-2000:]}"
     return set(json.loads(r.stdout))

@@ -250,3 +250,19 @@ def for_host(model: str, overrides: Mapping[str, Any] | None, where: str = "prof
         offloads_ipv6_outer=bool(scalars.get("accepts_ipv6_sa", base.offloads_ipv6_outer)),
         first_stream_issue=scalars.get("first_stream_issue", base.first_stream_issue),
     )
+
+
+class TwinModels:
+    """The models the twin emulates, as the topology loader asks for them
+    (ipsec_hil.lab.topology.registry.KnownModels): the twin checks a lab file against its
+    own personalities, never against the suite's hardware registry."""
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(PERSONALITIES)
+
+    def check_profile(self, model: str, overrides: Mapping[str, Any]) -> None:
+        for_host(model, overrides)
+
+
+MODELS = TwinModels()
+"""Pass to ``load_topology(path, models=MODELS)`` in the twin."""

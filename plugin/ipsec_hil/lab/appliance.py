@@ -7,6 +7,11 @@ never a csh string), with every argument quoted by ``argv``, and its output pars
 parser of that command (``ipsec_hil.lab.parsers.<cmd>``), so an unexpected output is a
 ParseError naming the line instead of a silent zero.
 
+Each parser module is imported here by name and each method returns its parser's type
+(``snapshot`` -> ``sysctl.parse`` -> ``SysctlValues`` -> ``Snapshot.counters``;
+``esp_stats`` -> ``netstat_esp.EspStats``; ``list_sas`` -> ``SaList``...), so a reader (and
+a type checker) follows a counter from the command's text to the test's assertion.
+
 Multi-command questions (``snapshot``, ``module_info``) print sections separated by marker
 lines (``@@hil <section>``) so one round trip gives a consistent reading.
 
@@ -26,10 +31,30 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from ipsec_hil.lab.traffic import ping_argv
+from types import ModuleType
+
 from ipsec_hil.lab.errors import CommandTimeout, LabError, ParseError, ProfileError, TransportError
+from ipsec_hil.lab.expectations.hardware import HardwareProfile
 from ipsec_hil.lab.measuring.measure import Snapshot, unchanged_since
+from ipsec_hil.lab.parsers import (
+    ifconfig,
+    iperf3,
+    kldstat,
+    md5,
+    netstat_esp,
+    ping,
+    route_get,
+    setkey,
+    setkey_spd,
+    swanctl_initiate,
+    swanctl_list_sas,
+    swanctl_load,
+    sysctl,
+)
+from ipsec_hil.lab.parsers._swan import SaList
+from ipsec_hil.lab.parsers.kldstat import KldstatResult
 from ipsec_hil.lab.remote import RunResult, argv
+from ipsec_hil.lab.traffic import ping_argv
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -44,8 +69,9 @@ MARK = "@@hil"
 _SECTION = re.compile(rf"^{MARK} (\S+)(?: (.*))?$")
 
 
-def parser(name: str) -> Any:
-    """``ipsec_hil.lab.parsers.<name>`` (imported on first use: each parser is its own module)."""
+def parser(name: str) -> ModuleType:
+    """``ipsec_hil.lab.parsers.<name>``, for a caller that holds a command's name (a test
+    table). This module itself imports every parser it uses by name (above)."""
     return importlib.import_module(f"ipsec_hil.lab.parsers.{name}")
 
 
@@ -85,7 +111,7 @@ class ModuleInfo:
     loaded: bool
     md5: str | None
     size: int | None
-    kldstat: Any = None  # parsed kldstat
+    kldstat: KldstatResult | None = None  # parsed kldstat
 
 
 @dataclass(frozen=True)
@@ -147,7 +173,7 @@ class ShellCommands:
         family: str | None = None,
         interval: float | None = None,
         timeout: float | None = None,
-    ) -> Any:
+    ) -> ping.PingResult:
         """``ping`` -> parsers.ping PingResult; ``timeout`` bounds the program (default:
         one interval per echo plus three seconds). The flags are :meth:`ping_argv`'s.
 
@@ -165,7 +191,7 @@ class ShellCommands:
                                     interval)
         r = self._run(argv(*self.ping_argv(req)), timeout=deadline + 15)
         try:
-            return parser("ping").parse(r.stdout, r.stderr, r.status)
+            return ping.parse(r.stdout, r.stderr, r.status)
         except ParseError as exc:
             if r.status > 128:  # sh's 128 + signal: killed before its statistics, as a shutdown does
                 raise TransportError(f"{self.name}: ping was killed by signal {r.status - 128} before its "
@@ -215,7 +241,7 @@ class ShellCommands:
         bind: str | None = None,
         family: str | None = None,
         extra: Sequence[str] = (),
-    ) -> Any:
+    ) -> iperf3.IperfResult:
         """``iperf3 -c SERVER --json`` -> parsers.iperf3 IperfResult (errors included, not raised)."""
         family = family or _family_of(server)
         # iperf3 reads -t with atoi: a fraction would be cut; round up to whole seconds
@@ -228,13 +254,13 @@ class ShellCommands:
             cmd += ["-B", bind]
         cmd += list(extra)
         r = self._run(argv(*cmd), timeout=seconds + 60)
-        return parser("iperf3").parse(r.stdout)
+        return iperf3.parse(r.stdout)
 
 
 class Appliance(ShellCommands):
     """An OPNsense appliance reached through a Host, described by its hardware profile."""
 
-    def __init__(self, name: str, host: Any, profile: Any, command_timeout: float = 60.0) -> None:
+    def __init__(self, name: str, host: Any, profile: HardwareProfile, command_timeout: float = 60.0) -> None:
         self.name = name
         self.host = host
         self.profile = profile
@@ -276,7 +302,6 @@ class Appliance(ShellCommands):
         sec = sections(r.stdout)
         if "end" not in sec:
             raise ParseError("snapshot", 0, r.stdout[-200:], "output ended before the end marker")
-        sysctl = parser("sysctl")
         unknown = sysctl.parse_errors(sec.get("sysctl-stderr", ""))
         if unknown:
             names = {oid: n for n, oid in oids.items()}
@@ -295,46 +320,45 @@ class Appliance(ShellCommands):
             counters[logical] = v
         if sec.get("netstat-stderr.arg", "0") != "0":
             raise TransportError(f"{self.name}: netstat -s -p esp failed: {sec.get('netstat-stderr', '').strip()}")
-        esp = parser("netstat_esp").parse(sec["netstat"])
+        esp = netstat_esp.parse(sec["netstat"])
         snap = Snapshot(self.name, t, counters, _esp_counts(esp), bool(esp.loaded))
         self.last_read = unchanged_since(self.last_read, snap, time.monotonic())
         return snap
 
-    def esp_stats(self) -> Any:
+    def esp_stats(self) -> netstat_esp.EspStats:
         """``netstat -s -p esp --libxo json`` -> parsers.netstat_esp EspStats."""
         r = self._run("netstat -s -p esp --libxo json")
         r.check("netstat -s -p esp")
-        return parser("netstat_esp").parse(r.stdout)
+        return netstat_esp.parse(r.stdout)
 
-    def sysctl_get(self, *names: str) -> dict[str, Any]:
+    def sysctl_get(self, *names: str) -> dict[str, sysctl.Value]:
         r = self._run(argv("sysctl", *names))
-        sysctl = parser("sysctl")
         unknown = sysctl.parse_errors(r.stderr)
         if unknown:
             raise LabError(f"{self.name}: unknown sysctl {', '.join(unknown)}")
         r.check("sysctl " + " ".join(names))
         return dict(sysctl.parse(r.stdout, mode="name", names=list(names)))
 
-    def sysctl_set(self, name: str, value: int | str) -> tuple[Any, Any]:
+    def sysctl_set(self, name: str, value: int | str) -> tuple[sysctl.Value, sysctl.Value]:
         """Set one sysctl; returns (old, new) as sysctl printed them."""
         r = self._run(argv("sysctl", f"{name}={value}"))
         r.check(f"sysctl {name}=...")
-        return parser("sysctl").parse_set(r.stdout)[name]
+        return sysctl.parse_set(r.stdout)[name]
 
     # ------------------------------------------------------------------ strongSwan
-    def swanctl_load(self) -> Any:
+    def swanctl_load(self) -> swanctl_load.LoadResult:
         """``swanctl --load-all --noprompt`` -> parsers.swanctl_load result."""
         r = self._run("swanctl --load-all --noprompt")
-        return parser("swanctl_load").parse(r.stdout, r.stderr, r.status)
+        return swanctl_load.parse(r.stdout, r.stderr, r.status)
 
-    def swanctl_initiate(self, child: str, ike: str | None = None, timeout: float = 30) -> Any:
+    def swanctl_initiate(self, child: str, ike: str | None = None, timeout: float = 30) -> swanctl_initiate.InitiateResult:
         """``swanctl --initiate --child X [--ike Y] --timeout S`` -> parsers.swanctl_initiate outcome."""
         cmd: list[str | int] = ["swanctl", "--initiate", "--child", child]
         if ike:
             cmd += ["--ike", ike]
         cmd += ["--timeout", int(max(1, timeout))]
         r = self._run(argv(*cmd), timeout=timeout + 30)
-        return parser("swanctl_initiate").parse(r.stdout, r.stderr, r.status)
+        return swanctl_initiate.parse(r.stdout, r.stderr, r.status)
 
     def swanctl_terminate(self, ike: str | None = None, child: str | None = None, timeout: float = 30) -> RunResult:
         """``swanctl --terminate --ike X`` (or ``--child``); returns the RunResult (status kept)."""
@@ -345,23 +369,23 @@ class Appliance(ShellCommands):
         cmd += ["--timeout", int(max(1, timeout))]
         return self._run(argv(*cmd), timeout=timeout + 30)
 
-    def list_sas(self) -> Any:
+    def list_sas(self) -> SaList:
         """``swanctl --list-sas`` (text) -> parsers.swanctl_list_sas SaList."""
         r = self._run("swanctl --list-sas")
         r.check("swanctl --list-sas")
-        return parser("swanctl_list_sas").parse(r.stdout)
+        return swanctl_list_sas.parse(r.stdout)
 
-    def setkey_sas(self) -> Any:
+    def setkey_sas(self) -> setkey.SadDump:
         """``setkey -D`` -> parsers.setkey (KEYS INSIDE: never log or report the result)."""
         r = self._run("setkey -D")
         r.check("setkey -D")
-        return parser("setkey").parse(r.stdout)
+        return setkey.parse(r.stdout)
 
-    def setkey_policies(self) -> Any:
+    def setkey_policies(self) -> setkey_spd.SpdDump:
         """``setkey -DP`` -> parsers.setkey_spd SpdDump: the SPD, the policies each child installed."""
         r = self._run("setkey -DP")
         r.check("setkey -DP")
-        return parser("setkey_spd").parse(r.stdout)
+        return setkey_spd.parse(r.stdout)
 
     # ------------------------------------------------------------------ routes, interfaces
     def route_add(
@@ -389,20 +413,20 @@ class Appliance(ShellCommands):
             raise LabError(f"{self.name}: {' '.join(cmd)} failed: {(r.stdout + r.stderr).strip()[-300:]}")
         return True
 
-    def route_get(self, dst: str, family: str | None = None) -> Any | None:
+    def route_get(self, dst: str, family: str | None = None) -> route_get.RouteGet | None:
         """``route [-6] -n get DST`` -> parsers.route_get result, or None when there is no route."""
         family = family or _family_of(dst)
         cmd = ["route"] + (["-6"] if family == "ipv6" else []) + ["-n", "get", dst]
         r = self._run(argv(*cmd))
-        res = parser("route_get").parse(r.stdout, r.stderr, r.status)
-        return res if getattr(res, "found", True) else None
+        res = route_get.parse(r.stdout, r.stderr, r.status)
+        return res if res.found else None
 
-    def interface(self, name: str) -> Any:
+    def interface(self, name: str) -> ifconfig.Interface:
         """``ifconfig NAME`` -> parsers.ifconfig result (incl. ``ifdisabled``)."""
         r = self._run(argv("ifconfig", name))
         r.check(f"ifconfig {name}")
         try:
-            return parser("ifconfig").parse(r.stdout).get(name)
+            return ifconfig.parse(r.stdout).get(name)
         except KeyError:
             raise ParseError("ifconfig", 0, r.stdout[:80], f"interface {name} not in the output") from None
 
@@ -429,13 +453,13 @@ class Appliance(ShellCommands):
         )
         r = self._run(s).check("module_info")
         sec = sections(r.stdout)
-        kld = parser("kldstat").parse(sec["kldstat"])
-        md5 = None
+        kld = kldstat.parse(sec["kldstat"])
+        digest = None
         if sec.get("md5", "").strip():
-            md5 = parser("md5").parse(sec["md5"]).digest()
+            digest = md5.parse(sec["md5"]).digest()
         size = int(sec["size"].strip()) if sec.get("size", "").strip() else None
         loaded = fname in _kld_names(kld)
-        return ModuleInfo(name=str(getattr(self.profile, "driver", fname)), path=path, loaded=loaded, md5=md5,
+        return ModuleInfo(name=str(getattr(self.profile, "driver", fname)), path=path, loaded=loaded, md5=digest,
                           size=size, kldstat=kld)
 
     def kernel_version(self) -> KernelInfo:
@@ -486,11 +510,11 @@ class Appliance(ShellCommands):
         return r.stdout.strip() if r.status == 0 and r.stdout.strip() else None
 
 
-def _esp_counts(esp: Any) -> dict[str, int]:
+def _esp_counts(esp: netstat_esp.EspStats) -> dict[str, int]:
     """EspStats -> {freebsd-key: int} (the kernel's own key names, as DESIGN.md says)."""
     if not esp.loaded:
         return {}
-    keys = parser("netstat_esp").COUNTERS
+    keys = netstat_esp.COUNTERS
     out: dict[str, int] = {}
     for field_name, key, _ in keys:
         v = getattr(esp, field_name)
@@ -499,5 +523,5 @@ def _esp_counts(esp: Any) -> dict[str, int]:
     return out
 
 
-def _kld_names(kld: Any) -> set[str]:
+def _kld_names(kld: kldstat.KldstatResult) -> set[str]:
     return {f.name for f in kld.files}

@@ -1,7 +1,7 @@
 """The lab with live objects: a topology's appliances and bench, connected.
 
 Why here and not in the pytest fixtures: a person at a Python prompt wants the same
-objects a test gets (``with Lab.connect(load_topology(path)) as lab: lab.appliances[...]``),
+objects a test gets (``with Lab.connect(load_topology(path, models=REGISTRY)) as lab: lab.appliances[...]``),
 and the run's controller reads the appliances' driver builds once through
 :func:`read_hardware` instead of every report reconnecting on its own.
 """
@@ -14,6 +14,7 @@ from typing import Any
 
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.expectations.hardware import host_profile
 from ipsec_hil.lab.files import recover
 from ipsec_hil.lab.remote import host_from_mgmt
 from ipsec_hil.lab.reporting.report import HardwareInfo, hardware_info
@@ -33,7 +34,7 @@ def build_appliances(topology: Topology) -> tuple[dict[str, Appliance], dict[str
             jump = host_from_mgmt(f"{name}-jump", h.mgmt.jump, known_hosts)
         hosts[name] = host_from_mgmt(name, h.mgmt, known_hosts, jump=jump)
     apps = {
-        name: Appliance(name, hosts[name], h.hardware, command_timeout=h.mgmt.command_timeout)
+        name: Appliance(name, hosts[name], host_profile(h), command_timeout=h.mgmt.command_timeout)
         for name, h in topology.hosts.items()
         if h.is_appliance
     }

@@ -13,17 +13,17 @@ import secrets as _secrets
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
 from . import proto
 from .conf import Child
 from .engine_client import EngineClient, EngineError
+from .lifetimes import Lifetimes
 from .model import ChildSA, Failed, IkeSA, Log, ts_text
 from .proposals import Combo
+from .state import IkeState
+from .transport import Transport
 from .ts import TS
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,11 @@ GOING_IKE_STATES = ("DELETING", "DESTROYING")
 
 
 class ChildSAs:
-    def __init__(self, daemon: "Daemon") -> None:
-        self.d = daemon
-        self.engine = EngineClient(daemon.hd.engine_sock)
+    def __init__(self, state: IkeState, transport: Transport, lifetimes: Lifetimes) -> None:
+        self.state = state
+        self.transport = transport
+        self.lifetimes = lifetimes
+        self.engine = EngineClient(state.hd.engine_sock)
 
     def alive(self, sa: IkeSA) -> bool:
         """Whether children may still be installed on `sa`: it is the daemon's and not going.
@@ -77,11 +79,11 @@ class ChildSAs:
         two associations stayed in the engine with no IKE_SA listing them -- the older
         outbound one then carried, into nothing, all traffic of the next tunnel with the same
         selectors (the fault matrix's NAT-T and lifetime rows once failed every run so)."""
-        return sa.state not in GOING_IKE_STATES and self.d.sas.get(sa.spi_i) is sa
+        return sa.state not in GOING_IKE_STATES and self.state.sas.get(sa.spi_i) is sa
 
     # ------------------------------------------------------------ building
     def new_spi(self) -> int:
-        used = {c.spi_in for s in self.d.sas.values() for c in s.children}
+        used = {c.spi_in for s in self.state.sas.values() for c in s.children}
         while True:
             spi = _secrets.randbelow(0xFFFFFFFF - 0x100) + 0x100
             spi |= 0xC0000000  # strongSwan's SPIs start with c (kernel allocator range)
@@ -91,7 +93,7 @@ class ChildSAs:
     def new(self, sa: IkeSA, cfg: Child, uid: int, chosen: Combo, cipher: str, spi_in: int,
             spi_out: int, local_ts: list[TS], remote_ts: list[TS]) -> ChildSA:
         """The ChildSA a CREATE_CHILD_SA (or IKE_AUTH) agreed on, not yet installed."""
-        config = self.d.config
+        config = self.state.config
         return ChildSA(uid=uid, name=cfg.name, conn=sa.conn.name,
                        reqid=config.reqids.take(uid, [str(t) for t in local_ts], [str(t) for t in remote_ts]),
                        proposal=chosen, cipher=cipher,
@@ -103,7 +105,7 @@ class ChildSAs:
         """Record an installed child on its IKE_SA and schedule its soft and hard expiry;
         the child it rekeys is REKEYED now (its soft expiry is moot)."""
         sa.children.append(child)
-        self.d.lifetimes.arm_child(child)
+        self.lifetimes.arm_child(child)
         if old is not None:
             old.state = "REKEYED"
             old.rekeyed_to = child
@@ -157,19 +159,19 @@ class ChildSAs:
         cfg = sa.conn.children.get(child.name)
         if cfg is not None and cfg.replay_window is not None:
             return cfg.replay_window
-        return self.d.config.replay_window()
+        return self.state.config.replay_window()
 
     async def _del(self, spi: int, dst: str) -> None:
         try:
             await self.engine.del_sa(spi, dst)
         except EngineError as exc:
-            self.d.log(f"engine del_sa {spi:08x}: {exc}")
+            self.state.log(f"engine del_sa {spi:08x}: {exc}")
 
     async def _engine_sas(self) -> list[dict[str, Any]]:
         try:
             return await self.engine.list_sas()
         except EngineError as exc:
-            self.d.log(f"engine list_sas: {exc}")
+            self.state.log(f"engine list_sas: {exc}")
             return []
 
     @staticmethod
@@ -205,7 +207,7 @@ class ChildSAs:
         listing = await self._engine_sas() if live else []
         for direction in live:
             await self.remove(sa, child, direction, listing)
-        self.d.config.reqids.give_back(child.uid)
+        self.state.config.reqids.give_back(child.uid)
 
     async def uninstall_all(self, sa: IkeSA) -> None:
         """Every child of an IKE_SA out of the engine and off the IKE_SA -- including one
@@ -217,7 +219,7 @@ class ChildSAs:
         """Forget an IKE_SA and its children locally (no DELETE sent); marked going first,
         so no child finishes installing on it meanwhile (:meth:`alive`)."""
         sa.state = "DESTROYING"
-        self.d.sas.pop(sa.spi_i, None)
+        self.state.sas.pop(sa.spi_i, None)
         await self.uninstall_all(sa)
 
     # ------------------------------------------------------------ terminate / rekey
@@ -227,7 +229,7 @@ class ChildSAs:
         log(f"[IKE] sending DELETE for ESP CHILD_SA with SPI {child.spi_in:08x}")
         child.state = "DELETING"
         async with sa.req_lock, active(sa, "CHILD_DELETE"):
-            got = await self.d.transport.exchange(
+            got = await self.transport.exchange(
                 sa, {"exchange": "INFORMATIONAL", "delete_child": [child.spi_in]}, log, "D")
         if got is not None:
             log(f"[ENC] parsed INFORMATIONAL response {got[0]['mid']} [ D ]")
@@ -239,11 +241,11 @@ class ChildSAs:
     async def delete_ike(self, sa: IkeSA, log: Log) -> None:
         self._log_ike_delete(sa, log)
         async with sa.req_lock, active(sa, "IKE_DELETE"):
-            got = await self.d.transport.exchange(sa, {"exchange": "INFORMATIONAL", "delete_ike": True}, log, "D")
+            got = await self.transport.exchange(sa, {"exchange": "INFORMATIONAL", "delete_ike": True}, log, "D")
         if got is not None:
             log(f"[ENC] parsed INFORMATIONAL response {got[0]['mid']} [ ]")
         await self.uninstall_all(sa)
-        self.d.sas.pop(sa.spi_i, None)
+        self.state.sas.pop(sa.spi_i, None)
         log("[IKE] IKE_SA deleted")
 
     async def force_delete_ike(self, sa: IkeSA, log: Log, timeout: float | None) -> None:
@@ -259,7 +261,7 @@ class ChildSAs:
             log(line)
             if line.startswith("[NET] sending packet"):
                 sent.set()
-        exchange = asyncio.ensure_future(self.d.transport.exchange(
+        exchange = asyncio.ensure_future(self.transport.exchange(
             sa, {"exchange": "INFORMATIONAL", "delete_ike": True}, log_send, "D"))
         first_send = asyncio.ensure_future(sent.wait())
         await asyncio.wait({exchange, first_send}, return_when=asyncio.FIRST_COMPLETED)
@@ -289,7 +291,7 @@ class ChildSAs:
         by_child = bool(sel.child or sel.child_id)
         kids: list[tuple[IkeSA, ChildSA]] = []
         sas: list[IkeSA] = []
-        for sa in [s for s in self.d.sas.values() if s.state != "DESTROYING"]:
+        for sa in [s for s in self.state.sas.values() if s.state != "DESTROYING"]:
             if by_child:
                 if (sel.ike and sa.name != sel.ike) or (sel.ike_id and sa.uid != sel.ike_id):
                     continue
@@ -311,10 +313,10 @@ class ChildSAs:
 
     async def flush(self) -> None:
         """Daemon shutdown (a reboot): all SAs gone from the engine."""
-        for sa in list(self.d.sas.values()):
+        for sa in list(self.state.sas.values()):
             for c in sa.children:
                 await self.uninstall(sa, c)
-        self.d.sas.clear()
+        self.state.sas.clear()
 
     # ------------------------------------------------------------ listing
     async def list_sas(self, ike: str | None = None, child: str | None = None) -> list[dict]:
@@ -322,15 +324,15 @@ class ChildSAs:
         try:
             counters = {(s["spi"], s["direction"]): s for s in await self.engine.list_sas()}
         except EngineError as exc:
-            self.d.log(f"list-sas without counters: {exc}")
+            self.state.log(f"list-sas without counters: {exc}")
             counters = {}
         now, now_s = time.time(), int(time.monotonic())
         out = []
-        for sa in sorted(self.d.sas.values(), key=lambda s: s.uid):
+        for sa in sorted(self.state.sas.values(), key=lambda s: s.uid):
             if sa.state not in LISTED_IKE_STATES or (ike and sa.name != ike):
                 continue
             kids = [_child_entry(c, counters, now, now_s) for c in sa.children if not child or c.name == child]
-            if (shown := self.d.faults.params("one_end_child_not_installed")) is not None:
+            if (shown := self.state.faults.params("one_end_child_not_installed")) is not None:
                 # fault: this end lists the child REKEYED (superseded) though no rekey
                 # happened and its SAs still carry the traffic
                 for k in kids:
@@ -345,7 +347,7 @@ class ChildSAs:
         p = sa.proposal
         return {
             "name": sa.name, "uniqueid": sa.uid, "version": 2, "state": sa.state,
-            "local_host": sa.local, "local_port": self.d.port, "local_id": sa.local_id,
+            "local_host": sa.local, "local_port": self.state.port, "local_id": sa.local_id,
             "remote_host": sa.remote, "remote_port": sa.conn.remote_port if sa.initiator else sa.remote_port,
             "remote_id": sa.remote_id, "initiator": sa.initiator, "initiator_spi": sa.spi_i,
             "responder_spi": sa.spi_r, "encr_alg": p.encr if p else "", "encr_keysize": p.keysize if p else 0,

@@ -10,26 +10,39 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from ipsec_hil_twin import jsonl
 
-from .children import TerminateSelector
+from .children import ChildSAs, TerminateSelector
+from .initiator import Initiator
 from .model import Failed
+from .rekey import Rekeys
+from .state import IkeState
 
-if TYPE_CHECKING:
-    from .daemon import Daemon
+
+class Lifecycle(Protocol):
+    """The daemon-wide operations a control request may ask for (ipsec_hil_twin.ike.daemon.Daemon)."""
+
+    def load_file(self, path: str) -> dict[str, Any]: ...
+
+    async def flush(self) -> None: ...
 
 MAX_REQUEST = 16 * 1024 * 1024
 
 
 class ControlServer:
-    def __init__(self, daemon: "Daemon") -> None:
-        self.d = daemon
-        self.path = str(daemon.hd.ike_sock)
+    def __init__(self, state: IkeState, children: ChildSAs, initiator: Initiator, rekeys: Rekeys,
+                 lifecycle: Lifecycle) -> None:
+        self.state = state
+        self.children = children
+        self.initiator = initiator
+        self.rekeys = rekeys
+        self.lifecycle = lifecycle
+        self.path = str(state.hd.ike_sock)
 
     async def start(self) -> asyncio.AbstractServer:
-        self.d.hd.ike_sock.unlink(missing_ok=True)
+        self.state.hd.ike_sock.unlink(missing_ok=True)
         return await asyncio.start_unix_server(self.on_client, path=self.path, limit=MAX_REQUEST)
 
     async def on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -44,47 +57,46 @@ class ControlServer:
             op = req.get("op")
             # fault old_sa_kept switched off since the last tick: its leftovers go before any
             # answer, so what swanctl lists next matches the engine (ipsec_hil_twin.ike.rekey)
-            await self.d.rekeys.sweep_kept()
+            await self.rekeys.sweep_kept()
             if op in ("initiate", "terminate", "rekey"):
                 await self._streamed(op, req, send)
             else:
                 send(await self._answer(op, req))
             await writer.drain()
         except (ConnectionError, ValueError) as exc:  # ControlSocketError is a ConnectionError
-            self.d.log(f"control client: {exc!r}")
+            self.state.log(f"control client: {exc!r}")
         finally:
             writer.close()
 
     async def _answer(self, op: Any, req: dict) -> dict[str, Any]:
-        d = self.d
+        s = self.state
         if op == "load":
-            return {"ok": True, **d.load_file(req["file"])}
+            return {"ok": True, **self.lifecycle.load_file(req["file"])}
         if op == "list_sas":
-            return {"ok": True, "sas": await d.children.list_sas(req.get("ike"), req.get("child"))}
+            return {"ok": True, "sas": await self.children.list_sas(req.get("ike"), req.get("child"))}
         if op == "list_conns":
-            return {"ok": True, "conns": d.config.list_conns()}
+            return {"ok": True, "conns": s.config.list_conns()}
         if op == "reset":  # the supervisor's/tests' "as after a reboot": no SAs, no config
-            await d.flush()
-            d.config.clear()
+            await self.lifecycle.flush()
+            s.config.clear()
             return {"ok": True}
         if op == "status":
-            return {"ok": True, "pid": os.getpid(), "ike_sas": len(d.sas), "uptime": time.time() - d.started}
+            return {"ok": True, "pid": os.getpid(), "ike_sas": len(s.sas), "uptime": time.time() - s.started}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     async def _streamed(self, op: str, req: dict, send: Callable[[dict], None]) -> None:
         def log(line: str) -> None:
             send({"log": line})
-        d = self.d
         if op == "initiate":
-            coro = d.initiator.initiate(req["child"], req.get("ike"), log)
+            coro = self.initiator.initiate(req["child"], req.get("ike"), log)
         elif op == "terminate":
             sel = TerminateSelector.of(req)
-            coro = d.children.terminate(sel, log)
+            coro = self.children.terminate(sel, log)
             if sel.force:  # a forced terminate ends by itself once its timeout is spent
                 req = {**req, "timeout": None}
         else:
-            coro = d.rekeys.request(req.get("child"), req.get("ike"))  # queued, as vici's rekey
-        task = d.spawn(coro)
+            coro = self.rekeys.request(req.get("child"), req.get("ike"))  # queued, as vici's rekey
+        task = self.state.spawn(coro)
         timeout = req.get("timeout")
         try:
             if timeout:

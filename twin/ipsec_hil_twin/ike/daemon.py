@@ -37,34 +37,34 @@ inbound association outlives the rekey.
 On start, DIR/root/usr/local/etc/swanctl/swanctl.conf (if present) is loaded and its
 start actions honoured, as OPNsense does at boot.
 
-Roles, one module each, sharing this Daemon's state (its IKE_SAs, counters, tasks):
-configs (the loaded swanctl.conf), transport (UDP 500, retransmits), initiator,
-responder, children (CHILD_SAs and their associations in the engine), lifetimes (soft
-and hard expiry timers), rekey (CHILD_SA and IKE_SA rekeys, expiry), control (ike.sock).
+Roles, one module each, sharing one IkeState (ipsec_hil_twin.ike.state: its IKE_SAs,
+configuration, faults, tasks): configs (the loaded swanctl.conf), transport (UDP 500,
+retransmits), initiator, responder, children (CHILD_SAs and their associations in the
+engine), lifetimes (soft and hard expiry timers), rekey (CHILD_SA and IKE_SA rekeys,
+expiry), control (ike.sock). Each part is given the state and the parts it calls, never
+this Daemon: the Daemon only builds them, in the order their modules import each other
+(transport, lifetimes -> children -> initiator -> rekey -> responder, control), and hands
+the timers their rekey part and the transport its responder once both exist.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from ipsec_hil_twin.faults import HostFaults
 from ipsec_hil_twin.machinery.labprocs import name_process
-from ipsec_hil_twin.machinery.runtime import HostDir, read_json
 
 from .children import ChildSAs
-from .configs import LoadedConfig
 from .control import ControlServer
 from .initiator import Initiator
 from .lifetimes import Lifetimes
-from .model import Failed, IkeSA
+from .model import Failed
 from .rekey import Rekeys
 from .responder import Responder
+from .state import IkeState
 from .transport import Timing, Transport
 
 __all__ = ["Daemon", "Failed", "Timing", "main"]
@@ -76,45 +76,25 @@ and UDP, so they end at once unless the machine is starved)."""
 
 
 class Daemon:
-    """One appliance's charon: the shared state, and the roles that act on it."""
+    """One appliance's charon: builds the parts on one shared state and runs them."""
 
     def __init__(self, host_dir: str | Path, port: int = 500) -> None:
-        self.hd = HostDir(host_dir)
-        self.port = port
-        self.host = read_json(self.hd.host_json, default={})
-        self.faults = HostFaults(self.hd, reader="ike", period=0.0)
-        self.sas: dict[str, IkeSA] = {}          # by initiator SPI
-        self.ike_uid = itertools.count(1)
-        self.child_uid = itertools.count(1)
-        self.tasks: set[asyncio.Task] = set()
-        self.started = time.time()
-        self.config = LoadedConfig(self.host)
-        self.transport = Transport(self)
-        self.children = ChildSAs(self)
-        self.initiator = Initiator(self)
-        self.responder = Responder(self)
-        self.lifetimes = Lifetimes(self)
-        self.rekeys = Rekeys(self)
-        self.control = ControlServer(self)
-
-    def log(self, line: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True)
-
-    def never_up(self, child: str) -> bool:
-        """Fault child_never_up: requests carrying this child are never sent nor answered."""
-        f = self.faults.params("child_never_up")
-        return f is not None and f.get("child") == child
-
-    def spawn(self, coro) -> asyncio.Task:
-        t = asyncio.ensure_future(coro)
-        self.tasks.add(t)
-        t.add_done_callback(self.tasks.discard)
-        return t
+        self.state = s = IkeState(host_dir, port)
+        self.hd, self.port, self.host, self.config, self.sas = s.hd, s.port, s.host, s.config, s.sas
+        self.log, self.spawn = s.log, s.spawn
+        self.transport = Transport(s)
+        self.lifetimes = Lifetimes(s)
+        self.children = ChildSAs(s, self.transport, self.lifetimes)
+        self.initiator = Initiator(s, self.transport, self.children, self.lifetimes)
+        self.rekeys = Rekeys(s, self.transport, self.children, self.initiator, self.lifetimes)
+        self.lifetimes.act_with(self.rekeys)
+        self.responder = Responder(s, self.children, self.lifetimes, self.rekeys)
+        self.control = ControlServer(s, self.children, self.initiator, self.rekeys, self)
 
     async def start(self) -> None:
-        await self.transport.listen()
+        await self.transport.listen(self.responder)
         self.server = await self.control.start()
-        # not in self.tasks: flush() (a reset) cancels those, the tick lives as long as the daemon
+        # not in state.tasks: flush() (a reset) cancels those, the tick lives as long as the daemon
         self._kept_watch = asyncio.ensure_future(self.rekeys.watch_kept())
         boot_conf = self.hd.rootpath(SWANCTL_CONF)
         if boot_conf.is_file():
@@ -144,7 +124,7 @@ class Daemon:
         The cancelled tasks are waited for (up to FLUSH_WAIT_S) before the SAs are
         removed: a task unwinding after the flush could otherwise still add or delete
         associations in the engine of the next test's tunnel."""
-        cancelled = [t for t in self.tasks if t is not asyncio.current_task()]
+        cancelled = [t for t in self.state.tasks if t is not asyncio.current_task()]
         for t in cancelled:
             t.cancel()
         if cancelled:

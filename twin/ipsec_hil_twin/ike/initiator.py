@@ -10,18 +10,16 @@ from __future__ import annotations
 import asyncio
 import secrets as _secrets
 import time
-from typing import TYPE_CHECKING
-
 from . import proto
 from .conf import Child, Connection
-from .children import IkeSaGone, active
+from .children import ChildSAs, IkeSaGone, active
 from .engine_client import EngineError
+from .lifetimes import Lifetimes
 from .model import ChildSA, Failed, IkeSA, Log, find_psk, short_notify
 from .proposals import Combo, installable
+from .state import IkeState
+from .transport import Transport
 from .ts import from_json, resolve_dynamic, to_json
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
 
 INIT_PAYLOADS = "SA KE No N(NATD_S_IP) N(NATD_D_IP) N(FRAG_SUP) N(HASH_ALG) N(REDIR_SUP)"
 AUTH_PAYLOADS = "IDi N(INIT_CONTACT) IDr AUTH SA TSi TSr N(MOBIKE_SUP) N(ADD_4_ADDR) N(MULT_AUTH) " \
@@ -29,8 +27,11 @@ AUTH_PAYLOADS = "IDi N(INIT_CONTACT) IDr AUTH SA TSi TSr N(MOBIKE_SUP) N(ADD_4_A
 
 
 class Initiator:
-    def __init__(self, daemon: "Daemon") -> None:
-        self.d = daemon
+    def __init__(self, state: IkeState, transport: Transport, children: ChildSAs, lifetimes: Lifetimes) -> None:
+        self.state = state
+        self.transport = transport
+        self.children = children
+        self.lifetimes = lifetimes
         self.conn_locks: dict[tuple, asyncio.Lock] = {}
 
     def _lock(self, key: tuple) -> asyncio.Lock:
@@ -41,7 +42,7 @@ class Initiator:
     async def initiate(self, child_name: str | None, ike_name: str | None, log: Log) -> ChildSA | None:
         """Bring up a child (over an existing IKE_SA with the same peer config if there is
         one), or with only `ike_name` an IKE_SA without a child (childless)."""
-        config = self.d.config
+        config = self.state.config
         if child_name:
             conn, cfg = config.find_child(child_name, ike_name)
         else:
@@ -50,7 +51,7 @@ class Initiator:
         local = config.local_for(conn, remote)
         local_id = conn.local.id or local
         async with self._lock((local, remote, local_id, conn.remote.id)):
-            sa = next((s for s in self.d.sas.values()
+            sa = next((s for s in self.state.sas.values()
                        if s.same_peer_config(conn, local, remote, local_id)), None)
             if sa is None:
                 return await self._initiate_new(conn, cfg, local, remote, local_id, log)
@@ -68,11 +69,11 @@ class Initiator:
     async def _initiate_new(self, conn: Connection, cfg: Child | None, local: str, remote: str,
                             local_id: str, log: Log) -> ChildSA | None:
         fail = f"establishing CHILD_SA '{cfg.name}' failed" if cfg else f"establishing IKE_SA '{conn.name}' failed"
-        sa = IkeSA(uid=next(self.d.ike_uid), conn=conn, initiator=True, spi_i=_secrets.token_hex(8),
+        sa = IkeSA(uid=next(self.state.ike_uid), conn=conn, initiator=True, spi_i=_secrets.token_hex(8),
                    spi_r="0" * 16, local=local, local_port=0, remote=remote,
-                   remote_port=self.d.port if conn.remote_port == 500 else conn.remote_port, local_id=local_id,
+                   remote_port=self.state.port if conn.remote_port == 500 else conn.remote_port, local_id=local_id,
                    ni=proto.nonce())
-        self.d.sas[sa.spi_i] = sa
+        self.state.sas[sa.spi_i] = sa
         try:
             log(f"[IKE] initiating IKE_SA {conn.name}[{sa.uid}] to {remote}")
             await self._sa_init(sa, fail, log)
@@ -82,7 +83,7 @@ class Initiator:
             return await self._finish_child(sa, cfg, resp, spi, sa.ni, sa.nr, b"", log, fail, uid)
         except BaseException:
             if sa.state != "ESTABLISHED":
-                self.d.sas.pop(sa.spi_i, None)
+                self.state.sas.pop(sa.spi_i, None)
             raise
 
     async def _sa_init(self, sa: IkeSA, fail: str, log: Log) -> None:
@@ -92,7 +93,7 @@ class Initiator:
                 "ke": kex.public_hex(), "nonce": sa.ni, "natd_fake": sa.conn.encap}
         sa.init_req = proto.encode({**init, "spi_i": sa.spi_i, "spi_r": sa.spi_r, "mid": 0,
                                     "response": False, "from_initiator": True, "dst": sa.remote})
-        got = await self.d.transport.exchange(sa, init, log, INIT_PAYLOADS)
+        got = await self.transport.exchange(sa, init, log, INIT_PAYLOADS)
         if got is None:
             log("[IKE] establishing IKE_SA failed, peer not responding")
             raise Failed(fail)
@@ -117,15 +118,15 @@ class Initiator:
 
     async def _auth(self, sa: IkeSA, cfg: Child | None, fail: str, log: Log) -> tuple[int, int, dict]:
         """IKE_AUTH with the PSK proof (and the first child's request): (spi, uid, response)."""
-        conn, local_id, secrets = sa.conn, sa.local_id, self.d.config.secrets
+        conn, local_id, secrets = sa.conn, sa.local_id, self.state.config.secrets
         peer_id_cfg = conn.remote.id if conn.remote.id not in (None, "%any") else None
         psk = find_psk(secrets, local_id, peer_id_cfg or sa.remote)
         if psk is None:
             log(f"[IKE] no shared key found for '{local_id}' - '{peer_id_cfg or '%any'}'")
             raise Failed(fail)
         log(f"[IKE] authentication of '{local_id}' (myself) with pre-shared key")
-        spi = self.d.children.new_spi()
-        uid = next(self.d.child_uid)
+        spi = self.children.new_spi()
+        uid = next(self.state.child_uid)
         auth = {"exchange": "IKE_AUTH", "idi": local_id,
                 "auth": proto.psk_auth(psk.secret, sa.init_req, sa.nr, local_id)}
         if cfg is not None:
@@ -133,8 +134,8 @@ class Initiator:
             auth.update(self._child_request(sa, cfg, spi))
         if peer_id_cfg:
             auth["idr"] = peer_id_cfg
-        got = await self.d.transport.exchange(sa, auth, log, AUTH_PAYLOADS,
-                                              suppress=bool(cfg and self.d.never_up(cfg.name)))
+        got = await self.transport.exchange(sa, auth, log, AUTH_PAYLOADS,
+                                              suppress=bool(cfg and self.state.never_up(cfg.name)))
         if got is None:
             log("[IKE] establishing IKE_SA failed, peer not responding")
             raise Failed(fail)
@@ -158,7 +159,7 @@ class Initiator:
         log(f"[IKE] authentication of '{idr}' with pre-shared key successful")
         sa.remote_id, sa.state, sa.established_at = idr, "ESTABLISHED", time.time()
         log(f"[IKE] IKE_SA {conn.name}[{sa.uid}] established between {sa.local}[{local_id}]...{sa.remote}[{idr}]")
-        after = self.d.lifetimes.arm_ike(sa)
+        after = self.lifetimes.arm_ike(sa)
         log(f"[IKE] scheduling rekeying in {after}s")
         log(f"[IKE] maximum IKE_SA lifetime {int(conn.rekey_time * 1.1)}s")
         return spi, uid, resp
@@ -184,7 +185,7 @@ class Initiator:
             raise Failed(fail)
         log(f"[CFG] selected proposal: {chosen.selected()}")
         keys = proto.child_keys(cipher, sa.keys.sk_d, ni, nr, spi, peer_spi, fresh)  # type: ignore[union-attr]
-        children = self.d.children
+        children = self.children
         child = children.new(sa, cfg, uid, chosen, cipher, spi, peer_spi, tsi, tsr)
         try:
             await children.install(sa, child, keys, initiator_of_child=True)
@@ -194,7 +195,7 @@ class Initiator:
         except EngineError as exc:
             log("[IKE] unable to install inbound and outbound IPsec SA (SAD) in kernel")
             log("[IKE] failed to establish CHILD_SA, keeping IKE_SA")
-            self.d.log(f"engine: {exc}")
+            self.state.log(f"engine: {exc}")
             raise Failed(fail) from None
         log(f"[IKE] {children.established(sa, child, old)}")
         return child
@@ -203,10 +204,10 @@ class Initiator:
         """CREATE_CHILD_SA over an established IKE_SA (a new child, or the rekey of `old`)."""
         fail = f"establishing CHILD_SA '{cfg.name}' failed"
         async with sa.req_lock, active(sa, "CHILD_REKEY" if old else "CHILD_CREATE"):
-            spi = self.d.children.new_spi()
+            spi = self.children.new_spi()
             kex = proto.KeyExchange.new()
             ni = proto.nonce()
-            uid = next(self.d.child_uid)
+            uid = next(self.state.child_uid)
             if old is None:
                 log(f"[IKE] establishing CHILD_SA {cfg.name}{{{uid}}}")
             req = {"exchange": "CREATE_CHILD_SA", "nonce": ni, "ke": kex.public_hex(),
@@ -215,9 +216,9 @@ class Initiator:
                 req["rekey"] = old.spi_in
                 req["tsi"] = [to_json(t) for t in old.local_ts]
                 req["tsr"] = [to_json(t) for t in old.remote_ts]
-            own_fault = self.d.never_up(cfg.name) or (
-                old is not None and self.d.faults.params("rekey_lost") is not None)
-            got = await self.d.transport.exchange(
+            own_fault = self.state.never_up(cfg.name) or (
+                old is not None and self.state.faults.params("rekey_lost") is not None)
+            got = await self.transport.exchange(
                 sa, req, log, "N(REKEY_SA) SA No KE TSi TSr" if old else "SA No KE TSi TSr", suppress=own_fault)
             if got is None:
                 # strongSwan destroys an IKE_SA whose request timed out (e.g. the peer
@@ -226,7 +227,7 @@ class Initiator:
                 # that times out destroys it as 5.9.8 does (fault rekey_lost)
                 if old is not None or (not own_fault and not await self._alive(sa)):
                     log(f"[IKE] peer not responding, deleting IKE_SA {sa.name}[{sa.uid}]")
-                    await self.d.children.destroy(sa)
+                    await self.children.destroy(sa)
                 raise Failed(fail)
             resp, _ = got
             if not proto.verify(resp, sa.mac_key(not sa.initiator)):
@@ -245,6 +246,6 @@ class Initiator:
 
     async def _alive(self, sa: IkeSA) -> bool:
         """An empty INFORMATIONAL (a liveness check) with the normal retransmits."""
-        got = await self.d.transport.exchange(sa, {"exchange": "INFORMATIONAL"},
-                                              lambda line: self.d.log(f"dpd: {line}"), "")
+        got = await self.transport.exchange(sa, {"exchange": "INFORMATIONAL"},
+                                              lambda line: self.state.log(f"dpd: {line}"), "")
         return got is not None

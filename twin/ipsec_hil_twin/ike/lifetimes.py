@@ -22,12 +22,20 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .model import ChildSA, IkeSA
+from .state import IkeState
 
-if TYPE_CHECKING:
-    from .daemon import Daemon
+
+class Expiry(Protocol):
+    """What the timers start when they fire (ipsec_hil_twin.ike.rekey.Rekeys)."""
+
+    async def auto_rekey(self, child: ChildSA) -> None: ...
+
+    async def expire(self, child: ChildSA) -> None: ...
+
+    async def auto_rekey_ike(self, sa: IkeSA) -> None: ...
 
 
 def child_rekey_after(rekey_time: int, rand_time: int, rng: random.Random) -> int:
@@ -55,11 +63,24 @@ def ike_rekey_after(rekey_time: int, rand_time: int | None, rng: random.Random) 
 
 
 class Lifetimes:
-    """Arms the expiry timers of children and IKE_SAs on the daemon's event loop."""
+    """Arms the expiry timers of children and IKE_SAs on the daemon's event loop.
 
-    def __init__(self, daemon: "Daemon", rng: random.Random | None = None) -> None:
-        self.d = daemon
+    What a timer starts is the rekey part's (act_with): it is built after the parts that
+    arm timers (children, initiator), so it is given here once they exist."""
+
+    def __init__(self, state: IkeState, rng: random.Random | None = None) -> None:
+        self.state = state
         self.rng = rng or random.Random()
+        self._expiry: Expiry | None = None
+
+    def act_with(self, expiry: Expiry) -> None:
+        self._expiry = expiry
+
+    @property
+    def rekeys(self) -> Expiry:
+        if self._expiry is None:
+            raise RuntimeError("Lifetimes: a timer fired before act_with() gave it the rekey part")
+        return self._expiry
 
     def arm_child(self, child: ChildSA) -> None:
         """Schedule a newly installed child's soft and hard expiry."""
@@ -92,12 +113,12 @@ class Lifetimes:
 
     def _soft(self, child: ChildSA) -> None:
         if child.state == "INSTALLED":
-            self.d.spawn(self.d.rekeys.auto_rekey(child))
+            self.state.spawn(self.rekeys.auto_rekey(child))
 
     def _hard(self, child: ChildSA) -> None:
         if child.state != "DESTROYING":
-            self.d.spawn(self.d.rekeys.expire(child))
+            self.state.spawn(self.rekeys.expire(child))
 
     def _ike(self, sa: IkeSA) -> None:
-        if sa.state == "ESTABLISHED" and self.d.sas.get(sa.spi_i) is sa:
-            self.d.spawn(self.d.rekeys.auto_rekey_ike(sa))
+        if sa.state == "ESTABLISHED" and self.state.sas.get(sa.spi_i) is sa:
+            self.state.spawn(self.rekeys.auto_rekey_ike(sa))

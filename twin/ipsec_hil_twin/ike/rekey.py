@@ -57,17 +57,18 @@ from __future__ import annotations
 import asyncio
 import secrets as _secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import proto
-from .children import active
+from .children import ChildSAs, active
 from .driver_counters import forget_packets
 from .engine_client import EngineError
+from .initiator import Initiator
+from .lifetimes import Lifetimes
 from .model import ChildSA, Failed, IkeSA, Log, short_notify
 from .proposals import Combo, select
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from .state import IkeState
+from .transport import Transport
 
 DELETE_REKEYED_DELAY = 5.0
 """charon.delete_rekeyed_delay (child_delete.c DELETE_REKEYED_DELAY)."""
@@ -78,9 +79,14 @@ the fault matrix runs the next healthy test right after switching it off."""
 
 
 class Rekeys:
-    def __init__(self, daemon: "Daemon") -> None:
-        self.d = daemon
-        ike_cfg = daemon.host.get("ike") or {}
+    def __init__(self, state: IkeState, transport: Transport, children: ChildSAs, initiator: Initiator,
+                 lifetimes: Lifetimes) -> None:
+        self.state = state
+        self.transport = transport
+        self.children = children
+        self.initiator = initiator
+        self.lifetimes = lifetimes
+        ike_cfg = state.host.get("ike") or {}
         self.delay = float(ike_cfg.get("delete_rekeyed_delay", DELETE_REKEYED_DELAY))
         #: associations fault old_sa_kept left in the engine: (spi, destination, what), removed
         #: by sweep_kept once the fault is off
@@ -88,26 +94,26 @@ class Rekeys:
         self._sweeping = asyncio.Lock()
 
     def _log(self, line: str) -> None:
-        self.d.log(f"rekey: {line}")
+        self.state.log(f"rekey: {line}")
 
     def owner(self, child: ChildSA) -> IkeSA | None:
         """The IKE_SA a child belongs to now (an IKE_SA rekey moves children)."""
-        return next((sa for sa in self.d.sas.values() if child in sa.children), None)
+        return next((sa for sa in self.state.sas.values() if child in sa.children), None)
 
     # ------------------------------------------------------------ swanctl --rekey
     async def request(self, child: str | None, ike: str | None) -> int:
         """Queue the matching rekeys and return how many (vici_control.c rekey)."""
         n = 0
-        for sa in [s for s in self.d.sas.values() if s.state == "ESTABLISHED"]:
+        for sa in [s for s in self.state.sas.values() if s.state == "ESTABLISHED"]:
             if child:
                 if ike and sa.name != ike:
                     continue
                 for c in list(sa.children):
                     if c.name == child and c.state == "INSTALLED":
-                        self.d.spawn(self.rekey_child(sa, c, self._log))
+                        self.state.spawn(self.rekey_child(sa, c, self._log))
                         n += 1
             elif ike and sa.name == ike:
-                self.d.spawn(self.rekey_ike(sa, self._log))
+                self.state.spawn(self.rekey_ike(sa, self._log))
                 n += 1
         if not n:
             raise Failed("no matching SAs to rekey found")
@@ -133,7 +139,7 @@ class Rekeys:
             return None
         old.state = "REKEYING"
         try:
-            new = await self.d.initiator.create_child(sa, cfg, log, old=old)
+            new = await self.initiator.create_child(sa, cfg, log, old=old)
         except Failed as exc:
             if old.state == "REKEYING":
                 old.state = "INSTALLED"
@@ -147,7 +153,7 @@ class Rekeys:
         log(f"[IKE] closing CHILD_SA {old.name}{{{old.uid}}} with SPIs {old.spi_in:08x}_i {old.spi_out:08x}_o")
         old.state = "DELETING"
         async with sa.req_lock, active(sa, "CHILD_DELETE"):
-            await self.d.transport.exchange(
+            await self.transport.exchange(
                 sa, {"exchange": "INFORMATIONAL", "delete_child": [old.spi_in]}, log, "D")
         old.state = "DELETED"
         self.linger(old)
@@ -160,9 +166,9 @@ class Rekeys:
         if old.state == "INSTALLED":
             return None
         if old.state == "REKEYING" and not sa.initiator:
-            self.d.log(f"CHILD_SA {old.name}{{{old.uid}}} rekey collision lost, the peer's rekey wins")
+            self.state.log(f"CHILD_SA {old.name}{{{old.uid}}} rekey collision lost, the peer's rekey wins")
             return None
-        self.d.log(f"CHILD_SA {old.name}{{{old.uid}}} is {old.state}: rekey answered TEMPORARY_FAILURE")
+        self.state.log(f"CHILD_SA {old.name}{{{old.uid}}} is {old.state}: rekey answered TEMPORARY_FAILURE")
         return "TEMPORARY_FAILURE"
 
     async def on_delete_rekeyed(self, sa: IkeSA, old: ChildSA) -> None:
@@ -171,11 +177,11 @@ class Rekeys:
         new = old.rekeyed_to
         if new is not None and new.pending_out is not None:
             try:
-                await self.d.children.install_outbound(new)
-                self.d.log(f"outbound CHILD_SA {new.name}{{{new.uid}}} established with SPIs "
+                await self.children.install_outbound(new)
+                self.state.log(f"outbound CHILD_SA {new.name}{{{new.uid}}} established with SPIs "
                            f"{new.spi_in:08x}_i {new.spi_out:08x}_o")
             except EngineError as exc:
-                self.d.log(f"unable to install outbound IPsec SA (SAD) in kernel: {exc}")
+                self.state.log(f"unable to install outbound IPsec SA (SAD) in kernel: {exc}")
         await self.retire(sa, old, "out")
         old.state = "DELETED"
         self.linger(old)
@@ -185,9 +191,9 @@ class Rekeys:
         """Keep a DELETED child's inbound association for delete_rekeyed_delay, then drop
         it (or leave it to its hard expiry when that comes first)."""
         if self.delay and (not old.expire_at or time.monotonic() + self.delay < old.expire_at):
-            self.d.spawn(self._drop_later(old, self.delay))
+            self.state.spawn(self._drop_later(old, self.delay))
         elif not old.expire_at or time.monotonic() >= old.expire_at:
-            self.d.spawn(self._drop_later(old, 0))
+            self.state.spawn(self._drop_later(old, 0))
 
     async def _drop_later(self, old: ChildSA, delay: float) -> None:
         if delay:
@@ -210,8 +216,8 @@ class Rekeys:
         if not (child.in_installed if direction == "in" else child.out_installed):
             return
         spi = child.spi_in if direction == "in" else child.spi_out
-        if self.d.faults.params("old_sa_kept") is not None:
-            self.d.log(f"fault old_sa_kept: {direction}bound association {spi:08x} of the rekeyed "
+        if self.state.faults.params("old_sa_kept") is not None:
+            self.state.log(f"fault old_sa_kept: {direction}bound association {spi:08x} of the rekeyed "
                        f"CHILD_SA {child.name}{{{child.uid}}} left in the engine")
             self.kept.append((spi, sa.local if direction == "in" else sa.remote,
                               f"{direction}bound {spi:08x} of {child.name}{{{child.uid}}}"))
@@ -220,11 +226,11 @@ class Rekeys:
             else:
                 child.out_installed = False
             return
-        last = await self.d.children.remove(sa, child, direction)
-        if self.d.faults.params("counters_restart") is not None and last.get("offloaded"):
-            taken = forget_packets(self.d.hd.path / "engine.counters", str(self.d.host.get("driver", "")),
+        last = await self.children.remove(sa, child, direction)
+        if self.state.faults.params("counters_restart") is not None and last.get("offloaded"):
+            taken = forget_packets(self.state.hd.path / "engine.counters", str(self.state.host.get("driver", "")),
                                    direction, int(last.get("packets", 0)))
-            self.d.log(f"fault counters_restart: {direction}bound association {spi:08x} deleted, "
+            self.state.log(f"fault counters_restart: {direction}bound association {spi:08x} deleted, "
                        f"driver counters dropped by {taken}")
 
     # ------------------------------------------------------------ old_sa_kept's end
@@ -233,13 +239,13 @@ class Rekeys:
         (as after a driver reload) -- or, with ``reboot`` (daemon shutdown or reset), whatever
         the fault says: a rebooted kernel's SA table is empty. Returns how many went; cheap
         when there are none."""
-        if not self.kept or (not reboot and self.d.faults.params("old_sa_kept") is not None):
+        if not self.kept or (not reboot and self.state.faults.params("old_sa_kept") is not None):
             return 0
         async with self._sweeping:  # the tick and a control request may both get here
             gone, self.kept = self.kept, []
             for spi, dst, what in gone:
-                await self.d.children._del(spi, dst)  # noqa: SLF001 -- the one engine delete
-                self.d.log(f"fault old_sa_kept {'reset' if reboot else 'switched off'}: {what} removed from the engine")
+                await self.children._del(spi, dst)  # noqa: SLF001 -- the one engine delete
+                self.state.log(f"fault old_sa_kept {'reset' if reboot else 'switched off'}: {what} removed from the engine")
             return len(gone)
 
     async def watch_kept(self) -> None:
@@ -249,7 +255,7 @@ class Rekeys:
             try:
                 await self.sweep_kept()
             except Exception as exc:  # noqa: BLE001 -- a failed sweep is retried next tick
-                self.d.log(f"fault old_sa_kept: sweep failed: {exc!r}")
+                self.state.log(f"fault old_sa_kept: sweep failed: {exc!r}")
 
     # ------------------------------------------------------------ hard expiry
     async def expire(self, child: ChildSA) -> None:
@@ -271,31 +277,31 @@ class Rekeys:
         log(f"[IKE] closing expired CHILD_SA {child.name}{{{child.uid}}} with SPIs {child.spi_in:08x}_i "
             f"{child.spi_out:08x}_o")
         child.state, child.expiring = "DELETING", True  # before the first await: a crossing DELETE sees it
-        await self.d.children.uninstall(sa, child)
+        await self.children.uninstall(sa, child)
         async with sa.req_lock, active(sa, "CHILD_DELETE"):
-            await self.d.transport.exchange(
+            await self.transport.exchange(
                 sa, {"exchange": "INFORMATIONAL", "delete_child": [child.spi_in]}, log, "D")
         if child in sa.children:
             sa.children.remove(child)
         child.state = "DESTROYING"
         cfg = sa.conn.children.get(child.name)
-        if not child.recreate or cfg is None or sa.state != "ESTABLISHED" or self.d.sas.get(sa.spi_i) is not sa:
+        if not child.recreate or cfg is None or sa.state != "ESTABLISHED" or self.state.sas.get(sa.spi_i) is not sa:
             return
         log("[IKE] scheduling CHILD_SA recreate after hard expire")
         try:
-            await self.d.initiator.create_child(sa, cfg, log)
+            await self.initiator.create_child(sa, cfg, log)
         except Failed as exc:
             log(f"[IKE] recreating CHILD_SA {child.name} failed: {exc}")
 
     # ------------------------------------------------------------ IKE_SA rekey
     async def rekey_ike(self, sa: IkeSA, log: Log) -> IkeSA | None:
         """CREATE_CHILD_SA for a new IKE_SA; the children move to it, the old one is deleted."""
-        if sa.state != "ESTABLISHED" or self.d.sas.get(sa.spi_i) is not sa:
+        if sa.state != "ESTABLISHED" or self.state.sas.get(sa.spi_i) is not sa:
             return None
         kex, ni, spi_i = proto.KeyExchange.new(), proto.nonce(), _secrets.token_hex(8)
         sa.state = "REKEYING"
         async with sa.req_lock, active(sa, "IKE_REKEY"):
-            got = await self.d.transport.exchange(
+            got = await self.transport.exchange(
                 sa, {"exchange": "CREATE_CHILD_SA", "rekey_ike": True, "spi": spi_i, "nonce": ni,
                      "ke": kex.public_hex(), "sa": [c.to_json() for c in sa.conn.proposals]}, log, "SA No KE")
         try:
@@ -311,8 +317,8 @@ class Rekeys:
         log(f"[IKE] IKE_SA {sa.name}[{new.uid}] rekeyed between {sa.local}[{sa.local_id}]..."
             f"{sa.remote}[{sa.remote_id}]")
         async with sa.req_lock, active(sa, "IKE_DELETE"):
-            await self.d.transport.exchange(sa, {"exchange": "INFORMATIONAL", "delete_ike": True}, log, "D")
-        self.d.sas.pop(sa.spi_i, None)
+            await self.transport.exchange(sa, {"exchange": "INFORMATIONAL", "delete_ike": True}, log, "D")
+        self.state.sas.pop(sa.spi_i, None)
         return new
 
     def _ike_response(self, sa: IkeSA, got: tuple[dict, bytes] | None, log: Log) -> dict:
@@ -340,7 +346,7 @@ class Rekeys:
             self._successor(sa, str(msg["spi"]), spi_r, False, chosen, str(msg["nonce"]), nr,
                             kex.shared(str(msg["ke"])))
         except (KeyError, TypeError, ValueError, proto.ProtoError) as exc:
-            self.d.log(f"IKE_SA rekey request from {sa.remote}: {exc}")
+            self.state.log(f"IKE_SA rekey request from {sa.remote}: {exc}")
             return {"child_notify": "INVALID_SYNTAX"}
         return {"spi_new": spi_r, "nonce": nr, "ke": kex.public_hex(), "sa": [chosen.to_json()]}
 
@@ -348,13 +354,13 @@ class Rekeys:
                    ni: str, nr: str, shared: bytes) -> IkeSA:
         """The new IKE_SA of a rekey, with the old one's children (the old one: REKEYED)."""
         assert sa.keys is not None
-        new = IkeSA(uid=next(self.d.ike_uid), conn=sa.conn, initiator=initiator, spi_i=spi_i, spi_r=spi_r,
+        new = IkeSA(uid=next(self.state.ike_uid), conn=sa.conn, initiator=initiator, spi_i=spi_i, spi_r=spi_r,
                     local=sa.local, local_port=sa.local_port, remote=sa.remote, remote_port=sa.remote_port,
                     local_id=sa.local_id, remote_id=sa.remote_id, proposal=chosen, ni=ni, nr=nr,
                     state="ESTABLISHED", established_at=time.time())
         new.keys = proto.ike_keys(shared + sa.keys.sk_d, ni, nr, spi_i, spi_r)
         new.children, sa.children = sa.children, []
         sa.state = "REKEYED"
-        self.d.sas[new.spi_i] = new
-        self.d.lifetimes.arm_ike(new)
+        self.state.sas[new.spi_i] = new
+        self.lifetimes.arm_ike(new)
         return new

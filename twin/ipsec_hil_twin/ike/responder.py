@@ -9,29 +9,34 @@ from __future__ import annotations
 
 import secrets as _secrets
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from . import proto
-from .children import IkeSaGone
+from .children import ChildSAs, IkeSaGone
 from .engine_client import EngineError
+from .lifetimes import Lifetimes
 from .model import IkeSA, addr_match, find_psk, ts_text
 from .proposals import Combo, installable, select
+from .rekey import Rekeys
+from .state import IkeState
+from .transport import Endpoint
 from .ts import from_json, narrow, resolve_dynamic, to_json
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
-    from .transport import Endpoint
 
 
 class Responder:
-    def __init__(self, daemon: "Daemon") -> None:
-        self.d = daemon
+    """Answers the peer's requests (the transport's RequestHandler)."""
 
-    async def on_request(self, msg: dict, raw: bytes, addr, ep: "Endpoint") -> None:
+    def __init__(self, state: IkeState, children: ChildSAs, lifetimes: Lifetimes, rekeys: Rekeys) -> None:
+        self.state = state
+        self.children = children
+        self.lifetimes = lifetimes
+        self.rekeys = rekeys
+
+    async def on_request(self, msg: dict, raw: bytes, addr: Any, ep: Endpoint) -> None:
         try:
             reply = await self.respond(msg, raw, addr)
         except Exception as exc:  # never let one bad packet kill the daemon
-            self.d.log(f"error handling {msg.get('exchange')} from {addr[0]}: {exc!r}")
+            self.state.log(f"error handling {msg.get('exchange')} from {addr[0]}: {exc!r}")
             return
         if reply is not None and ep.transport is not None:
             ep.transport.sendto(reply, addr)
@@ -41,16 +46,16 @@ class Responder:
         peer = addr[0].split("%")[0]
         if peer.startswith("::ffff:"):
             peer = peer[7:]
-        sa = self.d.sas.get(msg["spi_i"])
+        sa = self.state.sas.get(msg["spi_i"])
         if ex == "IKE_SA_INIT":
             if sa is not None and not sa.initiator and 0 in sa.responses:
                 return sa.responses[0]
             return self.respond_init(msg, raw, peer, addr[1])
         if sa is None or sa.keys is None:
-            self.d.log(f"{ex} for unknown IKE_SA {msg['spi_i']} from {peer}")
+            self.state.log(f"{ex} for unknown IKE_SA {msg['spi_i']} from {peer}")
             return None
         if not proto.verify(msg, sa.mac_key(bool(msg.get("from_initiator")))):
-            self.d.log(f"{ex} from {peer}: integrity check failed, dropped")
+            self.state.log(f"{ex} from {peer}: integrity check failed, dropped")
             return None
         mid = msg["mid"]
         if mid in sa.responses:
@@ -62,7 +67,7 @@ class Responder:
             if ex == "IKE_AUTH":
                 body = await self.respond_auth(sa, msg)
             elif ex == "CREATE_CHILD_SA" and msg.get("rekey_ike"):
-                body = self.d.rekeys.respond_ike(sa, msg)
+                body = self.rekeys.respond_ike(sa, msg)
             elif ex == "CREATE_CHILD_SA":
                 body = await self.respond_child(sa, msg, first=False)
             elif ex == "INFORMATIONAL":
@@ -81,7 +86,7 @@ class Responder:
         data = proto.encode(out)
         sa.responses[mid] = data
         if drop:
-            self.d.sas.pop(sa.spi_i, None)
+            self.state.sas.pop(sa.spi_i, None)
         return data
 
     def respond_init(self, msg: dict, raw: bytes, peer: str, peer_port: int) -> bytes:
@@ -91,7 +96,7 @@ class Responder:
         except (KeyError, TypeError, ValueError):
             offered = []
         chosen, conn = None, None
-        for c in self.d.config.conns:
+        for c in self.state.config.conns:
             if c.version not in (0, 2) or not addr_match(c.local_addrs, local) or not addr_match(c.remote_addrs, peer):
                 continue
             chosen = select(c.proposals, offered)
@@ -100,11 +105,11 @@ class Responder:
                 break
         base = {"exchange": "IKE_SA_INIT", "spi_i": msg["spi_i"], "mid": 0, "response": True}
         if conn is None or chosen is None:
-            self.d.log(f"IKE_SA_INIT from {peer}: no acceptable proposal found, sending NO_PROPOSAL_CHOSEN")
+            self.state.log(f"IKE_SA_INIT from {peer}: no acceptable proposal found, sending NO_PROPOSAL_CHOSEN")
             return proto.encode({**base, "spi_r": "0" * 16, "notify": "NO_PROPOSAL_CHOSEN"})
         kex = proto.KeyExchange.new()
-        sa = IkeSA(uid=next(self.d.ike_uid), conn=conn, initiator=False, spi_i=msg["spi_i"],
-                   spi_r=_secrets.token_hex(8), local=local, local_port=self.d.port, remote=peer,
+        sa = IkeSA(uid=next(self.state.ike_uid), conn=conn, initiator=False, spi_i=msg["spi_i"],
+                   spi_r=_secrets.token_hex(8), local=local, local_port=self.state.port, remote=peer,
                    remote_port=peer_port, proposal=chosen, ni=msg["nonce"], nr=proto.nonce())
         shared = kex.shared(msg["ke"])
         sa.keys = proto.ike_keys(shared, sa.ni, sa.nr, sa.spi_i, sa.spi_r)
@@ -113,36 +118,36 @@ class Responder:
                              "nonce": sa.nr, "natd_fake": conn.encap})
         sa.init_req, sa.init_resp = raw, data
         sa.responses[0] = data
-        self.d.sas[sa.spi_i] = sa
+        self.state.sas[sa.spi_i] = sa
         return data
 
     async def respond_auth(self, sa: IkeSA, msg: dict) -> dict | None:
         idi, idr = str(msg.get("idi", "")), msg.get("idr")
-        conn = self.d.config.pick_conn(sa.local, sa.remote, idi, idr)
+        conn = self.state.config.pick_conn(sa.local, sa.remote, idi, idr)
         if conn is None:
-            self.d.log(f"looking for peer configs matching {sa.local}[{idr or '%any'}]...{sa.remote}[{idi}]: "
+            self.state.log(f"looking for peer configs matching {sa.local}[{idr or '%any'}]...{sa.remote}[{idi}]: "
                        "no matching peer config found")
             return {"notify": "AUTHENTICATION_FAILED", "_drop_sa": True}
         my_id = conn.local.id or sa.local
-        psk = find_psk(self.d.config.secrets, my_id, idi)
+        psk = find_psk(self.state.config.secrets, my_id, idi)
         if psk is None:
-            self.d.log(f"no shared key found for '{my_id}' - '{idi}'")
+            self.state.log(f"no shared key found for '{my_id}' - '{idi}'")
             return {"notify": "AUTHENTICATION_FAILED", "_drop_sa": True}
         want = proto.psk_auth(psk.secret, sa.init_req, sa.nr, idi)
         if not isinstance(msg.get("auth"), str) or not _secrets.compare_digest(want, msg["auth"]):
-            self.d.log(f"tried 1 shared key for '{my_id}' - '{idi}', but MAC mismatched")
+            self.state.log(f"tried 1 shared key for '{my_id}' - '{idi}', but MAC mismatched")
             return {"notify": "AUTHENTICATION_FAILED", "_drop_sa": True}
         sa.conn, sa.local_id, sa.remote_id = conn, my_id, idi
         sa.state, sa.established_at = "ESTABLISHED", time.time()
-        self.d.lifetimes.arm_ike(sa)
-        for other in list(self.d.sas.values()):
+        self.lifetimes.arm_ike(sa)
+        for other in list(self.state.sas.values()):
             # INITIAL_CONTACT (strongSwan sends it in every IKE_AUTH, see the sample): older
             # IKE_SAs with the same peer and identities are stale -- the peer restarted
             if (other is not sa and other.remote == sa.remote and other.local_id == my_id
                     and other.remote_id == idi and other.state == "ESTABLISHED"):
-                self.d.log(f"INITIAL_CONTACT: deleting stale IKE_SA {other.name}[{other.uid}]")
-                await self.d.children.destroy(other)
-        self.d.log(f"IKE_SA {conn.name}[{sa.uid}] established between {sa.local}[{my_id}]...{sa.remote}[{idi}]")
+                self.state.log(f"INITIAL_CONTACT: deleting stale IKE_SA {other.name}[{other.uid}]")
+                await self.children.destroy(other)
+        self.state.log(f"IKE_SA {conn.name}[{sa.uid}] established between {sa.local}[{my_id}]...{sa.remote}[{idi}]")
         auth_r = proto.psk_auth(psk.secret, sa.init_resp, sa.ni, my_id)
         if "esp" not in msg:  # childless IKE_SA (swanctl --initiate --ike X)
             return {"idr": my_id, "auth": auth_r}
@@ -159,16 +164,16 @@ class Responder:
             peer_spi = int(msg["spi"])
         except (KeyError, TypeError, ValueError):
             return {"child_notify": "INVALID_SYNTAX"}
-        if not self.d.children.alive(sa):  # this end is deleting it (RFC 7296 2.25)
-            self.d.log(f"CREATE_CHILD_SA on IKE_SA {sa.name}[{sa.uid}] while it is {sa.state}: TEMPORARY_FAILURE")
+        if not self.children.alive(sa):  # this end is deleting it (RFC 7296 2.25)
+            self.state.log(f"CREATE_CHILD_SA on IKE_SA {sa.name}[{sa.uid}] while it is {sa.state}: TEMPORARY_FAILURE")
             return {"child_notify": "TEMPORARY_FAILURE"}
         old = None
         if msg.get("rekey") is not None:
-            if self.d.faults.params("rekey_lost") is not None:
-                self.d.log(f"fault rekey_lost: not answering the rekey of SPI {int(msg['rekey']):08x}")
+            if self.state.faults.params("rekey_lost") is not None:
+                self.state.log(f"fault rekey_lost: not answering the rekey of SPI {int(msg['rekey']):08x}")
                 return None
             old = next((c for c in sa.children if c.spi_out == int(msg["rekey"])), None)
-            refused = self.d.rekeys.refuse_rekey(sa, old)
+            refused = self.rekeys.refuse_rekey(sa, old)
             if refused:
                 return {"child_notify": refused}
         cfg, my_tsr, my_tsi = None, [], []
@@ -182,14 +187,14 @@ class Responder:
                 cfg, my_tsr, my_tsi = ch, a, b
                 break
         if cfg is None:
-            self.d.log(f"{sa.conn.name}: traffic selectors {ts_text(tsi)} === {ts_text(tsr)} unacceptable")
+            self.state.log(f"{sa.conn.name}: traffic selectors {ts_text(tsi)} === {ts_text(tsr)} unacceptable")
             return {"child_notify": "TS_UNACCEPTABLE"}
-        if self.d.never_up(cfg.name):
-            self.d.log(f"fault child_never_up: not answering the request for {cfg.name}")
+        if self.state.never_up(cfg.name):
+            self.state.log(f"fault child_never_up: not answering the request for {cfg.name}")
             return None
         chosen = select(installable(cfg.esp_proposals), offered)
         if chosen is None:
-            self.d.log(f"{cfg.name}: no acceptable proposal found")
+            self.state.log(f"{cfg.name}: no acceptable proposal found")
             return {"child_notify": "NO_PROPOSAL_CHOSEN"}
         cipher = chosen.engine_cipher()
         assert cipher is not None
@@ -200,32 +205,32 @@ class Responder:
             kex = proto.KeyExchange.new()
             fresh = kex.shared(str(msg["ke"]))
             extra = {"nonce": nr, "ke": kex.public_hex()}
-        children = self.d.children
+        children = self.children
         spi_in = children.new_spi()
         keys = proto.child_keys(cipher, sa.keys.sk_d, ni, nr, peer_spi, spi_in, fresh)  # type: ignore[union-attr]
-        child = children.new(sa, cfg, next(self.d.child_uid), chosen, cipher, spi_in, peer_spi, my_tsr, my_tsi)
+        child = children.new(sa, cfg, next(self.state.child_uid), chosen, cipher, spi_in, peer_spi, my_tsr, my_tsi)
         if old is not None:
             old.state = "REKEYED"  # claimed before the first await: our own timer must not rekey it too
         try:
             # a rekey's outbound association waits for the old child's DELETE
             await children.install(sa, child, keys, initiator_of_child=False, outbound=old is None)
         except IkeSaGone as exc:  # this end's DELETE of the IKE_SA crossed the request
-            self.d.log(str(exc))
+            self.state.log(str(exc))
             return {"child_notify": "TEMPORARY_FAILURE"}
         except EngineError as exc:
-            self.d.log(f"unable to install inbound and outbound IPsec SA (SAD) in kernel: {exc}")
+            self.state.log(f"unable to install inbound and outbound IPsec SA (SAD) in kernel: {exc}")
             if old is not None:
                 old.state = "INSTALLED"
             return {"child_notify": "NO_PROPOSAL_CHOSEN"}
-        self.d.log(children.established(sa, child, old))
+        self.state.log(children.established(sa, child, old))
         return {"esp": [chosen.to_json()], "spi": spi_in, "tsi": [to_json(t) for t in my_tsi],
                 "tsr": [to_json(t) for t in my_tsr], **extra}
 
     async def respond_info(self, sa: IkeSA, msg: dict) -> dict:
         if msg.get("delete_ike"):
             sa.state = "DELETING"  # before the first await: no child may finish installing now
-            await self.d.children.uninstall_all(sa)
-            self.d.log(f"received DELETE for IKE_SA {sa.name}[{sa.uid}]")
+            await self.children.uninstall_all(sa)
+            self.state.log(f"received DELETE for IKE_SA {sa.name}[{sa.uid}]")
             return {"_drop_sa": True}
         gone = []
         for spi in msg.get("delete_child", []):
@@ -240,11 +245,11 @@ class Responder:
                     continue  # already going: no DELETE back (child_delete.c process_payloads)
                 gone.append(c.spi_in)
                 if c.state == "REKEYED":
-                    await self.d.rekeys.on_delete_rekeyed(sa, c)
+                    await self.rekeys.on_delete_rekeyed(sa, c)
                     continue
                 c.state = "DELETING"  # before the first await: our own expiry must not recreate it
-                await self.d.children.uninstall(sa, c)
+                await self.children.uninstall(sa, c)
                 sa.children.remove(c)
                 c.state = "DESTROYING"
-                self.d.log(f"closed CHILD_SA {c.name}{{{c.uid}}} on DELETE")
+                self.state.log(f"closed CHILD_SA {c.name}{{{c.uid}}} on DELETE")
         return {"delete_child": gone}

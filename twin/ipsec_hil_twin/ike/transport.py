@@ -10,13 +10,17 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import proto
 from .model import IkeSA, Log
+from .state import IkeState
 
-if TYPE_CHECKING:
-    from .daemon import Daemon
+
+class RequestHandler(Protocol):
+    """Who answers the requests that arrive (the responder, ipsec_hil_twin.ike.responder)."""
+
+    async def on_request(self, msg: dict, raw: bytes, addr: Any, ep: "Endpoint") -> None: ...
 
 
 class Timing:
@@ -58,19 +62,25 @@ class Endpoint(asyncio.DatagramProtocol):
         self.owner.on_datagram(data, addr, self)
 
     def error_received(self, exc: Exception) -> None:  # ICMP unreachable etc.: retransmits decide
-        self.owner.d.log(f"UDP error (the retransmits decide): {exc!r}")
+        self.owner.state.log(f"UDP error (the retransmits decide): {exc!r}")
 
 
 class Transport:
-    def __init__(self, daemon: "Daemon") -> None:
-        self.d = daemon
-        self.timing = Timing.load(daemon.host)
+    """UDP 500 of one daemon: requests with retransmits out, datagrams in (responses to
+    their requests, requests to the RequestHandler given to listen())."""
+
+    def __init__(self, state: IkeState) -> None:
+        self.state = state
+        self.handler: RequestHandler | None = None
+        self.timing = Timing.load(state.host)
         self.pending: dict[tuple[str, int], asyncio.Future] = {}
         self.listeners: list[Endpoint] = []
         self.clients: dict[str, Endpoint] = {}
 
-    async def listen(self) -> None:
-        """The wildcard sockets on UDP `port`, IPv4 and (where the namespace has it) IPv6."""
+    async def listen(self, handler: RequestHandler) -> None:
+        """The wildcard sockets on UDP `port`, IPv4 and (where the namespace has it) IPv6;
+        requests that arrive go to `handler`."""
+        self.handler = handler
         loop = asyncio.get_running_loop()
         for fam, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
             sock = socket.socket(fam, socket.SOCK_DGRAM)
@@ -78,7 +88,7 @@ class Transport:
             if fam == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             try:
-                sock.bind((host, self.d.port))
+                sock.bind((host, self.state.port))
             except OSError as exc:
                 sock.close()
                 if fam == socket.AF_INET6 and exc.errno in (97, 99):  # no IPv6 in this namespace
@@ -98,7 +108,7 @@ class Transport:
             sock = socket.socket(fam, socket.SOCK_DGRAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                sock.bind((local, self.d.port))
+                sock.bind((local, self.state.port))
             except OSError:
                 sock.bind((local, 0))
             _, ep = await loop.create_datagram_endpoint(lambda: Endpoint(self), sock=sock)
@@ -142,16 +152,17 @@ class Transport:
 
     def on_datagram(self, data: bytes, addr, ep: Endpoint) -> None:
         """A response completes its request's future; a request goes to the responder."""
-        if self.d.faults.params("peer_unreachable") is not None:
+        if self.state.faults.params("peer_unreachable") is not None:
             return
         try:
             msg = proto.decode(data)
         except proto.ProtoError as exc:
-            self.d.log(f"dropped datagram from {addr[0]}: {exc}")
+            self.state.log(f"dropped datagram from {addr[0]}: {exc}")
             return
         if msg["response"]:
             fut = self.pending.get((msg["spi_i"], msg["mid"]))
             if fut is not None and not fut.done():
                 fut.set_result((msg, data, addr))
             return
-        self.d.spawn(self.d.responder.on_request(msg, data, addr, ep))
+        if self.handler is not None:
+            self.state.spawn(self.handler.on_request(msg, data, addr, ep))

@@ -42,6 +42,7 @@ from ipsec_hil_twin.machinery.labruns import (
 )
 from ipsec_hil_twin.machinery.prefork import Launch, Slot, prefork
 from ipsec_hil_twin.machinery.runtime import HOST_DIR_ENV, HostDir, RunDir, check_prefix, netns_name, read_json, write_json_atomic
+from ipsec_hil_twin.personality import MODELS
 
 READY_TIMEOUT = 20.0
 _free_prefix = free_prefix  # the name ipsec_hil_twin.__main__ and ipsec_hil_twin.machinery.supervisor import
@@ -93,7 +94,7 @@ class Lab:
     def topology(self) -> Topology:
         """The validated topology (read back from the run's file for attached labs)."""
         if self._topology is None:
-            self._topology = load_topology(self.info["topology"])
+            self._topology = load_topology(self.info["topology"], models=MODELS)
         return self._topology
 
     # ---- construction

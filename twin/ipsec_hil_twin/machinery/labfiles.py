@@ -24,7 +24,7 @@ import yaml
 from ipsec_hil.lab.topology import Host, Port, Topology, load_topology
 from ipsec_hil_twin.machinery import netns as tn
 from ipsec_hil_twin.machinery.labruns import LabBuildError
-from ipsec_hil_twin.personality import HostPersonality, PersonalityError, for_host
+from ipsec_hil_twin.personality import MODELS, HostPersonality, PersonalityError, for_host
 from ipsec_hil_twin.machinery.runtime import HostDir, RunDir, netns_name, write_bytes_atomic, write_json_atomic
 
 DEFAULT_SYSCTLS = {"net.inet.ipsec.dfbit": 0}
@@ -50,7 +50,7 @@ def load_lab_topology(path: Path) -> Topology:
     whose message already says FILE:LINE: field: expected ..., found ...; a missing one
     is a LabBuildError naming it."""
     try:
-        return load_topology(path)
+        return load_topology(path, models=MODELS)
     except FileNotFoundError:
         raise LabBuildError(f"{path}: topology file not found") from None
 

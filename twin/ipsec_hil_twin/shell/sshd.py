@@ -138,7 +138,7 @@ class _Interface(paramiko.ServerInterface):
     def check_channel_exec_request(self, channel, command):
         if isinstance(command, str):
             command = command.encode("utf-8", "surrogateescape")
-        ExecSession(self.server, channel, bytes(command)).start()
+        ExecSession(self.server.host_dir, self.server, channel, bytes(command)).start()
         return True
 
     def check_channel_shell_request(self, channel):

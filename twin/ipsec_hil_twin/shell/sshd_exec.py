@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import paramiko
 
@@ -29,9 +29,6 @@ from ipsec_hil_twin.errors import SshdError
 from ipsec_hil_twin import python_path
 from ipsec_hil_twin.machinery.labprocs import child_setup
 from ipsec_hil_twin.machinery.runtime import HostDir, stop_process, wait_for_socket
-
-if TYPE_CHECKING:
-    from ipsec_hil_twin.shell.sshd import ApplianceSshServer
 
 log = logging.getLogger("ipsec_hil_twin.shell.sshd")
 
@@ -193,11 +190,25 @@ class ServedShell:
         return self.returncode
 
 
-class ExecSession:
-    """One exec request: the process plus the threads pumping it to the channel."""
+class Sessions(Protocol):
+    """Where running exec sessions are kept, so a shutdown can end them
+    (ipsec_hil_twin.shell.sshd.ApplianceSshServer)."""
 
-    def __init__(self, server: "ApplianceSshServer", channel: paramiko.Channel, command: bytes):
-        self.server = server
+    def register_session(self, s: ExecSession) -> None: ...
+
+    def unregister_session(self, s: ExecSession) -> None: ...
+
+
+class ExecSession:
+    """One exec request: the process plus the threads pumping it to the channel.
+
+    Given the appliance's host dir (its command socket and environment) and the registry
+    of running sessions, not the SSH server itself: this module and ipsec_hil_twin.shell.sshd
+    no longer import each other."""
+
+    def __init__(self, host_dir: HostDir, sessions: Sessions, channel: paramiko.Channel, command: bytes):
+        self.host_dir = host_dir
+        self.sessions = sessions
         self.channel = channel
         self.command = command
         self.proc: ServedShell | None = None
@@ -208,8 +219,8 @@ class ExecSession:
     def _run(self) -> None:
         chan = self.channel
         try:
-            self.proc = ServedShell(self.server.host_dir.cmd_sock, [SHELL_ARGV0, *SHELL_FLAGS, "-c", os.fsdecode(self.command)],
-                                    appliance_env(self.server.host_dir), HOME)
+            self.proc = ServedShell(self.host_dir.cmd_sock, [SHELL_ARGV0, *SHELL_FLAGS, "-c", os.fsdecode(self.command)],
+                                    appliance_env(self.host_dir), HOME)
         except OSError as exc:
             try:
                 chan.sendall_stderr(f"ipsec_hil_twin.shell.sshd: cannot start shell: {exc.strerror or exc}\n".encode())
@@ -217,7 +228,7 @@ class ExecSession:
             finally:
                 chan.close()
             return
-        self.server.register_session(self)
+        self.sessions.register_session(self)
         proc = self.proc
         assert proc.stdin and proc.stdout and proc.stderr
         t_out = threading.Thread(target=self._pump_out, args=(proc.stdout, chan.sendall), daemon=True)
@@ -241,7 +252,7 @@ class ExecSession:
                     log.info("exit status not delivered, the client left: %r", exc)
                 chan.close()
         finally:
-            self.server.unregister_session(self)
+            self.sessions.unregister_session(self)
 
     def _pump_out(self, pipe, send) -> None:
         fd = pipe.fileno()

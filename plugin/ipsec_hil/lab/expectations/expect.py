@@ -12,7 +12,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from ipsec_hil.lab.expectations import esp_math
-from ipsec_hil.lab.expectations.hardware import HardwareProfile
+from ipsec_hil.lab.expectations.hardware import HardwareProfile, host_profile
 from ipsec_hil.lab.topology import Topology, TunnelConfig
 
 #: Bytes of an IPv4/IPv6 + TCP header with timestamps (what iperf3's segments carry).
@@ -69,7 +69,7 @@ def throughput_floor(topology: Topology, tunnel: str, config: TunnelConfig, *, v
     link = min(rates)
     mtu = topology.path_mtu(tunnel)
     share = goodput_share(config, mtu)
-    profile = topology.hosts[t.local.host].hardware
+    profile = host_profile(topology.hosts[t.local.host])
     margin = profile.floor_margin
     return Floor(profile.throughput_floor_mbit(link * share), link, share, margin,
                  f"slowest port on the path, {config.cipher} over {config.outer}, path MTU {mtu}")

@@ -314,6 +314,11 @@ class ModelRegistry:
     def source(self, model: str) -> str:
         return self._sources[model]
 
+    def check_profile(self, model: str, overrides: Mapping[str, Any]) -> None:
+        """A lab file's ``profile:`` overrides of ``model`` apply (ProfileError otherwise):
+        the topology loader is given this registry (ipsec_hil.lab.topology.registry)."""
+        self.get(model).with_overrides(overrides)
+
     def marker_lines(self) -> list[str]:
         """``ini markers`` lines, one per model: ``xgs136: needs an XGS 136 ...``."""
         return [f"{p.model}: {p.marker or f'needs an appliance of model {p.model} (driver {p.driver})'}"
@@ -377,6 +382,15 @@ def profile_for(model: str, overrides: Mapping[str, Any] | None = None) -> Hardw
     return REGISTRY.get(model).with_overrides(overrides)
 
 
+def host_profile(host: Any) -> HardwareProfile:
+    """The hardware profile of a topology's appliance host (``ipsec_hil.lab.topology.Host``)
+    with its ``profile:`` overrides. The suite's side of the lab file: the schema itself
+    knows no profiles (the twin reads it too)."""
+    if host.model is None:
+        raise ProfileError(f"host {host.name} is the bench: it has no hardware profile")
+    return profile_for(host.model, host.profile)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m ipsec_hil.lab.expectations.hardware [--default-gate]``: the registry's
     models, one a line (``*`` before the default gate), or the default gate's marker alone
@@ -399,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
+    "host_profile",
     "MODELS",
     "REGISTRY",
     "CounterRoles",

@@ -24,6 +24,7 @@ from ipsec_hil.lab.sharing.lock import BENCH_LOCK_PATH, DEFAULT_LOCK_PATH, Appli
 from ipsec_hil.lab.remote import Host
 from ipsec_hil.lab.remote.factory import host_from_mgmt
 from ipsec_hil.lab.topology import Topology, load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 
 
 def who_am_i() -> str:
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "break" and not args.reason.strip():
         ap.error("break needs --reason TEXT (recorded for the broken run and the next one)")
     try:
-        topo = load_topology(args.topology)
+        topo = load_topology(args.topology, models=REGISTRY)
         for name in args.hosts if topo.lab.labgrid is None else ():
             topo.host(name)
     except (LabError, OSError) as exc:

@@ -6,7 +6,7 @@ real outputs instead of a hundred red tests: ``ipsec-hil-survey TOPOLOGY --out D
 (``python -m ipsec_hil.lab.survey``), read-only and under each appliance's lease.
 
     from ipsec_hil.lab.survey import survey, render
-    result = survey(load_topology("lab.yaml"), Path("bundle"))
+    result = survey(load_topology("lab.yaml", models=REGISTRY), Path("bundle"))
     print(render(result)); result.exit_status
 
 Parts: :mod:`.reads` (the commands, as the suite sends them), :mod:`.mask` (setkey's keys),

@@ -16,6 +16,7 @@ from pathlib import Path
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.survey.run import survey
 from ipsec_hil.lab.survey.table import render
+from ipsec_hil.lab.expectations.hardware import REGISTRY
 from ipsec_hil.lab.topology import load_topology
 
 
@@ -28,12 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.hil_profiles is not None:
-            from ipsec_hil.lab.expectations.hardware import REGISTRY
             from ipsec_hil.lab.expectations.profiles_file import load_profiles_file
 
             for p in load_profiles_file(args.hil_profiles):
                 REGISTRY.register(p, source=str(args.hil_profiles))
-        topo = load_topology(args.topology)
+        topo = load_topology(args.topology, models=REGISTRY)
     except (LabError, OSError) as exc:
         print(f"{args.topology}: {exc}", file=sys.stderr)
         return 2

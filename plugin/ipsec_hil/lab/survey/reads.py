@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ipsec_hil.lab.expectations import esp_math
+from ipsec_hil.lab.expectations.hardware import host_profile
 from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.topology import Topology
 from ipsec_hil.lab.traffic import ping_argv
@@ -51,7 +52,7 @@ class Read:
 
 def appliance_reads(topology: Topology, host: str) -> list[Read]:
     """Everything read from appliance ``host`` before the pings (which need its SAs)."""
-    profile = topology.hosts[host].hardware
+    profile = host_profile(topology.hosts[host])
     oids = list(dict(profile.counters).values())
     reads = [
         Read("uname-a", "uname -a", why="kernel build (no parser in the suite)"),

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ipsec_hil.lab.errors import LabError, ParseError
-from ipsec_hil.lab.expectations.hardware import HardwareProfile
+from ipsec_hil.lab.expectations.hardware import HardwareProfile, host_profile
 from ipsec_hil.lab.live_lab import build_appliances, close_hosts
 from ipsec_hil.lab.parsers import sysctl as sysctl_parser
 from ipsec_hil.lab.sharing.lock import ApplianceLock
@@ -194,7 +194,7 @@ def survey_appliance(topology: Topology, name: str, app: Any, out: Path) -> Host
                 lease.check()
     except LabError as exc:
         return HostSurvey(name, "appliance", error=f"{type(exc).__name__}: {exc}")
-    profile: HardwareProfile = topology.hosts[name].hardware
+    profile: HardwareProfile = host_profile(topology.hosts[name])
     prof, tree = done["sysctl-profile"], done[f"sysctl-dev.{profile.driver}"]
     diff = None
     if prof.state == PARSED and tree.state == PARSED:
@@ -233,7 +233,7 @@ def survey(topology: Topology, out: Path) -> SurveyResult:
     finally:
         close_hosts(hosts)
     text = counters_mod.proposed_profiles(
-        [(topology.hosts[h.host].hardware, h.diff) for h in results if h.diff is not None])
+        [(host_profile(topology.hosts[h.host]), h.diff) for h in results if h.diff is not None])
     proposal = None
     if text is not None:
         proposal = out / "proposed-profiles.yaml"

@@ -24,16 +24,24 @@ facing an appliance port) are methods of :class:`Topology`, defined once in
 The package, one job per module: ``parts`` (lab, hosts, ports, links), ``tunnels``
 (tunnels and their configurations), ``model`` (the whole lab and its derived facts),
 ``lines`` (YAML with line numbers), ``messages`` (pydantic errors as sentences),
-``checks`` (cross-references), ``load`` (parse/load).
+``checks`` (cross-references), ``load`` (parse/load), ``registry`` (the models a caller
+knows, passed to the loader).
+
+Independence: nothing here imports the suite's hardware registry or ESP arithmetic (the
+twin loads this package and must not see them; tests/oracle/test_twin_fresh_import.py).
+Model names are checked against the registry the caller passes
+(``load_topology(path, models=REGISTRY)``); a host's hardware profile is the suite's
+business (``ipsec_hil.lab.expectations.hardware.host_profile``).
 """
 
 from __future__ import annotations
 
 from ipsec_hil.lab.errors import TopologyError
-from ipsec_hil.lab.expectations.esp_math import CIPHERS, FAMILIES
 from ipsec_hil.lab.topology.load import load_topology, parse_topology
 from ipsec_hil.lab.topology.model import Topology
 from ipsec_hil.lab.topology.parts import (
+    CIPHERS,
+    FAMILIES,
     MTU_MAX,
     MTU_MIN_IPV4,
     MTU_MIN_IPV6,
@@ -47,6 +55,7 @@ from ipsec_hil.lab.topology.parts import (
     Mgmt,
     Port,
 )
+from ipsec_hil.lab.topology.registry import KnownModels
 from ipsec_hil.lab.topology.tunnels import (
     MAX_CHILDREN,
     Children,
@@ -78,6 +87,7 @@ __all__ = [
     "Tolerance",
     "TunnelConfig",
     "load_topology",
+    "KnownModels",
     "parse_topology",
     "CIPHERS",
     "FAMILIES",

@@ -11,26 +11,26 @@ from __future__ import annotations
 
 import re
 
-from ipsec_hil.lab.errors import ProfileError
-from ipsec_hil.lab.expectations.esp_math import FAMILIES
-from ipsec_hil.lab.expectations.hardware import profile_for
+from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.topology.lines import Located, Path_, dotted
 from ipsec_hil.lab.topology.model import Topology
-from ipsec_hil.lab.topology.parts import Host
+from ipsec_hil.lab.topology.parts import FAMILIES, Host
+from ipsec_hil.lab.topology.registry import KnownModels
 from ipsec_hil.lab.topology.tunnels import Tunnel
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _PORT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 
 
-def check(topo: Topology, doc: Located, check_files: bool) -> None:
-    """Add every cross-reference problem of ``topo`` to ``doc``."""
+def check(topo: Topology, doc: Located, check_files: bool, models: KnownModels) -> None:
+    """Add every cross-reference problem of ``topo`` to ``doc`` (``models`` judges the
+    ``profile:`` overrides: the caller's registry, see :mod:`ipsec_hil.lab.topology.registry`)."""
     benches = [n for n, h in topo.hosts.items() if h.role == "bench"]
     if len(benches) != 1:
         doc.add(("hosts",), f"expected exactly one host with role: bench, found {len(benches)}" + (f" ({', '.join(benches)})" if benches else ""))
     if not topo.appliances():
         doc.add(("hosts",), "expected at least one host with role: appliance, found none")
-    _check_hosts(topo, doc)
+    _check_hosts(topo, doc, models)
     _check_links(topo, doc)
     for tname, tun in topo.tunnels.items():
         _check_tunnel(topo, doc, tname, tun, check_files)
@@ -38,7 +38,7 @@ def check(topo: Topology, doc: Located, check_files: bool) -> None:
         _check_files(topo, doc)
 
 
-def _check_hosts(topo: Topology, doc: Located) -> None:
+def _check_hosts(topo: Topology, doc: Located, models: KnownModels) -> None:
     seen_addr: dict[str, Path_] = {}
     for hname, host in topo.hosts.items():
         hp = ("hosts", hname)
@@ -56,7 +56,7 @@ def _check_hosts(topo: Topology, doc: Located) -> None:
                     doc.add(pp + (fam,), f"expected a unique address, found {ip} again (also {dotted(seen_addr[ip])})")
                 else:
                     seen_addr[ip] = pp + (fam,)
-        _check_profile(doc, hp, host)
+        _check_profile(doc, hp, host, models)
         from_labgrid = topo.lab.labgrid is not None and host.is_appliance
         if from_labgrid and (host.mgmt.address or host.mgmt.local):
             doc.add(hp + ("mgmt", "address" if host.mgmt.address else "local"),
@@ -67,7 +67,7 @@ def _check_hosts(topo: Topology, doc: Located) -> None:
             doc.add(hp + ("mgmt",), "expected mgmt.address (SSH) or mgmt.local: true for a hardware lab, found neither")
 
 
-def _check_profile(doc: Located, hp: Path_, host: Host) -> None:
+def _check_profile(doc: Located, hp: Path_, host: Host, models: KnownModels) -> None:
     """Each ``profile:`` override on its own, so the error names the one that is wrong."""
     if host.model is None:
         return
@@ -76,8 +76,8 @@ def _check_profile(doc: Located, hp: Path_, host: Host) -> None:
         items = value.items() if key in ("counters", "oids") and isinstance(value, dict) else [(None, value)]
         for sub, subval in items:
             try:
-                profile_for(host.model, {key: {sub: subval} if sub is not None else subval})
-            except ProfileError as exc:
+                models.check_profile(host.model, {key: {sub: subval} if sub is not None else subval})
+            except (ValueError, LabError) as exc:
                 doc.add(kp + ((sub,) if sub is not None else ()), f"expected what the {host.model} profile knows, found: {exc}")
 
 

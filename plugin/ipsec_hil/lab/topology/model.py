@@ -14,7 +14,6 @@ from typing import Any
 from pydantic import Field, PrivateAttr
 
 from ipsec_hil.lab.errors import LabError
-from ipsec_hil.lab.expectations.hardware import MODELS
 from ipsec_hil.lab.topology.parts import DEFAULT_QUEUE_KIB, Host, LabInfo, Link, Port, _Model
 from ipsec_hil.lab.topology.tunnels import Tunnel, TunnelEnd
 
@@ -27,6 +26,7 @@ class Topology(_Model):
     links: list[Link] = Field(default_factory=list)
     tunnels: dict[str, Tunnel] = Field(default_factory=dict)
     _source: Path | None = PrivateAttr(None)
+    _model_names: tuple[str, ...] = PrivateAttr(())  # the loader's registry at load time
 
     def model_post_init(self, __context: Any) -> None:
         for name, host in self.hosts.items():
@@ -43,8 +43,8 @@ class Topology(_Model):
 
     def appliances(self, model: str | None = None) -> list[Host]:
         """Appliances in file order, optionally only those of ``model``."""
-        if model is not None and model not in MODELS:
-            raise ValueError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
+        if model is not None and model not in self._model_names:
+            raise ValueError(f"unknown model {model!r}; expected one of {', '.join(self._model_names)}")
         return [h for h in self.hosts.values() if h.is_appliance and (model is None or h.model == model)]
 
     @property

@@ -11,16 +11,20 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from ipsec_hil.lab.errors import LabError
-from ipsec_hil.lab.expectations.esp_math import FAMILIES
-from ipsec_hil.lab.expectations.hardware import MODELS, HardwareProfile, profile_for
+from ipsec_hil.lab.topology.registry import model_names
 
 Family = Literal["ipv4", "ipv6"]
 Cipher = Literal["aes-gcm-16", "aes-cbc-hmac-sha256"]
+
+#: The address families and ciphers a lab file may name (the schema's own: it imports
+#: nothing of the suite's ESP arithmetic; tests/topology checks both spell them alike).
+FAMILIES: tuple[str, ...] = get_args(Family)
+CIPHERS: tuple[str, ...] = get_args(Cipher)
 
 MTU_MAX = 9216
 #: A port's egress buffer when the lab file states none: 128 KiB, a gigabit access switch's
@@ -229,18 +233,23 @@ class Host(_Model):
     mgmt: Mgmt = Field(default_factory=Mgmt)
     ports: dict[str, Port] = Field(min_length=1)
     _name: str = PrivateAttr("")
-    _hardware: HardwareProfile | None = PrivateAttr(None)
 
     @field_validator("model")
     @classmethod
     def _model(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """Checked against the models the loader was given (``context["models"]``, see
+        :mod:`ipsec_hil.lab.topology.registry`), never against a table of its own."""
         role = info.data.get("role")
+        models = (info.context or {}).get("models")
+        if models is None:
+            raise ValueError("expected the loader to pass the known models (load_topology(..., models=...)), found none")
+        names = model_names(models)
         if role == "appliance" and v is None:
-            raise ValueError(f"expected a model ({' or '.join(MODELS)}) for an appliance, found none")
+            raise ValueError(f"expected a model ({' or '.join(names)}) for an appliance, found none")
         if role == "bench" and v is not None:
             raise ValueError(f"expected no model on the bench host, found {v!r}")
-        if v is not None and v not in MODELS:
-            raise ValueError(f"expected one of {', '.join(MODELS)}, found {v!r}")
+        if v is not None and v not in names:
+            raise ValueError(f"expected one of {', '.join(names)}, found {v!r}")
         return v
 
     @property
@@ -250,15 +259,6 @@ class Host(_Model):
     @property
     def is_appliance(self) -> bool:
         return self.role == "appliance"
-
-    @property
-    def hardware(self) -> HardwareProfile:
-        """The model's hardware profile with this host's ``profile:`` overrides."""
-        if self.model is None:
-            raise LabError(f"host {self._name} is the bench: it has no hardware profile")
-        if self._hardware is None:
-            self._hardware = profile_for(self.model, self.profile)
-        return self._hardware
 
     def port(self, name: str) -> Port:
         try:

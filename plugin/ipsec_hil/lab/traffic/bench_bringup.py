@@ -29,6 +29,7 @@ from ipsec_hil.lab.sharing.lock import ApplianceLock
 from ipsec_hil.lab.provision import Secret, TunnelPlan, TunnelProvisioner
 from ipsec_hil.lab.remote import host_from_mgmt
 from ipsec_hil.lab.topology import Topology, TunnelConfig, load_topology
+from ipsec_hil.lab.expectations.hardware import REGISTRY, host_profile
 from ipsec_hil.lab.topology.tunnels import Children
 
 PHASES = ("install", "load", "initiate", "verify", "terminate", "restore")
@@ -133,13 +134,13 @@ def measure(apps: dict[str, Appliance], topology: Topology, tunnel: str, count: 
 
 
 def run(topology_path: str, tunnel: str, counts: list[int]) -> list[Figure]:
-    topo = load_topology(topology_path)
+    topo = load_topology(topology_path, models=REGISTRY)
     if tunnel not in topo.tunnels:
         raise SystemExit(f"{topology_path}: no tunnel {tunnel!r} (has {', '.join(sorted(topo.tunnels))})")
     t = topo.tunnels[tunnel]
     names = (t.local.host, t.remote.host)
     apps = {n: Appliance(n, CountingHost(host_from_mgmt(n, topo.hosts[n].mgmt, topo.lab.known_hosts)),
-                         topo.hosts[n].hardware) for n in names}
+                         host_profile(topo.hosts[n])) for n in names}
     run_id = "bench-" + secrets.token_hex(3)
     holder = f"{getpass.getuser()}@{socket.gethostname()}: bench_bringup {tunnel}"
     locks = [ApplianceLock(a.host, holder, run_id=run_id, wait=600, poll=2) for a in apps.values()]
