@@ -107,6 +107,8 @@ class RunContext:
     #: every acceptance test's outcome and record (the controller's; a worker's stays empty)
     entries: records.Entries = field(default_factory=records.Entries)
     parts: tuple[Part, ...] = ()
+    #: set once the tests may start (:meth:`seal`): the active lab no longer changes
+    sealed: bool = False
 
     def __post_init__(self) -> None:
         if self.active is None:
@@ -154,12 +156,19 @@ class RunContext:
     def activate(self, topology: Topology, *, lab: VirtualLab | None = None, place: PlaceClaim | None = None) -> None:
         """From now on tests run against ``topology`` (a started lab's resolved file, or the
         file with a place's access); called by the controller before any worker starts, or
-        by a worker that claimed its own place, never later."""
+        by a worker that claimed its own place, never later (:meth:`seal`)."""
+        if self.sealed:
+            raise RuntimeError(f"the run's active lab is {self.topology().lab.name}: it cannot change once tests may "
+                               f"run (a test collected against one lab file must not run against another)")
         self.active = topology
         if lab is not None:
             self.lab, self.lab_owned = lab, True
         if place is not None:
             self.place = place
+
+    def seal(self) -> None:
+        """The lab is settled (started, place claimed): tests may be collected against it."""
+        self.sealed = True
 
     def topology(self) -> Topology:
         """The active topology; a usage error when the run has no lab file."""

@@ -116,10 +116,11 @@ def configure_worker(config: pytest.Config, parts: tuple[Part, ...]) -> RunConte
     """An xdist worker's context, from the controller's one input; a labgrid lab's worker
     claims its own place (every worker holds one)."""
     ctx = RunContext.from_workerinput(config.workerinput.get(WORKER_INPUT) or {}, parts=parts)
+    config.stash[CONTEXT_KEY] = ctx
     if ctx.active is not None and ctx.active.lab.labgrid is not None and wants_lab(config):
         topology, claim = places.claim_place(config, ctx.active)
         ctx.activate(topology, place=claim)
-    config.stash[CONTEXT_KEY] = ctx
+    ctx.seal()
     if ctx.active is not None:
         config.pluginmanager.register(WorkerSession(ctx), WORKER_PLUGIN_NAME)
     return ctx
@@ -224,9 +225,11 @@ class HilSession:
         hardware facts read -- in this order."""
         config = session.config
         markers.check_expression(config)
+        if wants_lab(config):
+            self.start_lab_if_virtual()
+        self.ctx.seal()
         if not wants_lab(config):
             return
-        self.start_lab_if_virtual()
         for part in self.ctx.in_order():
             part.lab_ready(self.ctx, session)
         config.hook.pytest_hil_lab_ready(session=session)

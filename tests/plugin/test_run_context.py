@@ -59,6 +59,19 @@ def test_a_worker_rebuilds_the_context_from_one_input_parsing_one_file(tmp_path,
     assert worker.configured_path == VIRTUAL
 
 
+def test_the_active_lab_does_not_change_once_sealed():
+    """Tests are collected against the active topology; once the session sealed it (lab up,
+    place claimed), swapping it would run them against another lab file."""
+    ctx = RunContext.load(VIRTUAL)
+    other = topology_files.load_topology(VIRTUAL)
+    ctx.activate(other)
+    assert ctx.topology() is other
+    ctx.seal()
+    with pytest.raises(RuntimeError, match="cannot change once tests may run"):
+        ctx.activate(topology_files.load_topology(VIRTUAL))
+    assert ctx.topology() is other
+
+
 def test_a_lab_started_by_hand_is_the_handle_in_every_process(tmp_path):
     """``--topology RUN_DIR/lab.resolved.yaml`` of a running lab: the controller's context
     has the handle (faults, ``twin seq`` reach that lab); its workers get the same one."""
