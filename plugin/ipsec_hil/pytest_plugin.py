@@ -41,7 +41,6 @@ pytest_plugins = ["ipsec_hil.fixtures", "ipsec_hil.driver_plugin", "ipsec_hil.ga
 DEFAULT_TOPOLOGY = "topologies/virtual.yaml"
 
 
-
 def parts_in_order() -> tuple[type[Part], ...]:
     """The run's parts, in the order the run calls their phases (ipsec_hil.context.Part): at lab
     ready, preflight before ``--driver`` deploys (a lab that is not ready fails fast, and
@@ -59,6 +58,7 @@ def parts_in_order() -> tuple[type[Part], ...]:
     from ipsec_hil.timeshare_plugin import RunShare
 
     return (Preflight, ParentRun, DriverRun, GateRun, RunShare)
+
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
