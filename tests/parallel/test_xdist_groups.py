@@ -148,6 +148,8 @@ def _run_fake_suite(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedPro
     log, parses = tmp_path / "events.jsonl", tmp_path / "parses.jsonl"
     env = dict(os.environ, H10_LOG=str(log), H10_PARSES=str(parses), PYTHONPATH=f"{site}{os.pathsep}{REPO}")
     env.pop("PYTEST_ADDOPTS", None)
+    for name in [k for k in env if k.startswith("PYTEST_XDIST_")]:  # this run's own, when it runs under -n
+        env.pop(name)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "--topology", str(topo),
                            "-p", "no:hypothesispytest", *args, "test_fake.py"],
                           cwd=proj, env=env, capture_output=True, text=True, timeout=120)
