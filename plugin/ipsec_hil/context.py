@@ -86,7 +86,10 @@ class RunContext:
     ``configured`` is the lab file as given and ``active`` the one tests run against; they
     are the same object until the controller starts a virtual lab or claims a labgrid
     place (:meth:`activate`). Both are None in a run without a lab file (another project's
-    tests in the same virtualenv: the plugin autoloads).
+    tests in the same virtualenv: the plugin autoloads). A worker parses only the active
+    file: its ``configured`` is that same object when the controller tests against the
+    file as given, else None (only the controller reads the file as given: the report
+    header, starting the lab).
     """
 
     configured_path: Path | None

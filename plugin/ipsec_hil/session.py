@@ -54,7 +54,7 @@ from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.errors import LabError, TopologyError
 from ipsec_hil.lab.live_lab import HardwareFacts, read_hardware
 from ipsec_hil.lab.reporting.report import RunInfo, write_allure_files, write_page
-from ipsec_hil.lab.topology import load_topology
+from ipsec_hil.lab.topology import Topology, load_topology
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,8 @@ class HilSession:
         return self.ctx.entries
 
     @property
-    def topology(self):
+    def topology(self) -> Topology:
+        """The active topology (for a virtual lab the run started: its resolved file)."""
         return self.ctx.topology()
 
     # ------------------------------------------------------------ the lab
