@@ -1,9 +1,10 @@
 """``--parent-driver MODEL=PATH``: candidate against parent in one run (issue 14).
 
 Beside ``--driver MODEL=candidate.ko``. The functional tests run on the candidate (the
-``--driver`` plugin deployed it at lab-ready); then, in the controller's
-``pytest_sessionfinish`` (``tryfirst``: after every test, before the ``--driver`` plugin
-restores the appliance's own module and before the page is written), this phase brings
+``--driver`` part deployed it at lab-ready); then, in :meth:`ParentRun.finish` (a part of
+the run's context, ipsec_hil.context.Part, called by the controller after every test and,
+in the parts' order, before the ``--driver`` part restores the appliance's own module and
+before the page is written), this phase brings
 up one tunnel per model (outer IPv4, inner IPv4, AES-GCM, one child: the page's rate
 configuration), swaps parent and candidate on that tunnel's appliances in the
 interleaved order and judges each rate figure (:mod:`ipsec_hil.lab.measuring.build_comparison`).
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.driver_plugin import driver_run, parse_driver_options
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.reporting.allure_results import Attachment, write_result
@@ -36,7 +38,7 @@ from ipsec_hil.lab.decision.plot import plot_comparisons
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.live_lab import Lab
 from ipsec_hil.lab.tunnel import bring_up
-from ipsec_hil.session import active_topology, is_worker, reports_dir, wants_lab
+from ipsec_hil.session import reports_dir, wants_lab
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ RATE_CONFIGURATION = {"outer": "ipv4", "inner": "ipv4", "cipher": "aes-gcm-16", 
 
 
 @dataclass
-class ParentRun:
+class ParentRun(Part):
     """The run's parent builds and, after the phase, one comparison per model."""
 
     parents: dict[str, Path]
@@ -58,8 +60,34 @@ class ParentRun:
     not_measured: list[str] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
 
+    name = "comparison"
 
-PARENT_RUN_KEY = pytest.StashKey[ParentRun]()
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> ParentRun:
+        """The options checked (a usage error names the wrong one); no parents: an idle part."""
+        values = config.getoption("--parent-driver", []) or []
+        if not values:
+            return cls({}, 0, 0.0)
+        parsed = parse_driver_options(values, Path(config.invocation_params.dir), option="--parent-driver")
+        candidates = config.getoption("--driver", []) or []
+        cand_models = {v.partition("=")[0] for v in candidates}
+        for model in parsed:
+            if model not in cand_models:
+                raise pytest.UsageError(f"--parent-driver {model}=...: no --driver {model}=CANDIDATE to compare it with")
+        pairs, seconds = config.getoption("--compare-pairs"), config.getoption("--compare-seconds")
+        if pairs < Rule().min_pairs:
+            raise pytest.UsageError(f"--compare-pairs {pairs}: the verdict rule needs at least {Rule().min_pairs} pairs")
+        if not seconds >= 1:
+            raise pytest.UsageError(f"--compare-seconds {seconds}: at least 1 (iperf3 counts whole seconds)")
+        try:
+            figures = check_figures(str(config.getoption("--compare-figures")).split(","))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--compare-figures: {exc}") from None
+        return cls({m: p for m, (p, _) in parsed.items()}, pairs, seconds, figures)
+
+    def finish(self, ctx: RunContext, session: pytest.Session) -> None:
+        if self.parents and wants_lab(session.config) and not (self.results or self.not_measured):
+            _finish(self, ctx, session)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -77,30 +105,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          f"(default {','.join(FIGURES)}; pdr runs one PDR search per trial, ~10x a stream)")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    values = config.getoption("--parent-driver", []) or []
-    if not values:
-        return
-    parsed = parse_driver_options(values, Path(config.invocation_params.dir), option="--parent-driver")
-    candidates = config.getoption("--driver", []) or []
-    cand_models = {v.partition("=")[0] for v in candidates}
-    for model in parsed:
-        if model not in cand_models:
-            raise pytest.UsageError(f"--parent-driver {model}=...: no --driver {model}=CANDIDATE to compare it with")
-    pairs, seconds = config.getoption("--compare-pairs"), config.getoption("--compare-seconds")
-    if pairs < Rule().min_pairs:
-        raise pytest.UsageError(f"--compare-pairs {pairs}: the verdict rule needs at least {Rule().min_pairs} pairs")
-    if not seconds >= 1:
-        raise pytest.UsageError(f"--compare-seconds {seconds}: at least 1 (iperf3 counts whole seconds)")
-    try:
-        figures = check_figures(str(config.getoption("--compare-figures")).split(","))
-    except ValueError as exc:
-        raise pytest.UsageError(f"--compare-figures: {exc}") from None
-    config.stash[PARENT_RUN_KEY] = ParentRun({m: p for m, (p, _) in parsed.items()}, pairs, seconds, figures)
-
-
 def parent_run(config: pytest.Config) -> ParentRun | None:
-    return config.stash.get(PARENT_RUN_KEY, None)
+    """The run's comparison state, or None when no ``--parent-driver`` was given."""
+    pr = run_context(config).part(ParentRun)
+    return pr if pr.parents else None
 
 
 def comparison_case(topology, model: str) -> TunnelCase | None:
@@ -162,17 +170,13 @@ def _allure_result(alluredir: str, r: BuildComparison, c, png: bytes) -> None:
                      Attachment("trials.json", json.dumps(c.to_dict(), indent=1).encode(), "application/json", "json")])
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def _finish(pr: ParentRun, ctx: RunContext, session: pytest.Session) -> None:
     config = session.config
-    pr = parent_run(config)
     dr = driver_run(config)
-    if pr is None or is_worker(config) or not wants_lab(config) or pr.results or pr.not_measured:
-        return
     if dr is None or not dr.results:
         pr.not_measured.append("the candidate was never deployed: nothing to compare")
     else:
-        lab = Lab.connect(active_topology(config))
+        lab = Lab.connect(ctx.topology())
         try:
             for model, (candidate, _) in dr.requested.items():
                 if model not in pr.parents:

@@ -1,24 +1,27 @@
 """``--driver MODEL=PATH``: the run measures that build, then puts the previous one back.
 
-Thin hooks over :mod:`ipsec_hil.lab.driver` (issue 7). Where and when, and why:
+Thin glue over :mod:`ipsec_hil.lab.driver` (issue 7): :class:`DriverRun` is a part of the
+run's context (ipsec_hil.context.Part); the run calls its phases in the parts' order
+(ipsec_hil.pytest_plugin.parts_in_order), in the controller only. Where and when, and why:
 
-- ``pytest_configure`` (every process): parse and check the option (a bad model or a
-  missing file is a usage error, exit 4, before any lab is touched).
-- ``pytest_hil_lab_ready`` (ipsec_hil.hookspecs; the controller calls it once the lab is up,
-  before xdist starts workers and before it reads the hardware facts), so the driver is
-  deployed exactly once per appliance of that model, under the appliance lock, and the
-  run reports the build under test. A dead run's journal is recovered first (its module
-  file put back and reloaded). A failed deployment has already restored that appliance;
-  the run stops with exit code :data:`DRIVER_DEPLOY_FAILED`.
+- :meth:`DriverRun.from_config` (every process, when the context is made): parse and
+  check the option (a bad model or a missing file is a usage error, exit 4, before any
+  lab is touched).
+- :meth:`DriverRun.lab_ready` (after preflight, before xdist starts workers and before the
+  hardware facts are read), so the driver is deployed exactly once per appliance of that
+  model, under the appliance lock, and the run reports the build under test. A dead
+  run's journal is recovered first (its module file put back and reloaded). A failed
+  deployment has already restored that appliance; the run stops with exit code
+  :data:`DRIVER_DEPLOY_FAILED`.
 - ``pytest_report_header``: what is under test (local md5/size and where it went).
-- ``pytest_sessionfinish`` (controller, before the page is written -- the controller's is
-  ``trylast``): the previous module is restored (unless ``--keep-driver``); through
+- :meth:`DriverRun.finish` (after the candidate comparison, before the page): the
+  previous module is restored (unless ``--keep-driver``); through
   ``pytest_hil_page_sections`` / ``pytest_hil_allure_environment`` the page gets a
   "Driver under test" section saying so and Allure's environment ``driver_under_test.*`` keys.
-- ``pytest_unconfigure`` (``tryfirst``: before the controller stops the virtual lab):
-  restore again if sessionfinish never ran (a failed sessionstart); idempotent. A failed
-  restore makes the run exit :data:`DRIVER_RESTORE_FAILED` (the journal keeps the backup;
-  the next run recovers it).
+- :meth:`DriverRun.close` (``pytest_unconfigure``, before the virtual lab stops): restore
+  again if finish never ran (a failed session start); idempotent. A failed restore makes
+  the run exit :data:`DRIVER_RESTORE_FAILED` (the journal keeps the backup; the next run
+  recovers it).
 """
 
 from __future__ import annotations
@@ -34,13 +37,13 @@ from typing import Any
 
 import pytest
 
+from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.driver import DeployResult, DriverDeployment, ModuleBuild, local_build, recover_driver
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.expectations.hardware import MODELS
 from ipsec_hil.lab.live_lab import build_appliances, close_hosts
 from ipsec_hil.lab.sharing.lock import ApplianceLock
-from ipsec_hil.session import active_topology, is_worker
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ DRIVER_RESTORE_FAILED = HilExitCode.DRIVER_RESTORE_FAILED
 
 
 @dataclass
-class DriverRun:
+class DriverRun(Part):
     """The run's driver-under-test state (controller): requested builds and deployments."""
 
     requested: dict[str, tuple[Path, ModuleBuild]]  # model -> (local path, md5/size)
@@ -65,8 +68,30 @@ class DriverRun:
     session: Any = None
     finished: bool = False
 
+    name = "driver"
 
-DRIVER_RUN_KEY = pytest.StashKey[DriverRun]()
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> DriverRun:
+        values = config.getoption("--driver", []) or []
+        requested = parse_driver_options(values, Path(config.invocation_params.dir))
+        return cls(requested, keep=bool(config.getoption("--keep-driver", False)))
+
+    def lab_ready(self, ctx: RunContext, session: pytest.Session) -> None:
+        if self.requested:
+            _deploy(self, ctx, session)
+
+    def finish(self, ctx: RunContext, session: pytest.Session) -> None:
+        if self.requested and not self.finished:
+            _finish(self, session)
+
+    def close(self, ctx: RunContext) -> None:
+        if not self.requested:
+            return
+        if self.deployments:
+            _restore_all(self)
+            if self.session is not None and any("restore failed" in f for f in self.failures):
+                self.session.exitstatus = DRIVER_RESTORE_FAILED
+        _close(self)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -113,25 +138,15 @@ def parse_driver_options(values: list[str], base: Path, option: str = "--driver"
     return out
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    values = config.getoption("--driver", []) or []
-    requested = parse_driver_options(values, Path(config.invocation_params.dir))
-    config.stash[DRIVER_RUN_KEY] = DriverRun(requested, keep=bool(config.getoption("--keep-driver", False)))
-
-
 def driver_run(config: pytest.Config) -> DriverRun | None:
     """The run's driver state, or None when no ``--driver`` was given."""
-    dr = config.stash.get(DRIVER_RUN_KEY, None)
-    return dr if dr is not None and dr.requested else None
+    dr = run_context(config).part(DriverRun)
+    return dr if dr.requested else None
 
 
-def pytest_hil_lab_ready(session: pytest.Session) -> None:
-    config = session.config
-    dr = driver_run(config)
-    if dr is None:
-        return
+def _deploy(dr: DriverRun, ctx: RunContext, session: pytest.Session) -> None:
     dr.session = session
-    topology = active_topology(config)
+    topology = ctx.topology()
     missing = [m for m in dr.requested if not topology.appliances(m)]
     if missing:
         raise pytest.UsageError(f"--driver for {', '.join(missing)}: the topology {topology.lab.name} has no such "
@@ -220,15 +235,11 @@ def environment_lines(dr: DriverRun) -> dict[str, str]:
     return env
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config = session.config
-    dr = driver_run(config)
-    if dr is None or is_worker(config) or dr.finished:
-        return
+def _finish(dr: DriverRun, session: pytest.Session) -> None:
     dr.finished = True
     _restore_all(dr)
     _close(dr)
-    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    terminal = session.config.pluginmanager.get_plugin("terminalreporter")
     for line in dr.restored + dr.failures:
         if terminal is not None:
             terminal.write_line(f"driver under test: {line}")
@@ -244,15 +255,3 @@ def pytest_hil_page_sections(config: pytest.Config) -> str | None:
 def pytest_hil_allure_environment(config: pytest.Config) -> dict[str, str] | None:
     dr = driver_run(config)
     return environment_lines(dr) if dr is not None else None
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    dr = driver_run(config)
-    if dr is None or is_worker(config):
-        return
-    if dr.deployments:
-        _restore_all(dr)
-        if dr.session is not None and any("restore failed" in f for f in dr.failures):
-            dr.session.exitstatus = DRIVER_RESTORE_FAILED
-    _close(dr)

@@ -30,3 +30,10 @@ class HilExitCode(enum.IntEnum):
     #: preflight (every run's first phase, or ``--hil-preflight``): the lab is not ready
     #: (a module missing, charon down, a port's address or MTU wrong, a bench tool missing).
     PREFLIGHT_FAILED = 24
+    #: Every selected acceptance test was skipped (the topology lacks the selected model, the
+    #: lab file lacks the ports or tunnels the tests need, ...): the run measured nothing,
+    #: which is not a pass. The run's last lines say why in one line.
+    NOTHING_MEASURED = 25
+    #: ``--gate``: some selected acceptance tests did not run (skipped): the gate did not
+    #: establish everything it was asked to (the page's first screen lists what).
+    GATE_INCOMPLETE = 26

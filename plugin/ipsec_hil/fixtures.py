@@ -49,17 +49,13 @@ from ipsec_hil.lab.topology import Topology
 from ipsec_hil.lab.traffic.bench import BenchHost, iperf_run
 from ipsec_hil.lab.tunnel import ActiveTunnel, bring_up
 from ipsec_hil.records import PROPERTY, KnownIssueVerdict, TestRecord
-from ipsec_hil.session import active_topology, virtual_lab_of
+from ipsec_hil.context import run_context
 
 log = logging.getLogger(__name__)
 
 #: Registered as a plugin of its own (ipsec_hil.pytest_plugin's pytest_plugins); nothing is
 #: exported for ``from ipsec_hil.fixtures import *``.
 __all__: list[str] = []
-
-#: The known-issue line of a test that passed its known issue's measurement (item stash).
-NOT_REPRODUCED_KEY = pytest.StashKey[str]()
-
 
 # ----------------------------------------------------------------- collection
 
@@ -100,7 +96,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     marker = metafunc.definition.get_closest_marker("tunnels")
     criteria = dict(marker.kwargs) if marker else {}
-    topology = active_topology(metafunc.config)
+    topology = run_context(metafunc.config).topology()
     try:
         cases = tunnel_cases(topology, **criteria)
     except ValueError as exc:
@@ -126,7 +122,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def topology(pytestconfig: pytest.Config) -> Topology:
     """The lab the tests run against (for the virtual lab: its resolved lab file)."""
-    return active_topology(pytestconfig)
+    return run_context(pytestconfig).topology()
 
 
 @pytest.fixture(scope="session")
@@ -167,7 +163,7 @@ def start_sequence(pytestconfig: pytest.Config):
     seconds; hardware needs 2^32 frames for that (hours at line rate) and no driver lets
     a test set the counter. The virtual lab's engine can (``python -m ipsec_hil_twin seq``); on any
     other lab the test is skipped and says so."""
-    lab = virtual_lab_of(pytestconfig)
+    lab = run_context(pytestconfig).lab
     if lab is None:
         pytest.skip("this lab cannot start an association near 2^32: hardware would need 2^32 frames "
                     "(hours at line rate); the virtual lab's engine can (python -m ipsec_hil_twin seq)")
@@ -271,18 +267,19 @@ def known_issue(request: pytest.FixtureRequest, record: TestRecord):
             pytest.xfail(record.known_issue.text())
         record.known_issue = KnownIssueVerdict(issue.number, issue.summary, reproduced=False)
         allure.dynamic.tag("known issue did not reproduce")
-        request.node.stash[NOT_REPRODUCED_KEY] = record.known_issue.text()
 
     return measured_under
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A test whose known issue did not reproduce is an XPASS carrying that sentence."""
+    """A test whose known issue did not reproduce is an XPASS carrying that sentence (the
+    test's record holds the verdict)."""
     report = yield
-    text = item.stash.get(NOT_REPRODUCED_KEY, None)
-    if text is not None and report.when == "call" and report.passed:
-        report.wasxfail = text
+    rec = getattr(item, "funcargs", {}).get("record")
+    verdict = rec.known_issue if isinstance(rec, TestRecord) else None
+    if verdict is not None and not verdict.reproduced and report.when == "call" and report.passed:
+        report.wasxfail = verdict.text()
     return report
 
 

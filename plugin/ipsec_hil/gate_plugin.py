@@ -1,20 +1,23 @@
 """``--save-baseline FILE`` / ``--baseline FILE`` / ``--gate``: the merge gate's hooks.
 
-Thin hooks over :mod:`ipsec_hil.lab.measuring.baseline` (pure). Controller only; the figures come from
-what the run's controller gathered (ipsec_hil.session.HilSession's entries: every test's
-record, carried from xdist workers in the reports' user_properties), the driver builds
-from the hardware facts it read once.
+Thin glue over :mod:`ipsec_hil.lab.measuring.baseline` (pure): :class:`GateRun` is a part of
+the run's context (ipsec_hil.context.Part). The figures come from what the run's
+controller gathered (the context's entries: every test's record, carried from xdist
+workers in the reports' user_properties), the driver builds from the hardware facts it
+read once.
 
-- ``pytest_configure``: ``--gate`` needs ``--baseline``; the baseline file is loaded and
-  validated at once (a bad file is a usage error, exit 4, naming the file and field --
+- :meth:`GateRun.from_config`: ``--gate`` needs ``--baseline``; the baseline file is loaded
+  and validated at once (a bad file is a usage error, exit 4, naming the file and field --
   before an hour of measurements).
-- ``pytest_sessionfinish`` (before the controller writes the page, which is ``trylast``):
+- :meth:`GateRun.finish` (controller, after the driver was restored, before the page):
   take the appliances' driver builds and kernel (environment), compare with the
   baseline (``baseline-comparison.json`` beside the page, an Allure result "Compared with
   baseline" with the table attached), then save this run as a repeat if asked. With
   ``--gate`` a regression sets the exit code :data:`GATE_REGRESSION` (18); a comparison
   that found none of the baseline's rates in this run is :data:`GATE_NOTHING_COMPARED`
-  (21): a gate that measured nothing must not pass.
+  (21): a gate that measured nothing must not pass; and a run in which some selected
+  tests did not run is :data:`GATE_INCOMPLETE` (26): the gate did not establish what it
+  was asked to (the page's first screen lists what, under "Not established").
 - ``pytest_hil_page_sections`` / ``pytest_hil_allure_environment`` (ipsec_hil.hookspecs): the
   "Compared with baseline" section and the ``baseline.*`` environment keys.
 - ``pytest_terminal_summary``: the verdict and the driver builds compared.
@@ -33,10 +36,11 @@ from typing import Any
 
 import pytest
 
+from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.reporting.allure_results import Attachment, write_result
 from ipsec_hil.lab.measuring import baseline as bl
-from ipsec_hil.session import active_topology, command_line, hil_session, reports_dir, wants_lab
+from ipsec_hil.session import command_line, hil_session, reports_dir, wants_lab
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +49,13 @@ __all__: list[str] = []
 #: ``--gate`` and a regression / nothing compared: the run's exit codes (ipsec_hil.exitcodes).
 GATE_REGRESSION = HilExitCode.GATE_REGRESSION
 GATE_NOTHING_COMPARED = HilExitCode.GATE_NOTHING_COMPARED
+GATE_INCOMPLETE = HilExitCode.GATE_INCOMPLETE
 
 COMPARISON_JSON = "baseline-comparison.json"
 
 
 @dataclass
-class GateRun:
+class GateRun(Part):
     save: Path | None = None
     against: Path | None = None
     gate: bool = False
@@ -61,8 +66,30 @@ class GateRun:
     environment: dict[str, Any] = field(default_factory=dict)
     allure_environment: dict[str, str] = field(default_factory=dict)
 
+    name = "gate"
 
-GATE_RUN_KEY = pytest.StashKey[GateRun]()
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> GateRun:
+        g = cls(save=_path(config, config.getoption("--save-baseline", None)),
+                against=_path(config, config.getoption("--baseline", None)),
+                gate=bool(config.getoption("--gate", False)))
+        if g.gate and g.against is None:
+            raise pytest.UsageError("--gate needs --baseline FILE (the run to compare with)")
+        if g.against is not None:
+            try:
+                g.base = bl.load(g.against)
+            except bl.BaselineError as exc:
+                raise pytest.UsageError(f"--baseline: {exc}") from None
+        if g.save is not None and g.save.exists():
+            try:
+                bl.load(g.save)
+            except bl.BaselineError as exc:
+                raise pytest.UsageError(f"--save-baseline: the file exists but is not a baseline: {exc}") from None
+        return g
+
+    def finish(self, ctx: RunContext, session: pytest.Session) -> None:
+        if self.save is not None or self.base is not None:
+            _finish(self, ctx, session)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -82,27 +109,6 @@ def _path(config: pytest.Config, value: str | None) -> Path | None:
         return None
     p = Path(value)
     return p if p.is_absolute() else Path(config.invocation_params.dir) / p
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    g = GateRun(save=_path(config, config.getoption("--save-baseline", None)),
-                against=_path(config, config.getoption("--baseline", None)),
-                gate=bool(config.getoption("--gate", False)))
-    config.stash[GATE_RUN_KEY] = g
-    if g.gate and g.against is None:
-        raise pytest.UsageError("--gate needs --baseline FILE (the run to compare with)")
-    if hasattr(config, "workerinput"):
-        return
-    if g.against is not None:
-        try:
-            g.base = bl.load(g.against)
-        except bl.BaselineError as exc:
-            raise pytest.UsageError(f"--baseline: {exc}") from None
-    if g.save is not None and g.save.exists():
-        try:
-            bl.load(g.save)
-        except bl.BaselineError as exc:
-            raise pytest.UsageError(f"--save-baseline: the file exists but is not a baseline: {exc}") from None
 
 
 # ----------------------------------------------------------------- Allure
@@ -130,8 +136,7 @@ def write_allure_result(config: pytest.Config, comparison: bl.Comparison) -> Pat
 
 def run_figures(config: pytest.Config) -> tuple[list[bl.FigureValue], dict[str, list[str]], dict[str, str]]:
     """(figures, ledger tables per test, outcome per test) from the controller's entries."""
-    run = hil_session(config)
-    entries = run.entries.by_nodeid if run is not None else {}
+    entries = run_context(config).entries.by_nodeid
     figures: list[bl.FigureValue] = []
     counters: dict[str, list[str]] = {}
     outcomes: dict[str, str] = {}
@@ -148,7 +153,7 @@ def run_figures(config: pytest.Config) -> tuple[list[bl.FigureValue], dict[str, 
 
 def run_environment(config: pytest.Config) -> dict[str, Any]:
     """Topology, virtual or not, and every appliance's driver build and kernel (read once by the run)."""
-    topology = active_topology(config)
+    topology = run_context(config).topology()
     run = hil_session(config)
     # A run that executed no acceptance test has no lab to ask (and must not connect to one).
     facts = run.hardware_facts().appliances if run is not None and wants_lab(config) else ()
@@ -158,11 +163,8 @@ def run_environment(config: pytest.Config) -> dict[str, Any]:
                           command=command_line(config))
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def _finish(g: GateRun, ctx: RunContext, session: pytest.Session) -> None:
     config = session.config
-    g = config.stash.get(GATE_RUN_KEY, None)
-    if g is None or hasattr(config, "workerinput") or (g.save is None and g.base is None):
-        return
     figures, counters, outcomes = run_figures(config)
     g.environment = run_environment(config)
     if g.base is not None:
@@ -188,6 +190,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             session.exitstatus = GATE_NOTHING_COMPARED
             g.messages.append(f"--gate: none of the baseline's {len(c.rows)} rate(s) was measured by this run: "
                               f"exit {int(GATE_NOTHING_COMPARED)}")
+    if g.gate:
+        _judge_completeness(g, ctx, session)
     if g.save is not None:
         if session.exitstatus != 0:
             g.messages.append(f"--save-baseline {g.save}: NOT saved, the run's exit status is "
@@ -205,9 +209,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 g.messages.append(f"--save-baseline: NOT saved: {exc}")
 
 
+def _judge_completeness(g: GateRun, ctx: RunContext, session: pytest.Session) -> None:
+    """``--gate``: a run in which some selected tests did not run did not establish what the
+    gate asks; it exits GATE_INCOMPLETE unless the run already failed otherwise. (A run in
+    which every test was skipped already exits NOTHING_MEASURED, ipsec_hil.session.)"""
+    not_run = ctx.entries.not_run()
+    if not not_run or session.exitstatus != 0:
+        return
+    session.exitstatus = GATE_INCOMPLETE
+    g.messages.append(f"--gate: {len(not_run)} of {len(ctx.entries.by_nodeid)} selected acceptance test(s) did not run "
+                      f"(the page's first screen lists them under 'Not established'): exit {int(GATE_INCOMPLETE)}")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    g = config.stash.get(GATE_RUN_KEY, None)
-    if g is None or not g.messages:
+    g = run_context(config).part(GateRun)
+    if not g.messages:
         return
     terminalreporter.section("baseline and gate")
     for m in g.messages:
@@ -215,10 +231,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 
 def pytest_hil_page_sections(config: pytest.Config) -> str | None:
-    g = config.stash.get(GATE_RUN_KEY, None)
-    return g.comparison.markdown() if g is not None and g.comparison is not None else None
+    g = run_context(config).part(GateRun)
+    return g.comparison.markdown() if g.comparison is not None else None
 
 
 def pytest_hil_allure_environment(config: pytest.Config) -> dict[str, str] | None:
-    g = config.stash.get(GATE_RUN_KEY, None)
-    return g.allure_environment if g is not None else None
+    return run_context(config).part(GateRun).allure_environment

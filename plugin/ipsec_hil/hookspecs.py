@@ -1,10 +1,11 @@
 """Hooks the suite offers to its own plugins and to a driver repository's conftest.
 
 Why hooks: the run's controller (ipsec_hil.session.HilSession) owns the order of a run --
-lab up, build under test deployed, hardware facts read, tests, page written once -- and
-the gate and the driver-under-test plugins take part in it (deploy, page sections, Allure
-environment keys) without importing each other or the controller, and without
-tryfirst/trylast races between modules.
+lab up, the parts' lab-ready phase (preflight, build under test deployed), hardware facts
+read, tests, the parts' finish, page written once. The suite's own parts take part through
+their phases (ipsec_hil.context.Part, in the order ipsec_hil.pytest_plugin.parts_in_order
+states); these hooks are how they, and a driver repository's conftest, add to the page
+and Allure's environment without importing each other or the controller.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import pytest
 def pytest_hil_lab_ready(session: pytest.Session) -> None:
     """The lab is up (a virtual lab started, or a hardware lab's file loaded), no test has run.
 
-    Called once, in the controller, from the run's ``pytest_sessionstart``, before it reads
-    the appliances' driver builds: deploy here what the run is to measure (``--driver``).
+    Called once, in the controller, from the run's ``pytest_sessionstart``, after the suite's
+    parts' own lab-ready phase (preflight passed, ``--driver`` deployed) and before it reads
+    the appliances' driver builds: a driver repository's conftest prepares the lab here.
     Not called when the run executes no acceptance test (``--collect-only``, ``tests/``).
     """
 
@@ -26,8 +28,8 @@ def pytest_hil_lab_ready(session: pytest.Session) -> None:
 def pytest_hil_page_sections(config: pytest.Config) -> str | None:
     """A Markdown section (``## Title`` and its body) to append to this run's page, or None.
 
-    Called once, in the controller, at the end of the run (after every plugin's own
-    ``pytest_sessionfinish``), in plugin registration order.
+    Called once, in the controller, at the end of the run (after every part's ``finish``),
+    in plugin registration order.
     """
 
 
@@ -41,6 +43,6 @@ def pytest_hil_page_verdict(config: pytest.Config) -> list[str] | None:
     """The run's answer for the page's first line (e.g. candidate against parent: the
     first string is the verdict, the rest one line each under it), or None.
 
-    Called once, in the controller, when the page is written (after every plugin's
-    ``pytest_sessionfinish``). Without any, the page states the tests' own verdict.
+    Called once, in the controller, when the page is written (after every part's
+    ``finish``). Without any, the page states the tests' own verdict.
     """

@@ -1,6 +1,7 @@
 """``pytest --hil-preflight``: check the lab and stop; and the same checks open every run.
 
-Why first (``pytest_hil_lab_ready``, ``tryfirst``: before ``--driver`` deploys anything):
+Why first (:class:`Preflight` is the first of the run's parts, ipsec_hil.pytest_plugin.parts_in_order:
+its ``lab_ready`` runs before ``--driver`` deploys anything):
 a lab with a missing ipsec.ko, a stopped charon or a wrong MTU fails every test slowly
 and in ways that look like the driver's fault. The checks (ipsec_hil.lab.preflight) answer
 in one command each; any failure ends the run with :attr:`HilExitCode.PREFLIGHT_FAILED`
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 import pytest
 
+from ipsec_hil.context import Part, RunContext
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.live_lab import Lab
 from ipsec_hil.lab.preflight import preflight
-from ipsec_hil.session import active_topology
+from ipsec_hil.lab.topology import Topology
 
 __all__: list[str] = []
 
@@ -27,11 +29,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "routes, the bench's tools), print the result and stop")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_hil_lab_ready(session: pytest.Session) -> None:
-    config = session.config
-    topology = active_topology(config)
-    only = config.getoption("--hil-preflight", False)
+class Preflight(Part):
+    """The run's lab checks, first at lab-ready (ipsec_hil.context.Part)."""
+
+    name = "preflight"
+
+    def __init__(self, only: bool) -> None:
+        self.only = only  # --hil-preflight: check, report, stop
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Preflight:
+        return cls(bool(config.getoption("--hil-preflight", False)))
+
+    def lab_ready(self, ctx: RunContext, session: pytest.Session) -> None:
+        run_preflight(session.config, ctx.topology(), only=self.only)
+
+
+def run_preflight(config: pytest.Config, topology: Topology, *, only: bool) -> None:
+    """Check the lab; end the run (PREFLIGHT_FAILED, or 0 with ``--hil-preflight``) as due."""
     lab = Lab.connect(topology)
     try:
         findings = preflight(topology, lab.appliances, lab.bench, bench_ports=only)

@@ -10,12 +10,12 @@ suite's other plugins (``pytest_plugins`` below).
 Thin on purpose (library first): everything that talks to a lab lives in ``ipsec_hil.lab``.
 
 Configure, in one place and one order (no tryfirst/trylast needed between our modules):
-extra model profiles -> markers -> the topology -> virtual-lab keys -> the controller's
-:class:`ipsec_hil.session.HilSession` (which, at session start, checks ``-m``, starts a
-virtual lab and lets ``--driver`` deploy) or, in an xdist worker, the controller's
-resolved lab file. The xdist controller loads and validates the
-topology first (a bad file stops the run with its ``FILE:LINE: ...`` message before any
-worker starts) and hands its path to workers through ``workerinput``.
+extra model profiles -> markers -> the run's parts (:func:`parts_in_order`, each from its options) ->
+the run's context (:class:`ipsec_hil.context.RunContext`): in the controller from the lab
+file (parsed once here; a bad file stops the run with its ``FILE:LINE: ...`` message before
+any worker starts) with :class:`ipsec_hil.session.HilSession` registered (which, at session
+start, checks ``-m``, starts a virtual lab and runs the parts' lab-ready phase); in an xdist
+worker from the one ``workerinput`` entry the controller wrote (:func:`pytest_configure_node`).
 """
 
 from __future__ import annotations
@@ -28,17 +28,37 @@ from pathlib import Path
 import pytest
 
 from ipsec_hil import hookspecs, markers, rootdir
-from ipsec_hil.lab.errors import ProfileError, TopologyError
+from ipsec_hil.context import WORKER_INPUT, Part, run_context
+from ipsec_hil.lab.errors import ProfileError
 from ipsec_hil.lab.expectations.hardware import REGISTRY
 from ipsec_hil.lab.expectations.profiles_file import load_profiles_file
-from ipsec_hil.lab.topology import Topology, load_topology
-from ipsec_hil.session import (ACTIVE_TOPOLOGY_KEY, PLUGIN_NAME, TOPOLOGY_KEY, TOPOLOGY_PATH_KEY, HilSession,
-                            configure_worker, is_worker)
+from ipsec_hil.lab.topology import Topology
+from ipsec_hil.session import configure_controller, configure_worker
 
 pytest_plugins = ["ipsec_hil.fixtures", "ipsec_hil.driver_plugin", "ipsec_hil.gate_plugin", "ipsec_hil.compare_plugin",
                   "ipsec_hil.preflight_plugin", "ipsec_hil.throughput_plugin", "ipsec_hil.timeshare_plugin"]
 
 DEFAULT_TOPOLOGY = "topologies/virtual.yaml"
+
+
+def parts_in_order() -> tuple[type[Part], ...]:
+    """The run's parts, in the order the run calls their phases (ipsec_hil.context.Part): at lab
+    ready, preflight before ``--driver`` deploys (a lab that is not ready fails fast, and
+    nothing is deployed onto it); at finish, the candidate comparison while the candidate is
+    still loaded, then the driver restores the previous build, then the gate compares the
+    run's figures (it needs neither); the time share only speaks in workers.
+
+    Imported here, not at the top: pytest imports these modules itself (``pytest_plugins``
+    above, with assertion rewriting) and warns about modules imported before it.
+    """
+    from ipsec_hil.compare_plugin import ParentRun
+    from ipsec_hil.driver_plugin import DriverRun
+    from ipsec_hil.gate_plugin import GateRun
+    from ipsec_hil.preflight_plugin import Preflight
+    from ipsec_hil.timeshare_plugin import RunShare
+
+    return (Preflight, ParentRun, DriverRun, GateRun, RunShare)
+
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
@@ -74,10 +94,8 @@ def _user_path(value: str, base: Path) -> Path:
 
 
 def topology_path(config: pytest.Config) -> Path | None:
-    """The lab file: the controller's (workers), ``--topology``, ini ``hil_topology``, the default."""
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput and "hil_topology" in workerinput:
-        return Path(workerinput["hil_topology"])
+    """The lab file: ``--topology``, ini ``hil_topology``, the default (xdist workers are
+    given theirs by the controller, ipsec_hil.context)."""
     opt = config.getoption("--topology")
     if opt is not None:
         # Relative to where pytest was started, like any file argument.
@@ -117,31 +135,21 @@ def _give_virtual_lab_psks(topology: Topology) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     _load_profiles(config)
     markers.register(config)
-    path = topology_path(config)
-    if path is None:
+    parts = tuple(kind.from_config(config) for kind in parts_in_order())
+    if hasattr(config, "workerinput"):  # the one place a process learns it is an xdist worker
+        configure_worker(config, parts)
         return
-    config.stash[TOPOLOGY_PATH_KEY] = path
-    try:
-        topology = load_topology(path, models=REGISTRY)
-    except TopologyError as exc:
-        raise pytest.UsageError(f"invalid topology:\n{exc}") from None
-    except FileNotFoundError:
-        raise pytest.UsageError(f"topology file not found: {path}") from None
-    config.stash[TOPOLOGY_KEY] = topology
-    _give_virtual_lab_psks(topology)
-    if is_worker(config):
-        configure_worker(config, topology)
-        return
-    config.pluginmanager.register(HilSession(config, topology, path), PLUGIN_NAME)
+    ctx = configure_controller(config, topology_path(config), parts)
+    if ctx.configured is not None:
+        _give_virtual_lab_psks(ctx.configured)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """xdist controller -> worker: the topology file the controller validated, and loadgroup."""
-    path = node.config.stash.get(TOPOLOGY_PATH_KEY, None)
-    if path is not None:
-        node.workerinput["hil_topology"] = str(path)
-    node.workerinput["hil_loadgroup"] = getattr(node.config.option, "dist", None) == "loadgroup"
+    """xdist controller -> worker: the run's context as one input (the lab files' paths, the
+    virtual lab handle, loadgroup); called after the controller's session start put the lab up."""
+    node.workerinput[WORKER_INPUT] = run_context(node.config).to_workerinput(
+        loadgroup=getattr(node.config.option, "dist", None) == "loadgroup")
 
 
 def _dist_given(config: pytest.Config) -> bool:
@@ -164,22 +172,21 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     # A worker re-parses the command line (dist "no"), so xdist's worker side would not add
     # the @group suffix the scheduler groups by: the controller's choice comes via workerinput.
     wi = getattr(config, "workerinput", None)
-    if wi and wi.get("hil_loadgroup"):
+    if wi and (wi.get(WORKER_INPUT) or {}).get("loadgroup"):
         config.option.loadgroup = True
 
 
 def get_topology(config: pytest.Config) -> Topology:
     """The loaded :class:`ipsec_hil.lab.topology.Topology` of this run (the lab file as given)."""
-    return config.stash[TOPOLOGY_KEY]
+    ctx = run_context(config)
+    return ctx.configured or ctx.topology()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    topology = config.stash.get(TOPOLOGY_KEY, None)
-    path = config.stash.get(TOPOLOGY_PATH_KEY, None)
-    if path is None:
+    ctx = run_context(config)
+    topology, path = ctx.configured, ctx.configured_path
+    if path is None or topology is None:
         return ["topology: none (give --topology FILE or the ini key hil_topology)"]
-    if topology is None:
-        return [f"topology: {path} (not loaded)"]
     models = sorted({h.model for h in topology.appliances()})
     kind = "virtual" if topology.lab.virtual else "hardware"
     return [f"topology: {topology.lab.name} ({kind}) from {path}; appliances: {', '.join(models)}"]
@@ -188,9 +195,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test whose hardware the topology does not have is skipped with the reason.
 
-    Skipped rather than deselected so the report shows what did not run and why.
+    Skipped rather than deselected so the report shows what did not run and why (and a run
+    in which every test is skipped so exits NOTHING_MEASURED, ipsec_hil.session).
     """
-    topology = config.stash.get(TOPOLOGY_KEY, None)
+    topology = run_context(config).active
     if topology is None:
         return
     present = {h.model for h in topology.appliances()}
@@ -201,4 +209,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 break
 
 
-__all__ = ["get_topology", "topology_path", "DEFAULT_TOPOLOGY", "ACTIVE_TOPOLOGY_KEY"]
+__all__ = ["get_topology", "topology_path", "DEFAULT_TOPOLOGY", "parts_in_order"]

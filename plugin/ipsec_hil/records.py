@@ -142,6 +142,8 @@ class Entries:
             if e.get("outcome") in ("passed", None):
                 e["outcome"] = _outcome(report)
                 e["reason"] = _reason(report)
+                # an expected failure (a known issue reproducing) is a verdict, not a test that did not run
+                e["xfail"] = bool(getattr(report, "wasxfail", None) is not None)
         if report.when == "teardown":
             if report.failed and e.get("outcome") == "passed":
                 e["outcome"] = "broken"
@@ -149,6 +151,10 @@ class Entries:
             for name, value in report.user_properties:
                 if name == PROPERTY:
                     e["record"] = TestRecord.from_json(value)
+
+    def not_run(self) -> list[dict[str, Any]]:
+        """The entries of tests that were skipped (not an expected failure): they established nothing."""
+        return [e for e in self.by_nodeid.values() if e.get("outcome") == "skipped" and not e.get("xfail")]
 
     def page_entries(self) -> list[PageEntry]:
         return [_page_entry(e) for e in sorted(self.by_nodeid.values(), key=lambda x: x["nodeid"])]

@@ -1,27 +1,39 @@
-"""The run's controller: one :class:`HilSession` object, registered with pytest's plugin manager.
+"""The run's session objects: :class:`HilSession` (controller) and :class:`WorkerSession` (xdist worker).
 
-Why one object (as pytest-xdist registers its DSession): what happens once per run belongs
+Why two objects (as pytest-xdist registers its DSession): what happens once per run belongs
 to the controller (pytest without xdist, or xdist's controller) and must stay out of the
-workers -- the virtual lab's life, the hardware facts, every test's record and the page.
-Held by one object, that state has one owner, and its hooks run only where it is
-registered:
+workers -- the virtual lab's life, the hardware facts, every test's record, the parts'
+``finish`` and the page. Which of the two is registered is decided once, in
+``ipsec_hil.pytest_plugin``'s ``pytest_configure``; their hooks run only where they are
+registered, so no part guards against worker processes itself. Both run the parts of the
+run's context (:class:`ipsec_hil.context.RunContext`) in the parts' order.
 
-- created by ``ipsec_hil.pytest_plugin``'s ``pytest_configure`` (after the topology loaded);
-- ``pytest_sessionstart`` (tryfirst), in this order: a ``-m`` naming an unknown marker is
-  a usage error (before any lab is touched); if the run executes acceptance tests and the
-  topology is a virtual lab, start it (exit :attr:`HilExitCode.LAB_NOT_UP` when it does
-  not come up) and from then on use its resolved lab file (xdist workers get its path
-  through ``workerinput``); ``pytest_hil_lab_ready`` (``--driver`` deploys the build
-  under test); then read every appliance's driver build and kernel once
-  (:func:`ipsec_hil.lab.live_lab.read_hardware`) -- the report header, the page and the
-  gate's comparison use these facts;
+:class:`HilSession`:
+
+- ``pytest_sessionstart`` (tryfirst: before xdist's, which starts the workers), in this
+  order: a ``-m`` naming an unknown marker is a usage error (before any lab is touched);
+  if the run executes acceptance tests: a labgrid place is claimed, or a virtual lab
+  started (exit :attr:`HilExitCode.LAB_NOT_UP` when it does not come up) and its resolved
+  lab file made the context's active topology; every part's ``lab_ready`` (preflight,
+  then ``--driver`` deploys the build under test), then ``pytest_hil_lab_ready`` for a
+  driver repository's conftest; then every appliance's driver build and kernel are read
+  once (:func:`ipsec_hil.lab.live_lab.read_hardware`) -- the report header, the page and
+  the gate's comparison use these facts;
+- ``pytest_configure_node``: the worker's one input, the context's
+  :meth:`~ipsec_hil.context.RunContext.to_workerinput`;
 - ``pytest_runtest_logreport``: every acceptance test's outcome and record (carried from
-  workers in the reports' user_properties, see ipsec_hil.records);
-- ``pytest_sessionfinish`` (trylast: after the gate compared and the driver was restored):
-  the page, with the sections plugins give through ``pytest_hil_page_sections``, and
-  Allure's run-level files (controller-side, after the workers: see the reference on
-  ``--clean-alluredir`` wiping files written earlier);
-- ``pytest_unconfigure``: stop the virtual lab (unless ``--keep-tunnels``).
+  workers in the reports' user_properties, see ipsec_hil.records) into the context's entries;
+- ``pytest_sessionfinish``: a run whose acceptance tests were all skipped measured
+  nothing (exit :attr:`HilExitCode.NOTHING_MEASURED`, one line saying why); every part's
+  ``finish`` in the parts' order (the comparison measures, the driver is restored, the
+  gate compares); then the page, with the sections plugins give through
+  ``pytest_hil_page_sections``, and Allure's run-level files (controller-side, after the
+  workers: see the reference on ``--clean-alluredir`` wiping files written earlier);
+- ``pytest_unconfigure``: every part's ``close`` (a driver never restored is restored),
+  then the virtual lab stops (unless ``--keep-tunnels``).
+
+:class:`WorkerSession`: ``pytest_sessionfinish``, every part's ``worker_finish`` (its
+last word to the controller in ``workeroutput``).
 """
 
 from __future__ import annotations
@@ -31,11 +43,13 @@ import logging
 import os
 import shlex
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from ipsec_hil import markers, places, records, virtual_lab
+from ipsec_hil.context import CONTEXT_KEY, WORKER_INPUT, Part, RunContext
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.errors import LabError, TopologyError
 from ipsec_hil.lab.live_lab import HardwareFacts, read_hardware
@@ -45,22 +59,11 @@ from ipsec_hil.lab.expectations.hardware import REGISTRY
 
 log = logging.getLogger(__name__)
 
-#: The lab file as given (``--topology``) and where it is; set in every process.
-TOPOLOGY_KEY = pytest.StashKey[Topology]()
-TOPOLOGY_PATH_KEY = pytest.StashKey[Path]()
-#: The topology tests run against (a virtual lab's resolved file); set in every process.
-ACTIVE_TOPOLOGY_KEY = pytest.StashKey[Topology]()
-#: The running virtual lab (controller), for plugins that inject faults or reboot it.
-VIRTUAL_LAB_KEY = pytest.StashKey["virtual_lab.VirtualLab | None"]()
-
 #: The name HilSession is registered under (``config.pluginmanager.get_plugin(PLUGIN_NAME)``).
 PLUGIN_NAME = "hil_session"
+WORKER_PLUGIN_NAME = "hil_worker_session"
 ACCEPTANCE_DIR = "tests_hil"
 PAGE_NAME = "measurement-page.md"
-
-
-def is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
 
 
 def wants_lab(config: pytest.Config) -> bool:
@@ -87,110 +90,118 @@ def command_line(config: pytest.Config) -> str:
     return " ".join(shlex.quote(a) for a in ["pytest", *config.invocation_params.args])
 
 
-def is_running_lab(topology: Topology) -> bool:
-    """A virtual lab file whose appliances all have management access filled in is the
-    resolved file of a lab that is already running (``python -m ipsec_hil_twin up`` wrote it): use it
-    as it is, like a hardware lab, instead of starting another one."""
-    apps = topology.appliances()
-    return bool(apps) and all(h.mgmt.address for h in apps)
-
-
-def active_topology(config: pytest.Config) -> Topology:
-    """The topology tests run against (for a virtual lab: its resolved lab file)."""
-    topology = config.stash.get(ACTIVE_TOPOLOGY_KEY, None) or config.stash.get(TOPOLOGY_KEY, None)
-    if topology is None:
-        raise pytest.UsageError("no lab topology: give --topology FILE (or the ini key hil_topology)")
-    return topology
-
-
 def hil_session(config: pytest.Config) -> HilSession | None:
-    """The controller's HilSession (None in an xdist worker, or before configure)."""
+    """The controller's HilSession (None in an xdist worker, or in a run without a lab file)."""
     return config.pluginmanager.get_plugin(PLUGIN_NAME)
 
 
-def virtual_lab_of(config: pytest.Config) -> virtual_lab.VirtualLab | None:
-    """The running virtual lab, known to the controller and (by its resolved file) workers."""
-    lab = config.stash.get(VIRTUAL_LAB_KEY, None)
-    if lab is not None:
-        return lab
-    wi = getattr(config, "workerinput", None)
-    if wi and wi.get("hil_resolved"):
-        resolved = Path(wi["hil_resolved"])
-        run_dir = resolved.parent
-        return virtual_lab.VirtualLab(Path(""), resolved, run_dir.name, run_dir)
-    # a lab started by hand (python -m ipsec_hil_twin up) and given as --topology RESOLVED: its run
-    # directory holds the file, so lab controls (faults, twin seq) reach it the same way
-    topology = config.stash.get(ACTIVE_TOPOLOGY_KEY, None)
-    source = getattr(topology, "source", None)
-    if (topology is not None and topology.lab.virtual and is_running_lab(topology) and source is not None
-            and source.name == virtual_lab.RESOLVED_NAME):
-        return virtual_lab.VirtualLab(Path(""), source, source.parent.name, source.parent)
-    return None
+def configure_controller(config: pytest.Config, path: Path | None, parts: tuple[Part, ...]) -> RunContext:
+    """The controller's context (the lab file parsed once) and, with a lab file, its HilSession."""
+    in_workers = bool(getattr(config.option, "numprocesses", None))
+    if path is None:
+        ctx = RunContext(None, None, parts=parts)
+    else:
+        try:
+            ctx = RunContext.load(path, parts=parts, places_in_workers=in_workers)
+        except TopologyError as exc:
+            raise pytest.UsageError(f"invalid topology:\n{exc}") from None
+        except FileNotFoundError:
+            raise pytest.UsageError(f"topology file not found: {path}") from None
+    config.stash[CONTEXT_KEY] = ctx
+    if ctx.configured is not None:
+        config.pluginmanager.register(HilSession(config, ctx), PLUGIN_NAME)
+    return ctx
 
 
-def configure_worker(config: pytest.Config, topology: Topology) -> None:
-    """An xdist worker tests against the lab its controller started (the resolved file)."""
-    resolved = config.workerinput.get("hil_resolved")
-    active = load_topology(Path(resolved), models=REGISTRY) if resolved else topology
-    if active.lab.labgrid is not None and wants_lab(config):
-        active = places.claim_place(config, active)  # every worker holds its own place
-    config.stash[ACTIVE_TOPOLOGY_KEY] = active
-    config.stash[VIRTUAL_LAB_KEY] = None
+def configure_worker(config: pytest.Config, parts: tuple[Part, ...]) -> RunContext:
+    """An xdist worker's context, from the controller's one input; a labgrid lab's worker
+    claims its own place (every worker holds one)."""
+    ctx = RunContext.from_workerinput(config.workerinput.get(WORKER_INPUT) or {}, parts=parts)
+    config.stash[CONTEXT_KEY] = ctx
+    if ctx.active is not None and ctx.active.lab.labgrid is not None and wants_lab(config):
+        topology, claim = places.claim_place(config, ctx.active)
+        ctx.activate(topology, place=claim)
+    ctx.seal()
+    if ctx.active is not None:
+        config.pluginmanager.register(WorkerSession(ctx), WORKER_PLUGIN_NAME)
+    return ctx
+
+
+class WorkerSession:
+    """An xdist worker's part of the run: the parts' last word to the controller."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        for part in self.ctx.in_order():
+            part.worker_finish(self.ctx, session, session.config.workeroutput)
 
 
 class HilSession:
-    """Controller-only state of one run (see the module's docstring for its hooks)."""
+    """The controller's part of the run (see the module's docstring for its hooks)."""
 
-    def __init__(self, config: pytest.Config, topology: Topology, path: Path) -> None:
+    def __init__(self, config: pytest.Config, ctx: RunContext) -> None:
         self.config = config
-        self.configured = topology
-        self.path = path
+        self.ctx = ctx
         self.started = _dt.datetime.now(_dt.timezone.utc)
-        self.lab: virtual_lab.VirtualLab | None = None
-        self.topology = topology
-        self.entries = records.Entries()
         self._facts: HardwareFacts | None = None
         self.page_path: Path | None = None
-        config.stash[VIRTUAL_LAB_KEY] = None
-        config.stash[ACTIVE_TOPOLOGY_KEY] = topology
+        #: the one line of a run that measured nothing (exit NOTHING_MEASURED), else None
+        self.nothing_measured: str | None = None
+
+    @property
+    def entries(self) -> records.Entries:
+        return self.ctx.entries
+
+    @property
+    def topology(self) -> Topology:
+        """The active topology (for a virtual lab the run started: its resolved file)."""
+        return self.ctx.topology()
 
     # ------------------------------------------------------------ the lab
 
     def start_lab_if_virtual(self) -> None:
-        """Start the virtual lab when the topology is one; exit LAB_NOT_UP when it does not come up."""
-        config = self.config
-        if self.configured.lab.labgrid is not None:  # the coordinator hands out running appliances
-            if not places.holds_places_per_worker(config):
-                self.topology = places.claim_place(config, self.configured)
-        elif self.configured.lab.virtual and not is_running_lab(self.configured):
+        """Claim the labgrid place, or start the virtual lab when the topology is one (exit
+        LAB_NOT_UP when it does not come up); the context's active topology follows."""
+        ctx, configured = self.ctx, self.ctx.configured
+        assert configured is not None and ctx.configured_path is not None
+        if configured.lab.labgrid is not None:  # the coordinator hands out running appliances
+            if not ctx.places_in_workers:
+                topology, claim = places.claim_place(self.config, configured)
+                ctx.activate(topology, place=claim)
+        elif configured.lab.virtual and not virtual_lab.is_running_lab(configured):
             try:
-                self.lab = virtual_lab.start(self.path, owner_pid=os.getpid())
+                lab = virtual_lab.start(ctx.configured_path, owner_pid=os.getpid())
             except LabError as exc:
                 pytest.exit(f"virtual lab: {exc}", returncode=HilExitCode.LAB_NOT_UP)
-            config.stash[VIRTUAL_LAB_KEY] = self.lab
             try:
-                self.topology = load_topology(self.lab.resolved, models=REGISTRY)
+                resolved = load_topology(lab.resolved, models=REGISTRY)
             except TopologyError as exc:
-                virtual_lab.stop(self.lab)
+                virtual_lab.stop(lab)
                 pytest.exit(f"virtual lab: its resolved lab file is invalid:\n{exc}", returncode=HilExitCode.LAB_NOT_UP)
-        config.stash[ACTIVE_TOPOLOGY_KEY] = self.topology
+            ctx.activate(resolved, lab=lab)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        if self.lab is not None:
-            node.workerinput["hil_resolved"] = str(self.lab.resolved)
+        """xdist controller -> worker: the run's context, as one input (ipsec_hil.context)."""
+        node.workerinput[WORKER_INPUT] = self.ctx.to_workerinput(
+            loadgroup=getattr(node.config.option, "dist", None) == "loadgroup")
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self.lab is None:
+        for part in self.ctx.in_order():
+            part.close(self.ctx)
+        lab = self.ctx.lab if self.ctx.lab_owned else None
+        if lab is None:
             return
         if config.getoption("--keep-tunnels", False):
             sys.stderr.write(
-                f"\n*** --keep-tunnels: the virtual lab {self.lab.prefix} keeps running "
-                f"(run dir {self.lab.run_dir}); remove it with: python -m ipsec_hil_twin down --prefix {self.lab.prefix}\n"
+                f"\n*** --keep-tunnels: the virtual lab {lab.prefix} keeps running "
+                f"(run dir {lab.run_dir}); remove it with: python -m ipsec_hil_twin down --prefix {lab.prefix}\n"
             )
             return
         try:
-            virtual_lab.stop(self.lab)
+            virtual_lab.stop(lab)
         except LabError as exc:
             sys.stderr.write(f"\nvirtual lab teardown failed: {exc}\n")
 
@@ -198,7 +209,9 @@ class HilSession:
 
     def hardware_facts(self) -> HardwareFacts:
         """Every appliance's driver build and kernel, read the first time they are asked for."""
-        if self._facts is None and self.configured.lab.labgrid is not None and places.holds_places_per_worker(self.config):
+        configured = self.ctx.configured
+        if self._facts is None and configured is not None and configured.lab.labgrid is not None \
+                and self.ctx.places_in_workers:
             self._facts = HardwareFacts(unreadable=(("appliances", "held by the xdist workers' labgrid places; "
                                                      "each worker's tests read them"),))
         if self._facts is None:
@@ -210,20 +223,26 @@ class HilSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Marker check, lab up, build under test deployed, hardware facts read -- in this order."""
+        """Marker check, lab up, parts' lab_ready (preflight, build under test deployed),
+        hardware facts read -- in this order."""
         config = session.config
         markers.check_expression(config)
+        if wants_lab(config):
+            self.start_lab_if_virtual()
+        self.ctx.seal()
         if not wants_lab(config):
             return
-        self.start_lab_if_virtual()
+        for part in self.ctx.in_order():
+            part.lab_ready(self.ctx, session)
         config.hook.pytest_hil_lab_ready(session=session)
         self.hardware_facts()
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         """Which lab, and on each appliance the driver module (name, md5, size) and kernel."""
         lines = []
-        if self.lab is not None:
-            lines.append(f"virtual lab: {self.lab.prefix} (run dir {self.lab.run_dir})")
+        lab = self.ctx.lab
+        if lab is not None and self.ctx.lab_owned:
+            lines.append(f"virtual lab: {lab.prefix} (run dir {lab.run_dir})")
         if not wants_lab(config):
             return lines
         facts = self.hardware_facts()
@@ -250,13 +269,35 @@ class HilSession:
             terminalreporter.section("known issues")
             for line in lines:
                 terminalreporter.write_line(line)
+        if self.nothing_measured:
+            terminalreporter.write_line(self.nothing_measured, red=True, bold=True)
 
-    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Nothing measured is judged first (a gate must not count it as a failure to
+        compare), then the parts finish in their order, then the page is written."""
+        self.judge_nothing_measured(session)
+        for part in self.ctx.in_order():
+            part.finish(self.ctx, session)
         try:
             self.write_page_and_allure_files()
         except Exception as exc:  # the run's verdict stands; the page's failure is said loudly
             sys.stderr.write(f"\nmeasurement page not written: {type(exc).__name__}: {exc}\n")
+
+    def judge_nothing_measured(self, session: pytest.Session) -> None:
+        """A run whose selected acceptance tests were ALL skipped (the model missing, the
+        lab file lacking a port or tunnel they need, ...) measured nothing: it exits
+        NOTHING_MEASURED, not 0, and says why in one line. A run that already failed keeps
+        its status."""
+        skipped = self.entries.not_run()
+        if not self.entries or len(skipped) != len(self.entries.by_nodeid) or session.exitstatus != 0:
+            return
+        reasons = Counter(str(e.get("reason") or "no reason given") for e in skipped)
+        why = "; ".join(f"{n} x {reason}" for reason, n in reasons.most_common(2))
+        more = f"; and {len(reasons) - 2} other reason(s)" if len(reasons) > 2 else ""
+        code = int(HilExitCode.NOTHING_MEASURED)
+        self.nothing_measured = (f"nothing measured: all {len(skipped)} selected acceptance test(s) were skipped "
+                                 f"({why}{more}): exit {code}")
+        session.exitstatus = code
 
     def write_page_and_allure_files(self) -> Path | None:
         """The measurement page (with the plugins' sections) and Allure's run-level files."""
@@ -265,8 +306,9 @@ class HilSession:
             return None
         facts = self.hardware_facts()
         finished = _dt.datetime.now(_dt.timezone.utc)
-        notes = ([f"virtual lab {self.lab.prefix}: every figure was counted from packets that crossed its namespaces"]
-                 if self.lab else [])
+        lab = self.ctx.lab
+        notes = ([f"virtual lab {lab.prefix}: every figure was counted from packets that crossed its namespaces"]
+                 if lab is not None and self.ctx.lab_owned else [])
         notes += [f"{name}: driver build not read: {why}" for name, why in facts.unreadable]
         notes.append(self.entries.timing_note((finished - self.started).total_seconds()))
         run = RunInfo(
@@ -278,7 +320,8 @@ class HilSession:
             command=command_line(config),
             hardware=list(facts.appliances),
             notes=notes,
-            verdict=[line for lines in config.hook.pytest_hil_page_verdict(config=config) for line in (lines or [])],
+            verdict=([self.nothing_measured] if self.nothing_measured else [])
+            + [line for lines in config.hook.pytest_hil_page_verdict(config=config) for line in (lines or [])],
         )
         path = write_page(run, self.entries.page_entries(), reports_dir(config), name=PAGE_NAME)
         sections = [s for s in config.hook.pytest_hil_page_sections(config=config) if s]

@@ -4,9 +4,9 @@ Thin glue over :mod:`ipsec_hil.lab.measuring.timeshare` (the accounting, and whe
 charged): why a run took as long as it did must be on the page it wrote, so a slower run
 shows which part grew.
 
-- ``pytest_configure`` (every process, first): the accumulator starts again, accounting
-  the thread that runs the tests.
-- xdist workers, ``pytest_sessionfinish``: their totals go to the controller in
+- :meth:`RunShare.from_config` (every process, when the run's context is made, before the
+  session starts): the accumulator starts again, accounting the thread that runs the tests.
+- :meth:`RunShare.worker_finish` (xdist workers): their totals go to the controller in
   ``workeroutput`` (the channel xdist gives a worker's last word); the controller takes
   them in ``pytest_testnodedown``.
 - ``pytest_hil_page_sections`` (ipsec_hil.hookspecs; called by the controller when it writes
@@ -30,7 +30,7 @@ import pytest
 
 from ipsec_hil.lab.measuring import timeshare
 from ipsec_hil.lab.measuring.timeshare import Breakdown
-from ipsec_hil.session import hil_session, is_worker
+from ipsec_hil.context import Part, RunContext, run_context
 
 __all__: list[str] = []
 
@@ -39,41 +39,35 @@ WORKER_KEY = "hil_timeshare"
 
 
 @dataclass
-class RunShare:
+class RunShare(Part):
     """What the controller gathers: the workers' totals, and the run's figures once frozen."""
 
     workers: list[Breakdown] = field(default_factory=list)
     frozen: tuple[Breakdown, float] | None = None  # (breakdown, the run's wall time)
 
+    name = "timeshare"
 
-RUN_SHARE_KEY = pytest.StashKey[RunShare]()
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> RunShare:
+        timeshare.SHARE.restart(threading.current_thread())
+        return cls()
 
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config: pytest.Config) -> None:
-    timeshare.SHARE.restart(threading.current_thread())
-    config.stash[RUN_SHARE_KEY] = RunShare()
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config = session.config
-    if is_worker(config):
-        config.workeroutput[WORKER_KEY] = timeshare.SHARE.snapshot().to_dict()
+    def worker_finish(self, ctx: RunContext, session: pytest.Session, workeroutput: dict) -> None:
+        workeroutput[WORKER_KEY] = timeshare.SHARE.snapshot().to_dict()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     """xdist controller: a worker finished; keep its totals (a crashed worker sent none)."""
     data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
-    run = node.config.stash.get(RUN_SHARE_KEY, None)
-    if data and run is not None:
-        run.workers.append(Breakdown.from_dict(data))
+    if data:
+        run_context(node.config).part(RunShare).workers.append(Breakdown.from_dict(data))
 
 
 def run_breakdown(config: pytest.Config) -> tuple[Breakdown, float]:
     """(the breakdown, the run's wall time), taken the first time it is asked for, so the
     page and the terminal show the same figures."""
-    run = config.stash[RUN_SHARE_KEY]
+    run = run_context(config).part(RunShare)
     if run.frozen is None:
         own = timeshare.SHARE.snapshot()
         if run.workers:
@@ -86,10 +80,10 @@ def run_breakdown(config: pytest.Config) -> tuple[Breakdown, float]:
 
 def _traffic_asked(config: pytest.Config) -> float | None:
     """Seconds of traffic the tests asked for; None when the run executed no acceptance test."""
-    session = hil_session(config)
-    if session is None or not session.entries:
+    entries = run_context(config).entries
+    if not entries:
         return None
-    return session.entries.traffic_seconds()
+    return entries.traffic_seconds()
 
 
 def pytest_hil_page_sections(config: pytest.Config) -> str | None:

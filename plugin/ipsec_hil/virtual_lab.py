@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,39 @@ class VirtualLab:
     prefix: str
     run_dir: Path
 
+    def to_dict(self) -> dict[str, str]:
+        """Plain strings, for an xdist worker's ``workerinput`` (ipsec_hil.context)."""
+        return {"topology": str(self.topology), "resolved": str(self.resolved), "prefix": self.prefix,
+                "run_dir": str(self.run_dir)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, str]) -> VirtualLab:
+        return cls(Path(d["topology"]), Path(d["resolved"]), d["prefix"], Path(d["run_dir"]))
+
+    @classmethod
+    def of_resolved_file(cls, topology: Topology) -> VirtualLab | None:
+        """The running lab whose resolved file ``topology`` is, or None.
+
+        A lab started by hand (``python -m ipsec_hil_twin up``) and given as ``--topology
+        RUN_DIR/lab.resolved.yaml``: its run directory holds the file, so lab controls
+        (faults, ``twin seq``) reach it as they reach a lab the run started itself.
+        """
+        source = topology.source
+        if topology.lab.virtual and is_running_lab(topology) and source is not None and source.name == RESOLVED_NAME:
+            return cls(Path(""), source, source.parent.name, source.parent)
+        return None
+
     def twin(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
         """Run ``python -m ipsec_hil_twin ARGS --run-dir RUN_DIR`` (fault, reboot, status)."""
         return _twin([*args[:1], "--run-dir", str(self.run_dir), *args[1:]], timeout=timeout)
+
+
+def is_running_lab(topology: Topology) -> bool:
+    """A virtual lab file whose appliances all have management access filled in is the
+    resolved file of a lab that is already running (``python -m ipsec_hil_twin up`` wrote it): use it
+    as it is, like a hardware lab, instead of starting another one."""
+    apps = topology.appliances()
+    return bool(apps) and all(h.mgmt.address for h in apps)
 
 
 def _twin_roots() -> list[str]:

@@ -117,25 +117,56 @@ def test_two(tunnel, request):
 '''
 
 
-def _run_fake_suite(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+#: Loaded by every Python process of the fake suite's run (the controller and each xdist
+#: worker: they inherit PYTHONPATH): every call of the lab file loader, by process.
+COUNT_PARSES = '''
+import json, os
+import ipsec_hil.lab.topology as _topology
+
+_real = _topology.load_topology
+
+def load_topology(path, *args, **kwargs):
+    with open(os.environ["H10_PARSES"], "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "worker": os.environ.get("PYTEST_XDIST_WORKER", "controller"),
+                            "path": str(path)}) + "\\n")
+    return _real(path, *args, **kwargs)
+
+_topology.load_topology = load_topology
+'''
+
+
+def _run_fake_suite(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict], list[dict]]:
+    """(the run, its events, every lab file parse by process)."""
     topo = two_sets_topology(tmp_path / "two.yaml", hardware=True)
     proj = tmp_path / "proj"
     proj.mkdir()
     (proj / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n", encoding="utf-8")
     (proj / "conftest.py").write_text(CONFTEST, encoding="utf-8")
     (proj / "test_fake.py").write_text(TESTS, encoding="utf-8")
-    log = tmp_path / "events.jsonl"
-    env = dict(os.environ, H10_LOG=str(log), PYTHONPATH=str(REPO))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(COUNT_PARSES, encoding="utf-8")
+    log, parses = tmp_path / "events.jsonl", tmp_path / "parses.jsonl"
+    env = dict(os.environ, H10_LOG=str(log), H10_PARSES=str(parses), PYTHONPATH=f"{site}{os.pathsep}{REPO}")
     env.pop("PYTEST_ADDOPTS", None)
+    for name in [k for k in env if k.startswith("PYTEST_XDIST_")]:  # this run's own, when it runs under -n
+        env.pop(name)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "--topology", str(topo),
                            "-p", "no:hypothesispytest", *args, "test_fake.py"],
                           cwd=proj, env=env, capture_output=True, text=True, timeout=120)
     events = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return proc, events
+    loads = [json.loads(line) for line in parses.read_text().splitlines()] if parses.exists() else []
+    return proc, events, loads
 
 
-def test_minus_n_defaults_to_loadgroup_and_keeps_each_set_on_one_worker(tmp_path):
-    proc, events = _run_fake_suite(tmp_path, "-n", "2")
+@pytest.fixture(scope="module")
+def minus_n_2(tmp_path_factory) -> tuple[subprocess.CompletedProcess, list[dict], list[dict]]:
+    """One ``pytest -n 2`` of the fake suite, read by the tests below."""
+    return _run_fake_suite(tmp_path_factory.mktemp("n2"), "-n", "2")
+
+
+def test_minus_n_defaults_to_loadgroup_and_keeps_each_set_on_one_worker(minus_n_2):
+    proc, events, _ = minus_n_2
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     tests = [e for e in events if e["event"] == "test"]
@@ -153,9 +184,22 @@ def test_minus_n_defaults_to_loadgroup_and_keeps_each_set_on_one_worker(tmp_path
     assert len(cases) == len(set(cases)) == 17, cases
 
 
+def test_each_process_parses_the_lab_file_once(minus_n_2):
+    """The controller parses --topology once; each worker rebuilds the run's context from
+    the controller's one input and parses the file once (ipsec_hil.context) -- nowhere else
+    (fixtures, parametrisation, hooks) is it parsed again."""
+    proc, events, parses = minus_n_2
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    by_process: dict[str, list[str]] = {}
+    for p in parses:
+        by_process.setdefault(f"{p['worker']} (pid {p['pid']})", []).append(Path(p["path"]).name)
+    assert sorted(k.split()[0] for k in by_process) == ["controller", "gw0", "gw1"], by_process
+    assert all(files == ["two.yaml"] for files in by_process.values()), by_process
+
+
 def test_an_explicit_dist_mode_is_respected(tmp_path):
     """--dist load given by the user: no @group suffix (loadgroup was not forced on)."""
-    proc, events = _run_fake_suite(tmp_path, "-n", "2", "--dist", "load")
+    proc, events, _ = _run_fake_suite(tmp_path, "-n", "2", "--dist", "load")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     tests = [e for e in events if e["event"] == "test"]
     assert tests and not any("@" in e["nodeid"] for e in tests)

@@ -19,9 +19,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     fault = os.environ.get("HIL_SAFETY_FAULT")
     if not fault:
         return
-    from ipsec_hil.session import VIRTUAL_LAB_KEY
+    from ipsec_hil.context import run_context
 
-    lab = session.config.stash.get(VIRTUAL_LAB_KEY, None)
+    lab = run_context(session.config).lab
     if lab is None:
         raise pytest.UsageError("HIL_SAFETY_FAULT needs a virtual lab")
     host, name = fault.split()

@@ -248,30 +248,8 @@ class TunnelProvisioner:
             if bu.outcomes[c].ok:  # the failed initiates were noted as they came
                 self._note(f"{c} does not count: {why}")
         if bu.all_up:
-            self._verify_spd(bu)
-
-    def _spd_ends(self) -> list[tuple[Any, spd.EndPolicies]]:
-        """(appliance, what its SPD holds for this tunnel) of each end that has a kernel SPD
-        to read (an appliance says ``reads_spd = False`` when it has none, e.g. a Linux peer
-        whose charon keeps its policies in user space)."""
-        out = []
-        for end in ("local", "remote"):
-            app = self._app(end)
-            if not getattr(app, "reads_spd", True):
-                continue
-            me, peer = self.tunnel.end(end), self.tunnel.other(end)
-            out.append((app, spd.EndPolicies(app.name, me.lan_net(self.config.inner), peer.lan_net(self.config.inner),
-                                             me.outer_addr(self.config.outer), peer.outer_addr(self.config.outer))))
-        return out
-
-    def _verify_spd(self, bu: BringUp) -> None:
-        """One ``setkey -DP`` per end: each child's ``in`` and ``out`` policy, by its reqid (:mod:`spd`)."""
-        kids = [c.name for c in child_plans(self.tunnel, self.config)]
-        for app, want in self._spd_ends():
-            bu.spd[app.name] = dump = app.setkey_policies()
-            bu.spd_problems += spd.missing(dump, want, spd.child_reqids(bu.sas[app.name], self.conn, kids))
-        for why in bu.spd_problems:
-            self._note(f"SPD: {why}")
+            verify_spd(bu, spd_ends(self.tunnel, self.config, self._app),
+                       [c.name for c in child_plans(self.tunnel, self.config)], self._note)
 
     def _install(self, end: str) -> None:
         app = self._app(end)
@@ -389,14 +367,6 @@ class TunnelProvisioner:
         self._initiated.clear()
         return done
 
-    def _check_spd_gone(self) -> str:
-        """Neither end's SPD still holds a policy of this tunnel (:func:`spd.leftovers`)."""
-        left = [x for app, want in self._spd_ends() for x in spd.leftovers(app.setkey_policies(), want)]
-        if left:
-            raise LabError(f"the SPD still holds {len(left)} policy(ies) of {self.conn} after the teardown: "
-                           + verify.summarize(left))
-        return f"no SPD entry of {self.conn} is left"
-
     def down(self) -> list[str]:
         """Undo everything ``up`` did (reverse order); returns what was done. Idempotent.
 
@@ -414,7 +384,8 @@ class TunnelProvisioner:
                 initiator = self._app(self.initiator).name
                 td.step(f"{initiator}: terminate {self.conn}", self._terminate)
                 td.step(f"checking that no SA of {self.conn} is left", self._check_gone)
-                td.step(f"checking that no SPD entry of {self.conn} is left", self._check_spd_gone)
+                td.step(f"checking that no SPD entry of {self.conn} is left",
+                        lambda: check_spd_gone(self.conn, spd_ends(self.tunnel, self.config, self._app)))
         with self._phase("restore"):
             for kind, what in (("conf", self.path), ("main", SWANCTL_CONF)):
                 for name, tx, _ in reversed([t for t in self._txs if t[2] == kind]):
@@ -426,6 +397,39 @@ class TunnelProvisioner:
         for d in td.done:
             self._note(d)
         return td.finish(self.conn, self._note)
+
+
+def spd_ends(tunnel: TunnelPlan, config: TunnelConfig, app_of: Any) -> list[tuple[Any, spd.EndPolicies]]:
+    """(appliance, what its SPD holds for this tunnel) of each end that has a kernel SPD to
+    read (an appliance says ``reads_spd = False`` when it has none, e.g. a Linux peer whose
+    charon keeps its policies in user space). ``app_of``: end ("local"/"remote") -> appliance."""
+    out = []
+    for end in ("local", "remote"):
+        app = app_of(end)
+        if not getattr(app, "reads_spd", True):
+            continue
+        me, peer = tunnel.end(end), tunnel.other(end)
+        out.append((app, spd.EndPolicies(app.name, me.lan_net(config.inner), peer.lan_net(config.inner),
+                                         me.outer_addr(config.outer), peer.outer_addr(config.outer))))
+    return out
+
+
+def verify_spd(bu: BringUp, ends: list[tuple[Any, spd.EndPolicies]], kids: list[str], note: Any) -> None:
+    """One ``setkey -DP`` per end: each child's ``in`` and ``out`` policy, by its reqid (:mod:`spd`)."""
+    for app, want in ends:
+        bu.spd[app.name] = dump = app.setkey_policies()
+        bu.spd_problems += spd.missing(dump, want, spd.child_reqids(bu.sas[app.name], bu.conn, kids))
+    for why in bu.spd_problems:
+        note(f"SPD: {why}")
+
+
+def check_spd_gone(conn: str, ends: list[tuple[Any, spd.EndPolicies]]) -> str:
+    """Neither end's SPD still holds a policy of the tunnel (:func:`spd.leftovers`)."""
+    left = [x for app, want in ends for x in spd.leftovers(app.setkey_policies(), want)]
+    if left:
+        raise LabError(f"the SPD still holds {len(left)} policy(ies) of {conn} after the teardown: "
+                       + verify.summarize(left))
+    return f"no SPD entry of {conn} is left"
 
 
 def _restore(tx: Any, name: str, what: str) -> str:
