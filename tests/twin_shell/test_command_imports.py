@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from ipsec_hil_twin import SOURCE_ROOT
 from ipsec_hil_twin.fbsd import COMMANDS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = SOURCE_ROOT
+"""What the wrappers put on PYTHONPATH (twin/ since the packages moved: ipsec_hil_twin.fbsd.install)."""
 
 #: modules no emulated command may import at start-up (what they cost each command, measured)
 HEAVY = {
