@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from ipsec_hil_twin.ike.children import ChildSAs, IkeSaGone
+from ipsec_hil_twin.ike.lifetimes import Lifetimes
 from ipsec_hil_twin.ike.model import ChildSA, IkeSA
 from ipsec_hil_twin.ike.proto import ChildKeys
 
@@ -47,8 +48,10 @@ class GatedEngine:
 def _daemon() -> SimpleNamespace:
     reqids = SimpleNamespace(give_back=lambda uid: None)
     config = SimpleNamespace(replay_window=lambda: 32, reqids=reqids)
-    return SimpleNamespace(sas={}, hd=SimpleNamespace(engine_sock="/nonexistent"), config=config,
-                           log=lambda line: None)
+    d = SimpleNamespace(sas={}, hd=SimpleNamespace(engine_sock="/nonexistent"), config=config,
+                        log=lambda line: None)
+    d.lifetimes = Lifetimes(d)  # install draws the child's jittered rekey time (the SAs' soft lifetime)
+    return d
 
 
 def _ike(d: SimpleNamespace) -> IkeSA:
