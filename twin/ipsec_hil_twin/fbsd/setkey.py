@@ -187,7 +187,7 @@ def dump_sas(sas: list[dict], now: float, pid: int, offload: dict | None = None)
         out.append(f"\tseq=0x{seq:08x} replay={replay_bytes(sa)} flags=0x00000000 state=mature \n")
         out.append(if_line)
         out.append(f"\tcreated: {str_time(created)}\tcurrent: {str_time(now)}\n")
-        out.append(f"\tdiff: {max(0, int(now - created))}(s)\thard: {_lifetime(sa, 'life_time')}(s)"
+        out.append(f"\tdiff: {max(0, int(now) - int(created))}(s)\thard: {_lifetime(sa, 'life_time')}(s)"
                    f"\tsoft: {_lifetime(sa, 'soft_time')}(s)\n")
         out.append(f"\tlast: {str_time(last)}\thard: 0(s)\tsoft: 0(s)\n")  # usetime: strongSwan sets 0
         out.append(f"\tcurrent: {int(sa.get('bytes', 0))}(bytes)\thard: {_lifetime(sa, 'life_bytes')}(bytes)"
