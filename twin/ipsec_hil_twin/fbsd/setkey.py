@@ -17,9 +17,11 @@ interfaces that accepted it (ipsec_accel_key_setaccelif: handled, not refused); 
 prints `\thw offl if: IF[,IF]` after the state line and `\tsw offl use: ...` /
 `\thw offl use: ...` after sadb_seq. Here: an SA the engine offloads is handled by the
 driver on its outer port (both lines, counts from the SA's record: the engine is both the
-stack that tags a packet and the driver that counts it); an SA that asked for offload
-while the driver is loaded but runs in software (declined) was refused (counts zero, no
-`hw offl if:`); without the driver no interface offers IPSEC_OFFLOAD and no line shows.
+stack that tags a packet and the driver that counts it); any other SA while the driver
+is loaded -- declined, or a `cipher: kernel` end: the kernel offers every mature SA to
+every capable interface (ipsec_accel_sa_newkey_act), strongSwan names none -- was refused
+(counts zero, no `hw offl if:`); without the driver no interface offers IPSEC_OFFLOAD and
+no line shows.
 
 Every SA comes from the engine's `list_sas`, keys included: FreeBSD shows them to root,
 and the suite uses them for independent decryption (it must never log them).  AES-CBC
@@ -146,7 +148,7 @@ def _lifetime(sa: dict, key: str) -> int:
 def _offload_lines(sa: dict, offload: dict | None) -> tuple[str, str]:
     """(the `hw offl if:` line, the sw/hw offl lines after sadb_seq) of one SA; empty
     strings where the kernel sends no such extension."""
-    if offload is None or not sa.get("offload", True):
+    if offload is None:
         return "", ""
     local = sa["src"] if sa.get("direction") == "out" else sa["dst"]
     if sa.get("offloaded"):
