@@ -6,8 +6,9 @@ strings, so a survey or a human on the console sees one consistent appliance.
 
 - uname: usr.bin/uname/uname.c -- flags -a (= -mnrsv), -b -i -K -m -n -o -p -r -s -U -v,
   printed in the fixed order sysname nodename release version machine processor ident
-  osreldate(-K) userland(-U), space separated; none given means -s. `version` is
-  kern.version with newlines and tabs turned into spaces (trailing space dropped).
+  osreldate(-K) userland(-U) build id(-b), space separated; none given means -s.
+  `version` is kern.version with its last newline dropped and the other newlines and
+  tabs turned into spaces (native_version).
 - freebsd-version: bin/freebsd-version/freebsd-version.sh.in -- -k installed kernel,
   -r running kernel (kern.osrelease), -u userland, one per line in that order; none
   given means -u; anything else prints its usage and exits 1.
@@ -26,6 +27,14 @@ from ipsec_hil_twin.fbsd import osrel
 
 MACHINE = "amd64"
 HOSTNAME_DOMAIN = "localdomain"  # OPNsense's default domain (system.inc)
+
+
+def _build_id(build: str) -> str:
+    """kern.build_id: the kernel's ELF build id (sha1 hex); here derived from the build name,
+    so one release always shows the same id."""
+    import hashlib
+
+    return hashlib.sha1(build.encode()).hexdigest()
 
 
 def _release():
@@ -53,10 +62,12 @@ def uname(argv: list[str]) -> int:
         flags = "s"
     info, rel = _release()
     host = f"{info.get('name') or 'OPNsense'}.{HOSTNAME_DOMAIN}"
-    fields = [("s", "FreeBSD"), ("n", host), ("r", rel.osrelease),
-              ("v", " ".join(rel.kern_version.replace("\t", " ").split("\n")).rstrip()),
+    # native_version: the last newline ends the string, the others and tabs become spaces
+    version = rel.kern_version[:-1] if rel.kern_version.endswith("\n") else rel.kern_version
+    version = version.replace("\n", " ").replace("\t", " ")
+    fields = [("s", "FreeBSD"), ("n", host), ("r", rel.osrelease), ("v", version),
               ("m", MACHINE), ("p", MACHINE), ("i", "SMP"), ("K", str(rel.osreldate)),
-              ("U", str(rel.osreldate)), ("b", rel.build.rsplit("-", 1)[-1])]
+              ("U", str(rel.osreldate)), ("b", _build_id(rel.build))]
     print(" ".join(value for flag, value in fields if flag in flags))
     return 0
 
