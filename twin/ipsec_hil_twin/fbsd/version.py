@@ -9,9 +9,9 @@ strings, so a survey or a human on the console sees one consistent appliance.
   osreldate(-K) userland(-U) build id(-b), space separated; none given means -s.
   `version` is kern.version with its last newline dropped and the other newlines and
   tabs turned into spaces (native_version).
-- freebsd-version: bin/freebsd-version/freebsd-version.sh.in -- -k installed kernel,
-  -r running kernel (kern.osrelease), -u userland, one per line in that order; none
-  given means -u; anything else prints its usage and exits 1.
+- freebsd-version: bin/freebsd-version/freebsd-version.sh.in (stable/14) -- -k installed
+  kernel, -r running kernel (kern.osrelease), -u userland, one per line in that order;
+  none given means -u; anything else (an operand too) prints its usage and exits 1.
 - opnsense-version: opnsense/core src/sbin/opnsense-version -- each flag adds one field in
   the order given (-A arch, -a ABI, -e email, -f flavour, -H hash, -N name, -n id,
   -v version, -w website); none given prints `NAME VERSION (ARCH/FLAVOUR)`; the flavour
@@ -73,7 +73,7 @@ def uname(argv: list[str]) -> int:
 
 
 def freebsd_version(argv: list[str]) -> int:
-    usage = "usage: freebsd-version [-kru] [-j jail]\n"
+    usage = "usage: freebsd-version [-kru]\n"  # stable/14's script (no -j there)
     want = set()
     for a in argv:
         if not a.startswith("-") or a == "-" or any(ch not in "kru" for ch in a[1:]):
