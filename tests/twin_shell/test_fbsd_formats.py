@@ -705,6 +705,8 @@ def test_ipsec_offload_exists_only_on_15(appliance, on_release):
         assert in_sa.hw_offload_ifs is None and in_sa.hw_offload_bytes == 0
         six = appliance.run("ping6 -c 1 fd77::2").out
         assert six.startswith("PING(56=40+8+8 bytes)") and "--- fd77::2 ping statistics ---" in six
+        # ping6.c pinger on 15: the literal `ping: wrote HOST` whatever the name it runs as
+        assert "ping: wrote fd77::2 8198 chars, ret=-1\n" in appliance.run("ping6 -c 1 -s 8190 fd77::2").out
         on_release("14.3")
         r = appliance.run("sysctl net.inet.ipsec.offload")
         assert (r.err, r.status) == ("sysctl: unknown oid 'net.inet.ipsec.offload'\n", 1)

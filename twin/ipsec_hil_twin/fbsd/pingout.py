@@ -75,7 +75,9 @@ class Printer:
         if self.fam == 6:
             sys.stderr.write(f"{self.prog}: sendmsg: {reason}\n")
             sys.stderr.flush()
-            sys.stdout.write(f"{self.prog}: wrote {self.addr} {8 + self.size} chars, ret=-1\n")
+            # FreeBSD 15's ping6.c pinger prints the literal "ping: wrote %s" and the host name
+            who, host = (self.prog, self.addr) if self.kame6 else ("ping", self.hostname)
+            sys.stdout.write(f"{who}: wrote {host} {8 + self.size} chars, ret=-1\n")
             sys.stdout.flush()
         else:
             sys.stderr.write(f"{self.prog}: sendto: {reason}\n")
