@@ -697,6 +697,7 @@ def test_ipsec_offload_exists_only_on_15(appliance, on_release):
         appliance.engine.sas[1].update(offloaded=False, src="10.78.0.2", dst="10.78.0.1")  # refused
         on_release("15.1")
         assert appliance.run("sysctl net.inet.ipsec.offload").out == "net.inet.ipsec.offload.verbose: 0\n"
+        assert appliance.run("sysctl -t net.inet.ipsec.offload.verbose").out == "net.inet.ipsec.offload.verbose: uint8_t\n"
         dump = ps.parse(appliance.run("setkey -D").out)
         out_sa, in_sa = dump.entries
         assert out_sa.hw_offload_ifs == ("wan",)

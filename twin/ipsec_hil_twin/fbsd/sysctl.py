@@ -87,7 +87,10 @@ class Tree:
             self._add(Oid("net.inet.ipsec.ipsecstats", "opaque", lambda: None))
             if rel.ipsec_offload:
                 # ipsec_offload.c: SYSCTL_NODE(_net_inet_ipsec, offload) + SYSCTL_BOOL verbose
-                self._add(self._writable("net.inet.ipsec.offload.verbose"))
+                # (CTLTYPE_U8: `sysctl -t` says uint8_t)
+                verbose = self._writable("net.inet.ipsec.offload.verbose")
+                verbose.kind = "uint8_t"
+                self._add(verbose)
             self._add(self._writable("net.inet.esp.esp_enable"))
             self._add(Oid("net.inet.esp.stats", "opaque", lambda: None))
         for name in ("net.enc.in.ipsec_filter_mask", "net.enc.in.ipsec_bpf_mask",
