@@ -18,12 +18,14 @@ from ipsec_hil.lab.provision import CONF_DIR, SWANCTL_CONF, Secret, TunnelPlan, 
 from ipsec_hil.lab.remote import host_from_mgmt
 from ipsec_hil.lab.topology import TunnelConfig
 from ipsec_hil.lab.traffic.bench import iperf_run
-from lab_factory import TestLab, lab_fixture
+from lab_factory import VIRTUAL_TOPOLOGY, TestLab, lab_fixture
 
 pytestmark = pytest.mark.needs_root
 
 
-lab = lab_fixture()
+# the appliances on three releases (issue 43): the DUT on FreeBSD 15.1 (IPSEC_OFFLOAD), the
+# peer on 14.3, the XGS 136 on 14.1 -- the library must read each as it reads hardware
+lab = lab_fixture(topology=VIRTUAL_TOPOLOGY.with_name("virtual-releases.yaml"))
 
 
 def _swanctl_state(lab: TestLab, host: str) -> dict[str, bytes]:
@@ -39,6 +41,8 @@ def test_appliance_answers_typed(lab):
     dut = lab.apps["dut3300"]
     k = dut.kernel_version()
     assert k.osrelease and k.version.startswith("FreeBSD")
+    assert (k.release.version, k.release.has_ipsec_offload) == ("15.1", True)
+    assert lab.apps["peer3300"].kernel_version().release.version == "14.3"
     wan = dut.interface("wan10g")
     assert [a.address for a in wan.inet] == ["192.0.2.1"] and wan.mtu == 1500
     t0 = time.monotonic()
@@ -74,6 +78,12 @@ def test_lab_tunnel_up_measured_and_restored(lab):
         r = iperf_run(dut, peer, "198.51.100.65", seconds=2, streams=1, bind="198.51.100.1", port=5311)
         assert r.error is None and r.sent_bps > 1e6
         after = [settle(dut, interval=0.3), settle(peer, interval=0.3)]
+        # the DUT's FreeBSD 15.1 kernel shows each offloaded SA's interface and hw offl
+        # counts (pfkey_dump.c); the peer's 14.3 has no such lines
+        sad = dut.setkey_sas()
+        assert len(sad.entries) == 2 and all(e.hw_offload_ifs == ("wan10g",) for e in sad.entries)
+        assert min(e.hw_offload_packets or 0 for e in sad.entries) > 1000
+        assert all(e.sw_offload_packets is None for e in peer.setkey_sas().entries)
         lg = Ledger.from_snapshots(before, after, "lab tunnel, one stream up")
         with collect_checks() as checks:
             n = expect_equal(lg, "dut3300:tx_encrypt", "dut3300:FROM_KN_TO_IPSEC_ENCR", "tx_encrypt = FROM_KN_TO_IPSEC_ENCR")

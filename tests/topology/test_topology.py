@@ -16,8 +16,8 @@ REPO = HERE.parents[1]
 
 # file -> the substring its error must contain ("LINE: field.path: message").
 EXPECTED = {
-    "unknown_key": "8: hosts.gw1.colour: expected one of role, model, profile, mgmt, ports, found unknown key 'colour'",
-    "misspelt_key": "7: hosts.gw1.modle: expected one of role, model, profile, mgmt, ports, found unknown key 'modle' (did you mean 'model'?)",
+    "unknown_key": "8: hosts.gw1.colour: expected one of role, model, profile, mgmt, ports, os, found unknown key 'colour'",
+    "misspelt_key": "7: hosts.gw1.modle: expected one of role, model, profile, mgmt, ports, os, found unknown key 'modle' (did you mean 'model'?)",
     "wrong_type_mtu": "9: hosts.gw1.ports.wan.mtu: expected an integer, found 'big'",
     "missing_role": "5: hosts.gw1.role: expected a value (required), found nothing",
     "link_unknown_host": "23: links[0].b: expected a host of this file (gw1, gw2, bench), found 'gw3'",

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from ipsec_hil_twin.ike.children import ChildSAs, IkeSaGone
+from ipsec_hil_twin.ike.lifetimes import Lifetimes
 from ipsec_hil_twin.ike.model import ChildSA, IkeSA
 from ipsec_hil_twin.ike.proto import ChildKeys
 
@@ -47,8 +48,9 @@ class GatedEngine:
 def _daemon() -> SimpleNamespace:
     reqids = SimpleNamespace(give_back=lambda uid: None)
     config = SimpleNamespace(replay_window=lambda: 32, reqids=reqids)
-    return SimpleNamespace(sas={}, hd=SimpleNamespace(engine_sock="/nonexistent"), config=config,
-                           log=lambda line: None)
+    d = SimpleNamespace(sas={}, hd=SimpleNamespace(engine_sock="/nonexistent"), config=config,
+                        log=lambda line: None)
+    return d
 
 
 def _ike(d: SimpleNamespace) -> IkeSA:
@@ -70,7 +72,8 @@ KEYS = ChildKeys(enc_ir=b"\1" * 36, auth_ir=None, enc_ri=b"\2" * 36, auth_ri=Non
 def _children() -> tuple[ChildSAs, GatedEngine, SimpleNamespace]:
     d = _daemon()
     # the state it reads (sas, config, log, hd); no transport or timers on these paths
-    cs = ChildSAs(d, transport=None, lifetimes=None)  # type: ignore[arg-type]
+    # install draws the child's jittered rekey time (the SAs' soft lifetime) from Lifetimes
+    cs = ChildSAs(d, transport=None, lifetimes=Lifetimes(d))  # type: ignore[arg-type]
     cs.engine.close()
     eng = GatedEngine()
     cs.engine = eng  # type: ignore[assignment]

@@ -45,6 +45,11 @@ CASES: list[tuple[str, re.Pattern | None]] = [
     ("setkey -D", re.compile(r"current: \w+ +\d+ [\d:]+ \d+|diff: \d+|pid=\d+")),  # now, and the process
     ("setkey -DP", re.compile(r"pid=\d+")),
     ("kldstat", None),
+    ("kldstat -h", None),
+    ("uname -a", None),
+    ("freebsd-version -kru", None),
+    ("opnsense-version", None),
+    ("ping -c 1 -p deadbeef 10.77.0.2", RTT),
     ("kldload /boot/modules/nosuch.ko", None),
     ("kldunload nosuch", None),
     ("md5 /boot/kernel/kernel", None),

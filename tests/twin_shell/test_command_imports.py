@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from ipsec_hil_twin import SOURCE_ROOT
 from ipsec_hil_twin.fbsd import COMMANDS
 
-REPO = Path(__file__).resolve().parents[2] / "twin"  # the source root the wrappers put on PYTHONPATH
+REPO = SOURCE_ROOT
+"""What the wrappers put on PYTHONPATH (twin/ since the packages moved: ipsec_hil_twin.fbsd.install)."""
 
 #: modules no emulated command may import at start-up (what they cost each command, measured)
 HEAVY = {
@@ -45,7 +47,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 def _imported(module: str, *, site: bool) -> set[str]:
     """What importing ``module`` loads, in the interpreter its wrapper starts."""
     argv = [sys.executable] + ([] if site else ["-S"]) + ["-c", PROBE, module]
-    env = dict(os.environ, PYTHONPATH=str(REPO / "twin"), TWIN_HOST_DIR="/nonexistent")  # the twin's source root
+    env = dict(os.environ, PYTHONPATH=str(REPO), TWIN_HOST_DIR="/nonexistent")
     r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, f"{module}: import failed:\n{r.stderr[-2000:]}"
     return set(json.loads(r.stdout))

@@ -564,3 +564,184 @@ def test_ping_t_is_a_hard_stop(appliance):
     assert time.monotonic() - t0 < 4
     assert r.status == 2
     assert "1 packets transmitted, 0 packets received, 100.0% packet loss" in r.out
+
+
+# ----------------------------------------------------------------------------- issue 43's formats
+
+def test_kldstat_h_prints_humanize_number_sizes_the_parser_reads(appliance):
+    """kldstat.c printfile with -h: humanize_number's 4-character sizes under a `%5s` Size
+    column; the suite's parser reads both forms, and each humanized size stands for a byte
+    range holding the exact size plain kldstat prints in hex."""
+    from ipsec_hil.lab.parsers import kldstat as pk
+
+    plain, human = appliance.run("kldstat"), appliance.run("kldstat -h")
+    assert human.status == 0 and human.out.splitlines()[0] == "Id Refs Address             Size Name"
+    exact = {f.name: f.size for f in pk.parse(plain.out).files}
+    files = pk.parse(human.out).files
+    assert [f.name for f in files] == list(exact) and all(f.size is None for f in files)
+    for f in files:
+        low, high = f.size_range
+        assert low <= exact[f.name] <= high, (f.name, f.size_human, exact[f.name])
+        assert re.fullmatch(r"[0-9](\.[0-9])?[KMG]|[0-9]{2,3}[KMG]|[0-9]{1,3}", f.size_human)
+
+
+def test_humanize_size_round_trips_through_the_parser():
+    """Every size the twin humanizes parses back to a range that holds it (a spread over
+    the scales, the 9.95 roll-over and the exact unprefixed values below 1000)."""
+    from ipsec_hil.lab.parsers.kldstat import human_size_range
+    from ipsec_hil_twin.fbsd.kld import humanize_size
+
+    sizes = [0, 7, 999, 1000, 1023, 1024, 5939, 10188, 10189, 12824, 101376, 373496, 1047552,
+             9937184, 10485759, 32760528, 3 * 1024 ** 3 + 12345]
+    sizes += [int(1.37 ** k) for k in range(10, 70)]
+    for size in sizes:
+        text = humanize_size(size)
+        low, high = human_size_range(text)
+        assert len(text) <= 4 and low <= size <= high, (size, text, low, high)
+
+
+def test_ping_p_prints_the_pattern_and_refuses_non_hex(appliance):
+    """ping.c fill(): `PATTERN: 0x..` before the header (not with -q), at most 16 bytes,
+    an odd last digit read alone; a non-hex pattern is errx(EX_USAGE)."""
+    from ipsec_hil.lab.parsers import ping as pp
+
+    r = appliance.run("ping -c 1 -p deadbeef 10.77.0.2")
+    assert r.status == 0 and r.out.splitlines()[:2] == ["PATTERN: 0xdeadbeef",
+                                                        "PING 10.77.0.2 (10.77.0.2): 56 data bytes"]
+    assert pp.parse(r.out, r.err, r.status).pattern == "deadbeef"
+    r = appliance.run("ping -c 1 -i 0.2 -p abc 10.77.0.2")
+    assert r.out.startswith("PATTERN: 0xab0c\n")
+    r = appliance.run("ping -q -c 1 -p ff 10.77.0.2")
+    assert r.status == 0 and "PATTERN" not in r.out
+    r = appliance.run("ping -c 1 -p xyz 10.77.0.2")
+    assert (r.err, r.status) == ("ping: patterns must be specified as hex digits\n", 64)
+
+
+def test_ping_p_fills_the_payload_as_freebsd():
+    """The payload after the 8-byte timestamp repeats the pattern from its first byte (own
+    loop), and iputils gets the pattern rotated so its payload agrees from byte 16 on."""
+    from ipsec_hil_twin.fbsd import ping as tping
+    from ipsec_hil_twin.fbsd import pingloop
+
+    pat = tping.fill_pattern("deadbeef01")
+    data = pingloop.echo(4, 1, 0, 64, 5_000_000_000, pat)[8:]
+    assert data[8:] == (pat * 20)[:56]
+    rotated = bytes.fromhex(tping.iputils_pattern(pat))
+    iputils_payload = (rotated * 20)[:64]  # iputils fills from data byte 0
+    assert iputils_payload[16:] == data[16:]
+
+
+def test_setkey_lifetimes_are_the_childs_and_policies_long_max(appliance):
+    """strongSwan's kernel-pfkey: soft = the jittered rekey time, hard = the life time on
+    each SA (diff: line), LONG_MAX as each policy's hard lifetime on FreeBSD (-DP)."""
+    from ipsec_hil.lab.parsers import setkey as ps
+    from ipsec_hil.lab.parsers import setkey_spd as pspd
+
+    saved = [dict(sa) for sa in appliance.engine.sas]
+    try:
+        appliance.engine.sas[0].update(soft_time=3391, life_time=3960)
+        appliance.engine.sas[1].update(soft_time=3391, life_time=3960, soft_bytes=10 ** 9, life_bytes=2 * 10 ** 9)
+        dump = ps.parse(appliance.run("setkey -D").out)
+        assert [(e.lifetime_soft_s, e.lifetime_hard_s) for e in dump.entries] == [(3391, 3960)] * 2
+        assert "\tcurrent: 0(bytes)\thard: 2000000000(bytes)\tsoft: 1000000000(bytes)\n" in appliance.run("setkey -D").out
+        spd = pspd.parse(appliance.run("setkey -DP").out)
+        assert {p.lifetime_s for p in spd.policies} == {(1 << 63) - 1}
+    finally:
+        appliance.engine.sas[:] = saved
+
+
+@pytest.fixture()
+def on_release(appliance):
+    """Switch the appliance's host.json `os` for one test, and back."""
+    saved = read_json(appliance.hd.host_json)
+
+    def switch(freebsd: str | None) -> None:
+        info = dict(saved)
+        if freebsd is not None:
+            info["os"] = {"freebsd": freebsd}
+        write_json_atomic(appliance.hd.host_json, info)
+    yield switch
+    write_json_atomic(appliance.hd.host_json, saved)
+
+
+def test_versions_print_the_release_the_lab_file_chose(appliance, on_release):
+    """uname, freebsd-version, opnsense-version and sysctl agree on the release of host.json
+    `os` (the lab file's), with the seeds' 24.7 / 14.1 as the default."""
+    from ipsec_hil.lab.parsers import osversion
+    from ipsec_hil.lab.topology.parts import OS_RELEASES
+    from ipsec_hil_twin.fbsd.osrel import RELEASES
+
+    assert {r.opnsense: f for f, r in RELEASES.items()} == OS_RELEASES
+    for freebsd, opnsense in (("15.1", "26.7"), ("14.3", "26.1"), (None, "24.7")):
+        on_release(freebsd)
+        r = appliance.sh("sysctl -n kern.osrelease\nuname -r\nfreebsd-version -kru\nopnsense-version -a\n"
+                         "sysctl -n kern.version\nopnsense-version\n")
+        lines = r.out.splitlines()
+        assert r.status == 0 and len(set(lines[:5])) == 1, lines
+        rel = osversion.parse_osrelease(lines[0])
+        assert f"{rel.major}.{rel.minor}" == (freebsd or "14.1") and lines[5] == opnsense
+        assert osversion.parse_opnsense_version(lines[-1]).abi == opnsense
+        assert appliance.run("uname -s").out == "FreeBSD\n"
+
+
+def test_ipsec_offload_exists_only_on_15(appliance, on_release):
+    """net.inet.ipsec.offload (ipsec_offload.c) and setkey -D's offload lines (pfkey_dump.c)
+    exist on FreeBSD 15.1 only: the offloaded SA shows `hw offl if:` and counts equal to
+    its own; on 14.x neither exists."""
+    from ipsec_hil.lab.parsers import setkey as ps
+
+    saved = [dict(sa) for sa in appliance.engine.sas]
+    try:
+        # outer addresses on the fixture's wan port (10.78.0.1), where an offloaded SA lives
+        appliance.engine.sas[0].update(offloaded=True, src="10.78.0.1", dst="10.78.0.2")
+        appliance.engine.sas[1].update(offloaded=False, src="10.78.0.2", dst="10.78.0.1")  # refused
+        on_release("15.1")
+        assert appliance.run("sysctl net.inet.ipsec.offload").out == "net.inet.ipsec.offload.verbose: 0\n"
+        assert appliance.run("sysctl -t net.inet.ipsec.offload.verbose").out == "net.inet.ipsec.offload.verbose: uint8_t\n"
+        dump = ps.parse(appliance.run("setkey -D").out)
+        out_sa, in_sa = dump.entries
+        assert out_sa.hw_offload_ifs == ("wan",)
+        assert (out_sa.hw_offload_packets, out_sa.hw_offload_bytes) == (1000, 84000)
+        assert (out_sa.sw_offload_packets, out_sa.sw_offload_bytes) == (1000, 84000)
+        assert in_sa.hw_offload_ifs is None and in_sa.hw_offload_bytes == 0
+        six = appliance.run("ping6 -c 1 fd77::2").out
+        assert six.startswith("PING(56=40+8+8 bytes)") and "--- fd77::2 ping statistics ---" in six
+        # ping6.c pinger on 15: the literal `ping: wrote HOST` whatever the name it runs as
+        assert "ping: wrote fd77::2 8198 chars, ret=-1\n" in appliance.run("ping6 -c 1 -s 8190 fd77::2").out
+        on_release("14.3")
+        r = appliance.run("sysctl net.inet.ipsec.offload")
+        assert (r.err, r.status) == ("sysctl: unknown oid 'net.inet.ipsec.offload'\n", 1)
+        assert all(e.hw_offload_ifs is None and e.sw_offload_packets is None
+                   for e in ps.parse(appliance.run("setkey -D").out).entries)
+        assert appliance.run("ping6 -c 1 fd77::2").out.startswith("PING6(56=40+8+8 bytes)")
+    finally:
+        appliance.engine.sas[:] = saved
+
+
+def test_lab_file_os_chooses_the_release_and_refuses_a_wrong_pair(tmp_path):
+    """A host's `os:` names the pair by either key (YAML floats accepted), defaults to the
+    seeds' 24.7 / 14.1, reaches host.json for the twin, and a mismatched pair or an
+    unknown version is an error at its line."""
+    from ipsec_hil.lab.errors import TopologyError
+    from ipsec_hil.lab.topology import parse_topology
+    from ipsec_hil_twin.personality import MODELS as REGISTRY  # the twin reads lab files with its own models
+    from ipsec_hil_twin.machinery.labfiles import host_json
+    from ipsec_hil_twin.machinery.runtime import RunDir
+
+    from ipsec_hil_twin import SOURCE_ROOT
+
+    text = (SOURCE_ROOT.parent / "topologies" / "virtual.yaml").read_text()
+    anchor = "    model: xgs3300\n"
+    mixed = text.replace(anchor, anchor + "    os: {freebsd: 15.1}\n", 1)
+    topo = parse_topology(mixed, tmp_path / "v.yaml", models=REGISTRY)
+    first, *others = topo.appliances()
+    assert (first.release.opnsense, first.release.freebsd) == ("26.7", "15.1")
+    assert {(h.release.opnsense, h.release.freebsd) for h in others} == {("24.7", "14.1")}
+    info = host_json(RunDir(tmp_path / "run"), "tx", topo, first.name)
+    assert info["os"] == {"opnsense": "26.7", "freebsd": "15.1"}
+    line = mixed[: mixed.index("os: {freebsd")].count("\n") + 1
+    for bad, why in (("os: {opnsense: 24.7, freebsd: 15.1}", "OPNsense 24.7 runs FreeBSD 14.1, not 15.1"),
+                     ("os: {opnsense: 25.1}", "opnsense: expected one of 24.7, 26.1, 26.7, found '25.1'")):
+        with pytest.raises(TopologyError) as info_err:
+            parse_topology(text.replace(anchor, anchor + f"    {bad}\n", 1), tmp_path / "bad.yaml", models=REGISTRY)
+        assert f"bad.yaml:{line}:" in str(info_err.value) and why in str(info_err.value)

@@ -119,6 +119,15 @@ class KernelInfo:
     osrelease: str
     version: str
 
+    @property
+    def release(self) -> Any:
+        """kern.osrelease parsed (parsers.osversion.FreeBsdRelease): major/minor, and
+        whether the kernel has the IPsec offload framework (FreeBSD 15 on), whose setkey -D
+        lines and sysctl node exist only there (issue 43)."""
+        from ipsec_hil.lab.parsers import osversion
+
+        return osversion.parse_osrelease(self.osrelease)
+
 
 @dataclass(frozen=True)
 class RouteChange:

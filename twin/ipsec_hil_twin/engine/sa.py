@@ -40,6 +40,16 @@ class SaSpec(BaseModel):
     esn: bool = False
     offload: bool = True
     encap: bool = False  # NAT-T (RFC 3948): ESP in UDP 4500, IPv4 outer only (sizes.encap_header)
+    # The lifetimes strongSwan's kernel-pfkey installs with the SA (SADB_EXT_LIFETIME_SOFT /
+    # _HARD), kept only to be shown by setkey -D: soft_* the child's rekey limits (time
+    # after jitter), life_* its hard limits, 0 none. soft_time may be negative: a child with
+    # rekey_time 0 and a jitter hands the kernel 0 - jitter wrapped to u_int64.
+    soft_time: int = 0
+    life_time: int = Field(default=0, ge=0)
+    soft_bytes: int = Field(default=0, ge=0)
+    life_bytes: int = Field(default=0, ge=0)
+    soft_packets: int = Field(default=0, ge=0)
+    life_packets: int = Field(default=0, ge=0)
 
     @field_validator("src", "dst")
     @classmethod

@@ -1,4 +1,4 @@
-"""FreeBSD 14 commands of the emulated appliance: `python -m ipsec_hil_twin.fbsd.<cmd>`.
+"""FreeBSD commands of the emulated appliance (14.1 by default; 14.3 and 15.1 by the lab file: osrel): `python -m ipsec_hil_twin.fbsd.<cmd>`.
 
 Each module prints what FreeBSD prints (formats: shared/reference/freebsd-opnsense-formats.md),
 with FreeBSD's exit codes and error texts, computed from the lab's real state: the ESP
@@ -46,6 +46,9 @@ COMMANDS: dict[str, Command] = {
     "shutdown": Command("ipsec_hil_twin.fbsd.shutdown", "stdlib", "shutdown(8) -r now: a reboot by the lab's supervisor"),
     "b64decode": Command("ipsec_hil_twin.fbsd.b64decode", "stdlib", "b64decode(1) -r"),
     "dmesg": Command("ipsec_hil_twin.fbsd.dmesg", "stdlib", "dmesg(8): the appliance's /var/log/dmesg.txt"),
+    "uname": Command("ipsec_hil_twin.fbsd.uname", "stdlib", "uname(1) of the appliance's release (ipsec_hil_twin.fbsd.osrel)"),
+    "freebsd-version": Command("ipsec_hil_twin.fbsd.freebsd_version", "stdlib", "freebsd-version(1) -kru"),
+    "opnsense-version": Command("ipsec_hil_twin.fbsd.opnsense_version", "stdlib", "OPNsense's opnsense-version(8)"),
     "swanctl": Command("ipsec_hil_twin.ike.swanctl", "stdlib", "strongSwan 5.9.8 swanctl (talks to ipsec_hil_twin.ike.daemon)"),
 }
 """Command name -> module and wrapper."""
@@ -59,5 +62,7 @@ HELPER_MODULES: dict[str, str] = {
     "pingloop": "FreeBSD's ping loop on a raw socket, for streams (no iputils busy-wait)",
     "_kmem": "kernel memory and kernel log under traffic for netstat -m, vmstat, dmesg",
     "install": "writes the DIR/bin wrappers from COMMANDS",
+    "osrel": "the OPNsense / FreeBSD release an appliance runs and what differs between releases",
+    "version": "uname/freebsd-version/opnsense-version behind their three names",
 }
 """The modules of this package that are no command themselves."""

@@ -210,9 +210,35 @@ def kldunload(argv: list[str]) -> int:
     return 1 if errors else 0
 
 
-def kldstat_rows(st: dict[str, Any]) -> list[str]:
-    """Header + one row per file: `%2d %4d %18p %8zx %s` (FreeBSD 14 kldstat.c)."""
-    rows = ["Id Refs Address                Size Name"]
+HN_DIVISOR = 1024
+HN_DECCUT = 973  # ceil(.95 * 1024)
+HN_PREFIXES = ("", "K", "M", "G", "T", "P", "E")
+
+
+def humanize_size(size: int, width: int = 5) -> str:
+    """libutil humanize_number(buf, 5, size, "", HN_AUTOSCALE, HN_DECIMAL | HN_NOSPACE),
+    what `kldstat -h` prints (sbin/kldstat/kldstat.c printfile): at most 4 characters,
+    powers of 1024, one decimal below 10 (`5.8K`, `31M`, `364K`, `812B`-less `812`)."""
+    quotient, remainder, i = int(size), 0, 0
+    baselen = 2  # digit + prefix (HN_NOSPACE, empty suffix)
+    maximum = 10 ** (width - baselen)
+    while (quotient >= maximum or (quotient == maximum - 1 and (remainder >= HN_DECCUT
+                                                                   or remainder >= HN_DIVISOR // 2))) and i < 6:
+        remainder = quotient % HN_DIVISOR
+        quotient //= HN_DIVISOR
+        i += 1
+    if ((quotient == 9 and remainder < HN_DECCUT) or quotient < 9) and i > 0:
+        s1 = quotient + ((remainder * 10 + HN_DIVISOR // 2) // HN_DIVISOR // 10)
+        s2 = ((remainder * 10 + HN_DIVISOR // 2) // HN_DIVISOR) % 10
+        return f"{s1}.{s2}{HN_PREFIXES[i]}"
+    return f"{quotient + (remainder + HN_DIVISOR // 2) // HN_DIVISOR}{HN_PREFIXES[i]}"
+
+
+def kldstat_rows(st: dict[str, Any], humanized: bool = False) -> list[str]:
+    """Header + one row per file, as kldstat.c printfile (14 and 15 alike): `%2d %4d %*p
+    %8zx %s`, or with -h `%2d %4d %*p %5s %s` over humanize_size; the header's Size is
+    right-aligned to the same width (`%8s` / `%5s`)."""
+    rows = ["Id Refs Address%*c %*s Name" % (18 - 7, " ", 5 if humanized else 8, "Size")]
     top = 0xFFFFFFFF80200000
     mods = st["modules"]
     for i, m in enumerate(mods, 1):
@@ -224,14 +250,17 @@ def kldstat_rows(st: dict[str, Any]) -> list[str]:
         top = max(top, int(str(addr), 16) + size)
         top = (top + 0x1FFFFF) & ~0x1FFFFF
         refs = int(m.get("refs", len(mods) if m.get("name") == "kernel" else 1))
-        rows.append("%2d %4d %18s %8x %s" % (mid, refs, addr, size, m["name"]))
+        if humanized:
+            rows.append("%2d %4d %18s %5s %s" % (mid, refs, addr, humanize_size(size), m["name"]))
+        else:
+            rows.append("%2d %4d %18s %8x %s" % (mid, refs, addr, size, m["name"]))
     return rows
 
 
 def kldstat(argv: list[str]) -> int:
     prog = "kldstat"
     args = list(argv)
-    qflag = vflag = False
+    qflag = vflag = hflag = False
     valued: dict[str, str] = {}  # -m modname, -n filename, -i id (ids are not emulated)
     while args:
         a = args.pop(0)
@@ -244,6 +273,7 @@ def kldstat(argv: list[str]) -> int:
             if letters is None:
                 return 1
             qflag, vflag = qflag or "q" in letters, vflag or "v" in letters
+            hflag = hflag or "h" in letters
             continue
         valued["-n"] = a
     modname, filename = valued.get("-m"), valued.get("-n")
@@ -261,14 +291,14 @@ def kldstat(argv: list[str]) -> int:
             return 1
         if qflag:
             return 0
-        rows = kldstat_rows({"modules": [m]})
+        rows = kldstat_rows({"modules": [m]}, hflag)
         if modname is not None:
             print("Id  Refs Name")
             print("%3d %4d %s" % (int(m.get("id", 1)), int(m.get("refs", 1)), _base(str(m["name"]))))
             return 0
         print("\n".join(rows))
         return 0
-    rows = kldstat_rows(st)
+    rows = kldstat_rows(st, hflag)
     out = [rows[0]]
     for m, row in zip(st["modules"], rows[1:]):
         out.append(row + (f" ({m.get('file')})" if vflag else ""))

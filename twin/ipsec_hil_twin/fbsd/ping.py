@@ -11,7 +11,9 @@ whose send buffer is 8,192 bytes unless `-b` is given (see `sockbuf_check`).  Th
 and statistics name the host as FreeBSD does: the resolved canonical name, or the
 target as typed.  iputils' output is
 rewritten line by line into FreeBSD 14's format (IPv6: the KAME-style `PING6(...)`,
-`hlim=`, `ping6 statistics`, `std-dev`); statistics are recomputed from the replies.
+`hlim=`, `ping6 statistics`, `std-dev`; an appliance on FreeBSD 15 prints `PING(...)`,
+`ping statistics`, `stddev`: ipsec_hil_twin.fbsd.osrel); statistics are recomputed from the
+replies. `-p PATTERN` prints fill()'s `PATTERN: 0x..` line and fills the payload as ping.c.
 Exit codes: 0 any reply; 2 none; IPv6 71 when every send failed.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ import threading
 import time
 
 from ipsec_hil_twin.fbsd import _common as c
-from ipsec_hil_twin.fbsd import nd6, pingloop
+from ipsec_hil_twin.fbsd import nd6, osrel, pingloop
 from ipsec_hil_twin.fbsd.pingout import Printer
 
 LINUX_PING = next((p for p in ("/usr/bin/ping", "/bin/ping") if os.path.exists(p)), "/bin/ping")
@@ -60,6 +62,8 @@ class Opts:
         self.target: str | None = None
         self.dont_fragment = False
         self.sockbuf: int | None = None
+        self.pattern: str | None = None  # -p, as typed (checked and read by fill_pattern)
+        self.kame6 = True  # FreeBSD 14's ping6 texts (PING6(, ping6 statistics); 15: osrel
 
 
 def usage(prog: str) -> int:
@@ -120,6 +124,8 @@ def parse(prog: str, argv: list[str]) -> Opts | int:
                         o.ttl = int(val)
                     elif ch == "b":
                         o.sockbuf = int(val)
+                    elif ch == "p":
+                        o.pattern = val
                 except ValueError:
                     sys.stderr.write(f"{prog}: invalid argument `{val}' for -{ch}\n")
                     return EX_USAGE
@@ -144,6 +150,24 @@ def parse(prog: str, argv: list[str]) -> Opts | int:
         return usage(prog)
     o.target = rest[0]
     return o
+
+
+def fill_pattern(text: str) -> bytes | None:
+    """ping.c / ping6.c fill(): every character must be a hex digit (else None: errx), then
+    sscanf's sixteen ``%2x`` read up to 16 bytes, two digits each, an odd last digit alone
+    (`abc` -> ab 0c); digits past the 32nd are ignored."""
+    if any(ch not in "0123456789abcdefABCDEF" for ch in text):
+        return None
+    return bytes(int(text[i:i + 2], 16) for i in range(0, min(len(text), 32), 2))
+
+
+def iputils_pattern(pattern: bytes) -> str:
+    """The -p to give iputils so the payload from byte 16 on is FreeBSD's: iputils fills
+    from data byte 0 (its 16-byte timeval then covers bytes 0-15), FreeBSD from byte 8
+    (after its 8-byte tv32); rotating the pattern by 8 puts both in the same phase. Bytes
+    8-15 stay iputils' timestamp."""
+    shift = (-8) % len(pattern)
+    return (pattern[shift:] + pattern[:shift]).hex()
 
 
 def resolve(prog: str, o: Opts) -> tuple[int, str, str] | int:
@@ -224,17 +248,30 @@ def main_for(prog: str, argv: list[str]) -> int:
     if fam == 6 and size > 131072 - 40 - 8:
         sys.stderr.write(f"{prog}: datalen value too large, maximum is {131072 - 40 - 8}\n")
         return 1
+    pattern = b""
+    if o.pattern is not None:
+        got = fill_pattern(o.pattern)
+        if got is None:
+            sys.stderr.write(f"{prog}: patterns must be specified as hex digits\n")
+            return EX_USAGE if fam == 4 else 1  # ping.c errx(EX_USAGE), ping6.c errx(1)
+        pattern = got
     too_big_for_buffer = fam == 6 and sockbuf_check(prog, size, o)
     hd = c.host_dir()
+    o.kame6 = osrel.of_host(c.host_info(hd)).kame_ping6
     fragment = not o.dont_fragment or "own_too_big_fragmented" in c.active_faults(hd)
     cmd = linux_argv(fam, size, fragment, o, addr)
+    if pattern:
+        cmd[-1:-1] = ["-p", iputils_pattern(pattern)]
     out = sys.stdout
+    if o.pattern is not None and not o.quiet:
+        out.write(f"PATTERN: 0x{pattern.hex()}\n")  # fill() runs before the header is printed
     if fam == 4:
         frm = f" from {o.src}" if o.src else ""
         out.write(f"PING {hostname} ({addr}){frm}: {size} data bytes\n")
     else:
         src = source_for(6, addr, o.src) or "::"
-        out.write(f"PING6({40 + 8 + size}={40}+8+{size} bytes) {src} --> {addr}\n")
+        name = "PING6" if o.kame6 else "PING"
+        out.write(f"{name}({40 + 8 + size}={40}+8+{size} bytes) {src} --> {addr}\n")
     out.flush()
     if too_big_for_buffer:
         return every_send_fails(prog, hostname, addr, size, o, "Message too long")
@@ -243,9 +280,9 @@ def main_for(prog: str, argv: list[str]) -> int:
         if port is not None:
             return every_send_fails(prog, hostname, addr, size, o, "Network is down")
     if own_loop(o):
-        pr = Printer(prog, fam, hostname, addr, size, quiet=o.quiet, verbose=o.verbose)
+        pr = Printer(prog, fam, hostname, addr, size, quiet=o.quiet, verbose=o.verbose, kame6=o.kame6)
         return pingloop.run(pr, fam, addr, size, count=o.count, interval=o.interval, timeout=o.timeout,
-                            wait_ms=o.wait_ms, src=o.src, ttl=o.ttl)
+                            wait_ms=o.wait_ms, src=o.src, ttl=o.ttl, pattern=pattern)
     return run_ping(prog, fam, hostname, addr, size, o, cmd)
 
 
@@ -348,7 +385,7 @@ def ifdisabled_egress(hd, addr: str) -> str | None:
 
 def every_send_fails(prog: str, hostname: str, addr: str, size: int, o: Opts, reason: str) -> int:
     """Every ping6 send fails (ENETDOWN, EMSGSIZE), as FreeBSD's ping6 reports it; exit 71."""
-    pr = Printer(prog, 6, hostname, addr, size, quiet=o.quiet, verbose=o.verbose)
+    pr = Printer(prog, 6, hostname, addr, size, quiet=o.quiet, verbose=o.verbose, kame6=o.kame6)
     n = o.count or 1
     for i in range(n):
         if i:
@@ -359,7 +396,7 @@ def every_send_fails(prog: str, hostname: str, addr: str, size: int, o: Opts, re
 
 def run_ping(prog: str, fam: int, hostname: str, addr: str, size: int, o: Opts, cmd: list[str]) -> int:
     """Run iputils' ``cmd`` and print its run as FreeBSD's ping (ipsec_hil_twin.fbsd.pingout)."""
-    pr = Printer(prog, fam, hostname, addr, size, quiet=o.quiet, verbose=o.verbose)
+    pr = Printer(prog, fam, hostname, addr, size, quiet=o.quiet, verbose=o.verbose, kame6=o.kame6)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     connect_error: list[str] = []

@@ -99,10 +99,21 @@ def _pattern(size: int) -> bytes:
     return bytes(i & 0xFF for i in range(size))
 
 
-def echo(fam: int, ident: int, seq: int, size: int, now_ns: int) -> bytes:
+def filled(size: int, pattern: bytes) -> bytes:
+    """ping.c fill(): with ``-p``, the data after the 8-byte timestamp repeats the pattern
+    from its first byte (``datap = &outpack[ICMP_MINLEN + TIMEVAL_LEN]``); the first 8
+    bytes keep the default fill until the timestamp overwrites them."""
+    data = bytearray(_pattern(size))
+    if pattern and size > 8:
+        reps = (size - 8) // len(pattern) + 1
+        data[8:] = (pattern * reps)[: size - 8]
+    return bytes(data)
+
+
+def echo(fam: int, ident: int, seq: int, size: int, now_ns: int, pattern: bytes = b"") -> bytes:
     """One echo request of ``size`` data bytes, stamped ``now_ns`` (monotonic) when it has
     room for the 8-byte timestamp. IPv6's checksum is the kernel's (raw ICMPv6 sockets)."""
-    data = bytearray(_pattern(size))
+    data = bytearray(filled(size, pattern) if pattern else _pattern(size))
     if size >= 8:
         data[:8] = struct.pack("!II", (now_ns // 1_000_000_000) & 0xFFFFFFFF, (now_ns // 1000) % 1_000_000)
     head = struct.pack("!BBHHH", ECHO4 if fam == 4 else ECHO6, 0, 0, ident, seq & 0xFFFF)
@@ -124,7 +135,9 @@ def rtt_ms(data: bytes, now_ns: int) -> float | None:
 class Stream:
     """One ping run: the socket, the counts, and what a received packet means."""
 
-    def __init__(self, pr: Printer, fam: int, addr: str, size: int, src: str | None, ttl: int | None) -> None:
+    def __init__(self, pr: Printer, fam: int, addr: str, size: int, src: str | None, ttl: int | None,
+                 pattern: bytes = b"") -> None:
+        self.pattern = pattern
         self.pr, self.fam, self.addr, self.size = pr, fam, addr, size
         self.ident = os.getpid() & 0xFFFF
         self.transmitted = 0
@@ -154,7 +167,7 @@ class Stream:
 
     def send(self) -> None:
         """pinger(): the next echo; a refused one is reported and still counted."""
-        pkt = echo(self.fam, self.ident, self.transmitted, self.size, time.monotonic_ns())
+        pkt = echo(self.fam, self.ident, self.transmitted, self.size, time.monotonic_ns(), self.pattern)
         try:
             self.sock.sendto(pkt, (self.addr, 0))
         except BlockingIOError:
@@ -246,11 +259,12 @@ class Stream:
 
 
 def run(pr: Printer, fam: int, addr: str, size: int, *, count: int | None, interval: float,
-        timeout: float | None, wait_ms: int | None, src: str | None, ttl: int | None) -> int:
+        timeout: float | None, wait_ms: int | None, src: str | None, ttl: int | None,
+        pattern: bytes = b"") -> int:
     """The whole run (ping.c main's loop); returns the exit status after the summary, or
     ping.c's err() status when the socket cannot be had (EX_OSERR) or bound to -S (1)."""
     try:
-        s = Stream(pr, fam, addr, size, src, ttl)
+        s = Stream(pr, fam, addr, size, src, ttl, pattern)
     except OSError as e:
         what, code = ("bind", 1) if src and e.errno in (errno.EADDRNOTAVAIL, errno.EINVAL) else ("socket", EX_OSERR)
         sys.stderr.write(f"{pr.prog}: {what}: {FREEBSD_STRERROR.get(e.errno, e.strerror or str(e))}\n")

@@ -23,8 +23,11 @@ class Printer:
     errors it would otherwise keep to itself."""
 
     def __init__(self, prog: str, fam: int, hostname: str, addr: str, size: int,
-                 quiet: bool = False, verbose: bool = False) -> None:
+                 quiet: bool = False, verbose: bool = False, kame6: bool = True) -> None:
         self.prog, self.fam, self.hostname, self.addr, self.size = prog, fam, hostname, addr, size
+        # FreeBSD 14's ping6.c names its summary `ping6 statistics` / `std-dev`; 15's merged
+        # ping says `ping statistics` / `stddev` for both families (ipsec_hil_twin.fbsd.osrel)
+        self.kame6 = kame6 and fam == 6
         self.quiet, self.verbose = quiet, verbose
         self.received = 0
         self.dups = 0
@@ -72,7 +75,9 @@ class Printer:
         if self.fam == 6:
             sys.stderr.write(f"{self.prog}: sendmsg: {reason}\n")
             sys.stderr.flush()
-            sys.stdout.write(f"{self.prog}: wrote {self.addr} {8 + self.size} chars, ret=-1\n")
+            # FreeBSD 15's ping6.c pinger prints the literal "ping: wrote %s" and the host name
+            who, host = (self.prog, self.addr) if self.kame6 else ("ping", self.hostname)
+            sys.stdout.write(f"{who}: wrote {host} {8 + self.size} chars, ret=-1\n")
             sys.stdout.flush()
         else:
             sys.stderr.write(f"{self.prog}: sendto: {reason}\n")
@@ -82,7 +87,7 @@ class Printer:
         """The statistics block; returns ping's exit status: 0 with any reply, 2 without,
         and ping6's EX_OSERR when every send failed."""
         out = sys.stdout
-        stats_name = "ping6 statistics" if self.fam == 6 else "ping statistics"
+        stats_name = "ping6 statistics" if self.kame6 else "ping statistics"
         out.write(f"\n--- {self.hostname} {stats_name} ---\n")
         loss = ((transmitted - self.received) * 100.0 / transmitted) if transmitted else 0.0
         dup_s = f"+{self.dups} duplicates, " if self.dups else ""
@@ -92,7 +97,7 @@ class Printer:
             avg = sum(self.rtts) / len(self.rtts)
             var = sum(x * x for x in self.rtts) / len(self.rtts) - avg * avg
             sd = math.sqrt(var) if var > 0 else 0.0
-            label = "std-dev" if self.fam == 6 else "stddev"
+            label = "std-dev" if self.kame6 else "stddev"
             out.write(f"round-trip min/avg/max/{label} = {min(self.rtts):.3f}/{avg:.3f}/{max(self.rtts):.3f}/"
                       f"{sd:.3f} ms\n")
         out.flush()

@@ -14,6 +14,7 @@ import sys
 import time
 
 from ipsec_hil_twin.fbsd import _common as c
+from ipsec_hil_twin.fbsd import osrel
 from ipsec_hil_twin.personality import PERSONALITIES
 
 TYPE_CHECKING = False  # typing is not imported at run time: every emulated command pays for its imports
@@ -22,12 +23,14 @@ if TYPE_CHECKING:
 
 PROG = "sysctl"
 
-OS_RELEASE = "14.1-RELEASE-p6"
-KERN_VERSION = f"FreeBSD {OS_RELEASE} stable/24.7-n267958-1f6e2a5b8ab SMP\n"
+OS_RELEASE = osrel.RELEASES[osrel.DEFAULT].osrelease
+KERN_VERSION = osrel.RELEASES[osrel.DEFAULT].kern_version
+"""The default release's strings (the appliance's own come from osrel.of_host)."""
 
 WRITABLE_DEFAULTS: dict[str, int] = {
     "net.inet.ipsec.def_policy": 1,
     "net.inet.ipsec.dfbit": 0,
+    "net.inet.ipsec.offload.verbose": 0,  # FreeBSD 15 (IPSEC_OFFLOAD) only: Tree adds it there
     "net.inet.esp.esp_enable": 1,
     "net.enc.in.ipsec_filter_mask": 2,   # OPNsense's defaults (system.inc), not FreeBSD's
     "net.enc.in.ipsec_bpf_mask": 2,
@@ -70,9 +73,11 @@ class Tree:
     def _build(self) -> None:
         model = str(self.host.get("model", ""))
         boot = float(self.state.get("boot_time", time.time()))
+        rel = osrel.of_host(self.host)
         self._add(Oid("kern.ostype", "string", lambda: "FreeBSD"))
-        self._add(Oid("kern.osrelease", "string", lambda: OS_RELEASE))
-        self._add(Oid("kern.version", "string", lambda: KERN_VERSION))
+        self._add(Oid("kern.osrelease", "string", lambda: rel.osrelease))
+        self._add(Oid("kern.osreldate", "integer", lambda: rel.osreldate))
+        self._add(Oid("kern.version", "string", lambda: rel.kern_version))
         self._add(Oid("kern.boottime", "struct", lambda: _boottime(boot)))
         self._add(Oid("hw.model", "string",
                       lambda: str(self.host.get("hw_model") or _hw_model(model))))
@@ -80,6 +85,12 @@ class Tree:
             self._add(self._writable("net.inet.ipsec.def_policy"))
             self._add(self._writable("net.inet.ipsec.dfbit"))
             self._add(Oid("net.inet.ipsec.ipsecstats", "opaque", lambda: None))
+            if rel.ipsec_offload:
+                # ipsec_offload.c: SYSCTL_NODE(_net_inet_ipsec, offload) + SYSCTL_BOOL verbose
+                # (CTLTYPE_U8: `sysctl -t` says uint8_t)
+                verbose = self._writable("net.inet.ipsec.offload.verbose")
+                verbose.kind = "uint8_t"
+                self._add(verbose)
             self._add(self._writable("net.inet.esp.esp_enable"))
             self._add(Oid("net.inet.esp.stats", "opaque", lambda: None))
         for name in ("net.enc.in.ipsec_filter_mask", "net.enc.in.ipsec_bpf_mask",

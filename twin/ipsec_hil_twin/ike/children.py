@@ -123,10 +123,15 @@ class ChildSAs:
         common = {"cipher": child.cipher, "reqid": child.reqid, "child": child.name, "conn": child.conn,
                   "local_ts": [str(t) for t in child.local_ts], "remote_ts": [str(t) for t in child.remote_ts],
                   "replay_window": self._replay_window(sa, child), "offload": child.offload,
-                  "encap": sa.encap, "esn": child.proposal.esn == "EXT_SEQ"}
-        sa_in = {"spi": child.spi_in, "direction": "in", "src": sa.remote, "dst": sa.local,
+                  "encap": sa.encap, "esn": child.proposal.esn == "EXT_SEQ",
+                  "life_time": max(0, child.life_time)}
+        # kernel_pfkey add_sa: soft = the jittered rekey time; child_sa.c install zeroes it on
+        # the outbound SA when the child has no jitter ("avoid triggering multiple rekey events")
+        soft = self.lifetimes.child_rekey(child)
+        sa_in = {"soft_time": soft, "spi": child.spi_in, "direction": "in", "src": sa.remote, "dst": sa.local,
                  "enc_key": enc_in.hex(), "auth_key": auth_in.hex() if auth_in else None, **common}
-        sa_out = {"spi": child.spi_out, "direction": "out", "src": sa.local, "dst": sa.remote,
+        sa_out = {"soft_time": soft if child.rand_time > 0 else 0,
+                  "spi": child.spi_out, "direction": "out", "src": sa.local, "dst": sa.remote,
                   "enc_key": enc_out.hex(), "auth_key": auth_out.hex() if auth_out else None, **common}
         await self.engine.add_sa(sa_in)
         child.in_installed = True

@@ -82,11 +82,18 @@ class Lifetimes:
             raise RuntimeError("Lifetimes: a timer fired before act_with() gave it the rekey part")
         return self._expiry
 
+    def child_rekey(self, child: ChildSA) -> int:
+        """The child's jittered rekey seconds, drawn once (at install, where strongSwan
+        hands it to the kernel as the SAs' soft lifetime) and reused by arm_child."""
+        if child.rekey_after is None:
+            child.rekey_after = child_rekey_after(child.rekey_time, child.rand_time, self.rng)
+        return child.rekey_after
+
     def arm_child(self, child: ChildSA) -> None:
         """Schedule a newly installed child's soft and hard expiry."""
         now = time.monotonic()
         child.install_s = int(now)
-        rekey = child_rekey_after(child.rekey_time, child.rand_time, self.rng)
+        rekey = self.child_rekey(child)
         if rekey:
             child.rekey_at = child.install_s + rekey
         if rekey > 0:

@@ -130,6 +130,9 @@ class ChildSA:
     what strongSwan's child_sa keeps as rekey_time and vici lists as `rekey-time`."""
     expire_at: int = 0
     """Monotonic second of the hard expiry (install + life_time), 0: never."""
+    rekey_after: int | None = None
+    """The jittered rekey seconds chosen when the child was installed (child_cfg.c
+    get_lifetime): the kernel SAs' soft lifetime and the soft expiry arm_child schedules."""
     in_installed: bool = False
     out_installed: bool = False
     pending_out: dict | None = field(default=None, repr=False)

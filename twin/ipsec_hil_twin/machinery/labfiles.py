@@ -29,7 +29,7 @@ from ipsec_hil_twin.machinery.runtime import HostDir, RunDir, netns_name, write_
 
 DEFAULT_SYSCTLS = {"net.inet.ipsec.dfbit": 0}
 """sysctl.json after every (re)boot: FreeBSD's defaults for the writable sysctls."""
-FREEBSD_LABEL = "FreeBSD 14.1-RELEASE-p6"
+FREEBSD_LABEL = "FreeBSD 14.1-RELEASE-p6"  # the fake module files' label (not what the kernel reports: fbsd.osrel)
 
 #: The swanctl.conf a freshly installed OPNsense with IPsec enabled and no tunnels has.
 OPNSENSE_SWANCTL_CONF = (
@@ -171,6 +171,8 @@ def host_json(run: RunDir, prefix: str, topo: Topology, name: str) -> dict[str, 
         "netns": netns_name(prefix, name), "prefix": prefix, "ports": ports, "tunnels": tunnels,
         "kernel_cipher": kernel_cipher, "boot_id": 1, "python": sys.executable,
         "run_dir": str(run.path),
+        # which OPNsense / FreeBSD the commands print (ipsec_hil_twin.fbsd.osrel)
+        "os": {"opnsense": host.release.opnsense, "freebsd": host.release.freebsd},
         "paths": {"root": str(hd.root), "bin": str(hd.bin), "engine_sock": str(hd.engine_sock),
                   "ike_sock": str(hd.ike_sock), "faults_json": str(hd.faults_json),
                   "sysctl_json": str(hd.sysctl_json), "state_json": str(hd.state_json),

@@ -25,6 +25,7 @@ MODULES = (
     "vmstat_m",
     "dmesg",
     "boottime",
+    "osversion",
 )
 
 __all__ = ["ParseError", "MODULES"]

@@ -224,6 +224,45 @@ class Port(_Model):
         return tuple(f for f in FAMILIES if self.address(f) is not None)
 
 
+OS_RELEASES = {"24.7": "14.1", "26.1": "14.3", "26.7": "15.1"}
+"""OPNsense release -> the FreeBSD it is built on (issue 43): the seed pages' 24.7 on 14.1,
+26.1 on 14.3, 26.7 on 15.1 (whose kernel has the IPSEC_OFFLOAD framework). The virtual
+lab emulates exactly these (ipsec_hil_twin.fbsd.osrel.RELEASES)."""
+DEFAULT_OPNSENSE = "24.7"
+
+
+class OsSpec(_Model):
+    """A host's ``os:``: which OPNsense / FreeBSD it runs. Either key names the pair (the
+    other is filled in); both must agree. On the virtual lab it chooses what the emulated
+    appliance prints; on hardware it states what the lab expects (the suite reads the
+    running release from the appliance itself)."""
+
+    opnsense: str | None = None
+    freebsd: str | None = None
+
+    @field_validator("opnsense", "freebsd", mode="before")
+    @classmethod
+    def _text(cls, v: Any) -> Any:
+        # YAML reads `24.7` as a float: take it as the version it spells
+        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    @model_validator(mode="after")
+    def _pair(self) -> OsSpec:
+        by_freebsd = {f: o for o, f in OS_RELEASES.items()}
+        if self.opnsense is not None and self.opnsense not in OS_RELEASES:
+            raise ValueError(f"opnsense: expected one of {', '.join(OS_RELEASES)}, found {self.opnsense!r}")
+        if self.freebsd is not None and self.freebsd not in by_freebsd:
+            raise ValueError(f"freebsd: expected one of {', '.join(by_freebsd)}, found {self.freebsd!r}")
+        if self.opnsense is None:
+            self.opnsense = by_freebsd.get(self.freebsd or "", DEFAULT_OPNSENSE)
+        if self.freebsd is None:
+            self.freebsd = OS_RELEASES[self.opnsense]
+        if OS_RELEASES[self.opnsense] != self.freebsd:
+            raise ValueError(f"OPNsense {self.opnsense} runs FreeBSD {OS_RELEASES[self.opnsense]}, "
+                             f"not {self.freebsd}")
+        return self
+
+
 class Host(_Model):
     """An appliance (with a model) or the bench PC."""
 
@@ -232,7 +271,20 @@ class Host(_Model):
     profile: dict[str, Any] = Field(default_factory=dict)
     mgmt: Mgmt = Field(default_factory=Mgmt)
     ports: dict[str, Port] = Field(min_length=1)
+    os: OsSpec | None = None
     _name: str = PrivateAttr("")
+
+    @field_validator("os")
+    @classmethod
+    def _os(cls, v: OsSpec | None, info: ValidationInfo) -> OsSpec | None:
+        if v is not None and info.data.get("role") == "bench":
+            raise ValueError("expected no os on the bench host (it is the machine running pytest)")
+        return v
+
+    @property
+    def release(self) -> OsSpec:
+        """The OPNsense / FreeBSD this appliance runs: its ``os:``, else 24.7 / 14.1."""
+        return self.os if self.os is not None else OsSpec()
 
     @field_validator("model")
     @classmethod
