@@ -25,8 +25,10 @@ def lock_path(tmp_path: Path) -> str:
 
 
 def machine(host_name: str, who: str, path: str, **kw) -> ApplianceLock:
-    """A lock client as if run on machine ``host_name`` (its own pid is irrelevant there)."""
-    return ApplianceLock(LocalHost("dut"), LockInfo(holder=who, host=host_name, pid=4242, run_id=f"run-{who}"),
+    """A lock client as if run on machine ``host_name`` (its own pid is irrelevant there).
+    Each machine reaches the file through a Host of its own name: a lost lease fences its
+    host by name in this process (ipsec_hil.lab.remote.fence), as it would on that machine."""
+    return ApplianceLock(LocalHost(f"dut-{host_name}"), LockInfo(holder=who, host=host_name, pid=4242, run_id=f"run-{who}"),
                          path=path, **kw)
 
 
