@@ -30,3 +30,7 @@ class HilExitCode(enum.IntEnum):
     #: preflight (every run's first phase, or ``--hil-preflight``): the lab is not ready
     #: (a module missing, charon down, a port's address or MTU wrong, a bench tool missing).
     PREFLIGHT_FAILED = 24
+    #: a lease (appliance, bench) or labgrid place of this run was taken by another run: the
+    #: run stopped within one renewal period and sent nothing more to those hosts; what it
+    #: had changed there is left to the new holder's recovery (docs/shared-lab.md).
+    LEASE_LOST = 25

@@ -33,7 +33,7 @@ from pathlib import Path
 import allure
 import pytest
 
-from ipsec_hil import places
+from ipsec_hil import lease_plugin, places
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.cases import (FILTER_KEYS, TunnelCase, appliance_groups, as_set, case_marker_names,
                               tunnel_cases)
@@ -203,14 +203,16 @@ def _leases_still_ours(request: pytest.FixtureRequest) -> None:
     """Before each tunnel test: the labgrid place and both ends' leases are still this run's.
 
     A lease broken by an operator (``python -m ipsec_hil.lab.sharing break``) or taken over after
-    it expired stops the run at the next test instead of letting it drive appliances
-    another run now holds.
+    it expired ends the run (LEASE_LOST), checked before the tunnel fixture brings anything
+    up; the renewal thread ends it sooner, mid-test (ipsec_hil.lease_plugin).
     """
+    lease_plugin.stop_if_lost(request.config)  # first: nothing is brought up on a lost host
     if "tunnel" in request.fixturenames:
-        places.check_place(request.config)
-        active = request.getfixturevalue("tunnel")
-        if isinstance(active, ActiveTunnel):  # a project test may stand a fake in for the fixture
-            active.check_leases()
+        with lease_plugin.stops_the_run(request.config):
+            places.check_place(request.config)
+            active = request.getfixturevalue("tunnel")
+            if isinstance(active, ActiveTunnel):  # a project test may stand a fake in for the fixture
+                active.check_leases()
 
 
 @pytest.fixture

@@ -36,7 +36,8 @@ from ipsec_hil.session import (ACTIVE_TOPOLOGY_KEY, PLUGIN_NAME, TOPOLOGY_KEY, T
                             configure_worker, is_worker)
 
 pytest_plugins = ["ipsec_hil.fixtures", "ipsec_hil.driver_plugin", "ipsec_hil.gate_plugin", "ipsec_hil.compare_plugin",
-                  "ipsec_hil.preflight_plugin", "ipsec_hil.throughput_plugin", "ipsec_hil.timeshare_plugin"]
+                  "ipsec_hil.preflight_plugin", "ipsec_hil.throughput_plugin", "ipsec_hil.timeshare_plugin",
+                  "ipsec_hil.lease_plugin"]
 
 DEFAULT_TOPOLOGY = "topologies/virtual.yaml"
 

@@ -1,0 +1,185 @@
+"""A lost lease or place stops the run at once (the pytest side of ipsec_hil.lab.sharing.holds).
+
+Why a plugin of its own: the library fences a lost host at the transport and records the
+loss (:data:`~ipsec_hil.lab.sharing.holds.HOLDS`) from the renewal thread; what a pytest
+run must add is small and sits at four points of the run:
+
+- **the bench's lease**, taken when the lab is ready (the controller's
+  ``pytest_hil_lab_ready``), renewed by its thread, released at the very end: two runs
+  never drive one bench's namespaces, routes and iperf3 servers at once;
+- **the stop**: while tests run, a loss interrupts the main thread (a signal from the
+  renewal thread, so a test blocked in a long stream is stopped too) with
+  ``pytest.exit(..., returncode=LEASE_LOST)``, within one renewal period of the break;
+  before each test (``ipsec_hil.fixtures._leases_still_ours`` calls :func:`stop_if_lost`
+  before the tunnel fixture) the same exit, so nothing is brought up on a lost host;
+- **the exit status**: :attr:`HilExitCode.LEASE_LOST` wins over every other status (the
+  run's results after the loss are not evidence of anything);
+- **what was left**: the terminal's "lease lost" section and the page's section say
+  which lease went to whom, that nothing more was sent there, what was left in place,
+  and that the new holder's recovery owns it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from ipsec_hil.exitcodes import HilExitCode
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.sharing.holds import HOLDS, Loss
+from ipsec_hil.lab.sharing.lease import LeaseLost
+from ipsec_hil.lab.sharing.lock import ApplianceLock, bench_lock_path
+
+log = logging.getLogger(__name__)
+
+#: The signal the renewal thread sends the main thread (unused by pytest and its plugins).
+STOP_SIGNAL = signal.SIGUSR2
+
+BENCH_LOCK_KEY = pytest.StashKey["ApplianceLock | None"]()
+STOPPER_KEY = pytest.StashKey["_Stopper"]()
+
+
+def _acceptance(config: pytest.Config) -> bool:
+    """Only a run of acceptance tests holds leases for itself: the project's own tests
+    lose leases on purpose, in their own scenarios, and must not stop their own run."""
+    from ipsec_hil.session import wants_lab
+
+    return wants_lab(config)
+
+
+def stop_if_lost(config: pytest.Config) -> None:
+    """End the run now (LEASE_LOST) when any of its leases or places was lost."""
+    if HOLDS.losses and _acceptance(config):
+        pytest.exit(HOLDS.stop_message(), returncode=HilExitCode.LEASE_LOST)
+
+
+@contextlib.contextmanager
+def stops_the_run(config: pytest.Config) -> Iterator[None]:
+    """A LeaseLost inside (a lock's or the place's check) ends the run, not just the test."""
+    try:
+        yield
+    except LeaseLost as exc:
+        if not _acceptance(config):
+            raise
+        pytest.exit(HOLDS.stop_message() or str(exc), returncode=HilExitCode.LEASE_LOST)
+
+
+class _Stopper:
+    """Interrupts the main thread at a loss, only while tests run (a loss during the
+    session's own start or end is acted on by :func:`stop_if_lost` and the exit status)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.main = threading.main_thread().ident
+        self.armed = False
+        self._previous: object = None
+        self._unsubscribe = HOLDS.subscribe(self.on_loss)
+
+    def on_loss(self, loss: Loss) -> None:  # the renewal thread
+        if self.armed and self.main is not None:
+            signal.pthread_kill(self.main, STOP_SIGNAL)
+
+    def _handler(self, signum: int, frame: object) -> None:  # the main thread
+        if self.armed and HOLDS.losses:
+            self.armed = False  # once: the teardowns that follow are not interrupted again
+            stop_if_lost(self.config)
+
+    def arm(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(STOP_SIGNAL, self._handler)
+            self.armed = True
+
+    def disarm(self) -> None:
+        if self.armed or self._previous is not None:
+            self.armed = False
+            signal.signal(STOP_SIGNAL, self._previous or signal.SIG_DFL)  # type: ignore[arg-type]
+            self._previous = None
+
+    def close(self) -> None:
+        self.disarm()
+        self._unsubscribe()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[STOPPER_KEY] = _Stopper(config)
+    config.stash[BENCH_LOCK_KEY] = None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stopper = config.stash.get(STOPPER_KEY, None)
+    if stopper is not None:
+        stopper.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    stopper = session.config.stash[STOPPER_KEY]
+    if _acceptance(session.config):
+        stopper.arm()
+    try:
+        stop_if_lost(session.config)  # lost during collection: no test starts
+        return (yield)
+    finally:
+        stopper.disarm()
+
+
+def pytest_hil_lab_ready(session: pytest.Session) -> None:
+    """Take the bench's lease for the whole run (waiting, like the appliances' leases, up
+    to 600 s for another run's to end); a bench that cannot be had ends the run as "lab
+    not up" naming its holder."""
+    from ipsec_hil.lab.sharing.lease_cli import connect
+    from ipsec_hil.session import active_topology
+
+    config = session.config
+    topology = active_topology(config)
+    bench = next((n for n, h in topology.hosts.items() if h.role == "bench"), None)
+    if bench is None:
+        return
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:12] or uuid.uuid4().hex[:12]
+    try:
+        host = connect(topology, bench)
+        lock = ApplianceLock(host, f"{getpass.getuser()}@{socket.gethostname()}: pytest (bench)", run_id=run_id,
+                             path=bench_lock_path(host), wait=600, poll=2)
+        lock.acquire()
+    except LabError as exc:
+        pytest.exit(f"bench lease: {exc}", returncode=HilExitCode.LAB_NOT_UP)
+    config.stash[BENCH_LOCK_KEY] = lock
+
+    def release() -> None:
+        try:
+            lock.release()
+        except LabError as exc:
+            log.warning("bench lease not released: %s", exc)
+        finally:
+            host.close()
+    config.add_cleanup(release)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    try:
+        return (yield)
+    finally:
+        if HOLDS.losses and _acceptance(session.config):
+            session.exitstatus = HilExitCode.LEASE_LOST
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    lines = HOLDS.summary_lines() if _acceptance(config) else []
+    if lines:
+        terminalreporter.section("lease lost", red=True)
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+    return HOLDS.page_section() if _acceptance(config) else None
