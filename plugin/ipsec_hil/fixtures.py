@@ -33,7 +33,7 @@ from pathlib import Path
 import allure
 import pytest
 
-from ipsec_hil import lease_plugin, places
+from ipsec_hil import places
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.cases import (FILTER_KEYS, TunnelCase, appliance_groups, as_set, case_marker_names,
                               tunnel_cases)
@@ -206,6 +206,8 @@ def _leases_still_ours(request: pytest.FixtureRequest) -> None:
     it expired ends the run (LEASE_LOST), checked before the tunnel fixture brings anything
     up; the renewal thread ends it sooner, mid-test (ipsec_hil.lease_plugin).
     """
+    from ipsec_hil import lease_plugin  # a plugin of its own: imported here, after pytest registered it
+
     lease_plugin.stop_if_lost(request.config)  # first: nothing is brought up on a lost host
     if "tunnel" in request.fixturenames:
         with lease_plugin.stops_the_run(request.config):

@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -171,14 +172,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     finally:
         if HOLDS.losses and _acceptance(session.config):
             session.exitstatus = HilExitCode.LEASE_LOST
+            _say(session.config)
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    lines = HOLDS.summary_lines() if _acceptance(config) else []
-    if lines:
-        terminalreporter.section("lease lost", red=True)
-        for line in lines:
-            terminalreporter.write_line(line)
+def _say(config: pytest.Config) -> None:
+    """The terminal's "lease lost" section. Written here, not in pytest_terminal_summary:
+    pytest prints no summary for an exit status of its own choosing (25 is not one)."""
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    lines = HOLDS.summary_lines()
+    if terminal is None:
+        sys.stderr.write("".join(f"lease lost: {line}\n" for line in lines))
+        return
+    terminal.section("lease lost", red=True)
+    for line in lines:
+        terminal.write_line(line)
 
 
 def pytest_hil_page_sections(config: pytest.Config) -> str | None:

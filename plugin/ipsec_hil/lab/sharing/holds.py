@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ipsec_hil.lab.remote import fence
 from ipsec_hil.lab.sharing.lease import LeaseLost
@@ -55,6 +56,19 @@ class Holds:
         self.losses: list[Loss] = []
         self.left: list[str] = []
         self._listeners: list[Callable[[Loss], None]] = []
+        self._held: list[Any] = []  # leases held now (objects with .keeper and .host)
+        self._rechecking = False
+
+    def hold(self, lease: Any) -> None:
+        """``lease`` (an ApplianceLock) is held from now on: rechecked at another's loss."""
+        with self._lock:
+            if lease not in self._held:
+                self._held.append(lease)
+
+    def unhold(self, lease: Any) -> None:
+        with self._lock:
+            if lease in self._held:
+                self._held.remove(lease)
 
     def subscribe(self, listener: Callable[[Loss], None]) -> Callable[[], None]:
         """``listener(loss)`` is called (from the renewal thread) at each loss; returns the
@@ -77,13 +91,40 @@ class Holds:
         with self._lock:
             self.losses.append(loss)
             listeners = list(self._listeners)
+            recheck = not self._rechecking
+            self._rechecking = True
         log.error("lease lost: %s (hosts fenced: %s)", loss.message, ", ".join(hosts) or "none")
+        if not recheck:
+            return loss  # found by the recheck of an earlier loss, whose call tells the listeners
+        try:
+            self._recheck_held()
+        finally:
+            self._rechecking = False
         for listener in listeners:
             try:
                 listener(loss)
             except Exception:  # noqa: BLE001 -- a listener must not hide the loss from the next
                 log.exception("a listener of the lease loss failed")
         return loss
+
+    def _recheck_held(self) -> None:
+        """Renew every other lease held now, at once: a break usually takes several hosts
+        (``break TOPOLOGY`` takes them all), and each keeper alone would notice only at
+        its own next renewal -- meanwhile the stopping run's teardown would still reach
+        those hosts. A lease found lost here is fenced like the first (its keeper reports
+        it); one still ours is merely renewed early."""
+        with self._lock:
+            held = [lease for lease in self._held if lease.keeper.lost is None]
+        for lease in held:
+            if fence.fenced(lease.host.name):
+                continue
+            try:
+                lease.keeper.renew_now()
+            except LeaseLost:
+                pass  # reported through its keeper
+            except Exception as exc:  # noqa: BLE001 -- its own thread retries and decides
+                log.warning("%s: early renewal after another loss failed: %s: %s", lease.host.name,
+                            type(exc).__name__, exc)
 
     @property
     def lost_hosts(self) -> tuple[str, ...]:
@@ -131,6 +172,7 @@ class Holds:
             self.losses.clear()
             self.left.clear()
             self._listeners.clear()
+            self._held.clear()
 
 
 #: The process's record: the fence is process-wide, so is what it fences for.

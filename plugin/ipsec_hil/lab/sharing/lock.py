@@ -219,6 +219,13 @@ def _num(value: str | None) -> float | None:
         return None
 
 
+def _holds():
+    """The process's record of leases (imported late: holds imports this module's peers)."""
+    from ipsec_hil.lab.sharing.holds import HOLDS
+
+    return HOLDS
+
+
 class ApplianceLock:
     """`with ApplianceLock(host, "alice: pytest -m xgs136", run_id=...):` -- acquire, or
     wait up to `wait` seconds (polling every `poll`), then raise LockHeld naming the holder.
@@ -257,9 +264,7 @@ class ApplianceLock:
         """From the renewal thread, once: fence the host (no command of this process
         reaches it any more), record the loss for the run (ipsec_hil.lab.sharing.holds: its
         listeners stop the run), then the caller's ``on_lost``."""
-        from ipsec_hil.lab.sharing.holds import HOLDS
-
-        HOLDS.lost(self.where, (self.host.name,), exc)
+        _holds().lost(self.where, (self.host.name,), exc)
         if self._on_lost is not None:
             self._on_lost(exc)
 
@@ -316,6 +321,7 @@ class ApplianceLock:
                     log.warning("%s: the previous lease on %s was broken: %s", self.host.name, self.path,
                                 self.broken_note)
                 self.keeper.start()
+                _holds().hold(self)
                 return self
             if not content.strip() and vanished < 5:  # released between our attempt and the read
                 vanished += 1
@@ -410,6 +416,7 @@ class ApplianceLock:
             return
         self.held = False
         self.keeper.stop()
+        _holds().unhold(self)
         why = self.keeper.lost or fence.fenced(self.host.name)
         if why:
             # another run holds the host (this lease, or another of this run's on it, was

@@ -1,0 +1,134 @@
+"""Two real runs on one virtual lab: B breaks A's leases mid-run and takes the lab.
+
+What must hold (issue 40, docs/shared-lab.md): A stops within one renewal period of the
+break with its own exit status (25) and a message naming who took its hosts; from the
+moment A learned of the loss, not one command of A's reached dut3300, peer3300 or the
+bench (A's transport recording, ``HIL_COMMAND_LOG``); A's terminal says what it left in
+place and that the new holder's recovery owns it; B recovers what A left, and its tunnel
+and driver build are intact after A is gone (B's own test checks them, and passes). The
+bench is leased like the appliances: ``status`` shows A, then B holding it, ``break``
+frees it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ipsec_hil.lab.remote.fence import read_log
+from lab_factory import REPO, lab_fixture, subprocess_env
+
+lab = lab_fixture(name="lab")
+
+#: A's lease: renewed every 2 s, so A must notice a break within about 2 s.
+LEASE_A = 6
+RENEW_A = LEASE_A / 3
+#: The round trip of the renewal that finds the loss, on a busy machine.
+SLACK = 1.5
+HOSTS = ("dut3300", "peer3300", "bench")
+
+
+def _checkout(root: Path) -> Path:
+    """A scratch checkout whose tests_hil/ holds only the two runs' test."""
+    (root / "tests_hil").mkdir(parents=True)
+    for name in ("conftest.py", "pytest.ini", "topologies"):
+        (root / name).symlink_to(REPO / name)
+    shutil.copy(Path(__file__).with_name("two_runs.py"), root / "tests_hil" / "test_two_runs.py")
+    return root
+
+
+def _build(path: Path, tag: str) -> str:
+    """A driver build file the twin loads (its md5 is its identity); returns the md5."""
+    import hashlib
+
+    data = b"\x7fELF octep " + tag.encode() + b"\n" + os.urandom(2048)
+    path.write_bytes(data)
+    return hashlib.md5(data).hexdigest()
+
+
+def _run(role: str, root: Path, resolved: Path, build: Path, signals: Path, **env: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "pytest", "tests_hil/test_two_runs.py", "-p", "no:cacheprovider",
+           "-p", "no:randomly", "--rootdir", str(root), f"--topology={resolved}", "--driver", f"xgs3300={build}"]
+    return subprocess.Popen(cmd, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env=subprocess_env(HIL_TWO_RUNS_ROLE=role, HIL_TWO_RUNS_DIR=str(signals), **env))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ipsec_hil.lab.sharing", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"{what}: the run ended (status {proc.returncode}) first:\n{proc.stdout.read()[-4000:]}")
+        assert time.monotonic() < end, f"{what}: not within {timeout:g}s"
+        time.sleep(0.1)
+
+
+def _bench_line(status: str) -> str:
+    return next((ln for ln in status.splitlines() if ln.startswith("bench:")), "")
+
+
+@pytest.mark.needs_root
+def test_b_breaks_a_mid_run_a_stops_at_once_and_touches_nothing_of_b(lab, tmp_path):
+    root = _checkout(tmp_path / "checkout")
+    signals, log_a = tmp_path / "signals", tmp_path / "commands-A"
+    signals.mkdir()
+    md5_a, md5_b = _build(tmp_path / "octep-A.ko", "A"), _build(tmp_path / "octep-B.ko", "B")
+    procs: list[subprocess.Popen] = []
+    try:
+        a = _run("A", root, lab.resolved, tmp_path / "octep-A.ko", signals,
+                 HIL_COMMAND_LOG=str(log_a), HIL_LEASE_SECONDS=str(LEASE_A))
+        procs.append(a)
+        _wait_for(signals / "A.up", a, "run A's tunnel up")
+        held = _cli("status", str(lab.resolved), *HOSTS)
+        assert held.returncode == 0, held.stderr
+        assert "held by" in _bench_line(held.stdout) and "pytest (bench)" in _bench_line(held.stdout), held.stdout
+        b = _run("B", root, lab.resolved, tmp_path / "octep-B.ko", signals, HIL_TWO_RUNS_MD5=md5_b)
+        procs.append(b)  # waits for the lab: A holds it
+
+        br = _cli("break", str(lab.resolved), *HOSTS, "--reason", "two-run test: B takes the lab")
+        assert br.returncode == 0, br.stderr
+        # every lease is broken by now: each must be noticed within a renewal period of this
+        t_break = time.time()
+        out_a = a.communicate(timeout=60)[0]
+        a_stopped = time.time() - t_break
+        (signals / "A.exited").write_text("")
+
+        assert a.returncode == 25, f"run A ended with {a.returncode}, not LEASE_LOST (25):\n{out_a[-4000:]}"
+        assert "lease lost" in out_a and "two-run test: B takes the lab" in out_a, out_a[-4000:]
+        assert "left in place: tunnel lab-" in out_a and "new holder's recovery" in out_a, out_a[-4000:]
+        assert "left in place: the driver build under test on dut3300" in out_a, out_a[-4000:]
+        assert "run A was never stopped" not in out_a
+
+        pid_a = int((signals / "A.up").read_text())
+        for host in HOSTS:
+            entries = [e for e in read_log(log_a, host) if e["pid"] == pid_a]
+            fenced = [e["t"] for e in entries if e.get("event") == "fenced"]
+            assert fenced, f"A never fenced {host} (lost leases: its recording)"
+            late = fenced[0] - t_break
+            assert late <= RENEW_A + SLACK, f"A noticed the loss of {host} {late:.1f}s after the break"
+            after = [e for e in entries if e.get("outcome") == "sent" and e["t"] > fenced[0]]
+            assert not after, f"A sent {len(after)} command(s) to {host} after it lost it: {after[:3]}"
+        assert a_stopped <= RENEW_A + SLACK + 10, f"run A took {a_stopped:.1f}s to end after the break"
+
+        out_b = b.communicate(timeout=120)[0]
+        assert b.returncode == 0, f"run B failed ({b.returncode}):\n{out_b[-4000:]}"
+        assert "1 passed" in out_b, out_b[-2000:]
+        free = _cli("status", str(lab.resolved), *HOSTS)
+        assert all(": free" in ln for ln in free.stdout.splitlines()), free.stdout
+        print(f"A ended {a_stopped:.1f}s after the break (renewal every {RENEW_A:g}s)")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
