@@ -60,6 +60,7 @@ def _acceptance(config: pytest.Config) -> bool:
 def stop_if_lost(config: pytest.Config) -> None:
     """End the run now (LEASE_LOST) when any of its leases or places was lost."""
     if HOLDS.losses and _acceptance(config):
+        HOLDS.wait_settled()  # every lease the same break took is known (and fenced) first
         pytest.exit(HOLDS.stop_message(), returncode=HilExitCode.LEASE_LOST)
 
 

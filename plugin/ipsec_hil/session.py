@@ -37,6 +37,7 @@ import pytest
 
 from ipsec_hil import markers, places, records, virtual_lab
 from ipsec_hil.exitcodes import HilExitCode
+from ipsec_hil.lab.sharing.holds import HOLDS
 from ipsec_hil.lab.errors import LabError, TopologyError
 from ipsec_hil.lab.live_lab import HardwareFacts, read_hardware
 from ipsec_hil.lab.reporting.report import RunInfo, write_allure_files, write_page
@@ -260,7 +261,7 @@ class HilSession:
     def write_page_and_allure_files(self) -> Path | None:
         """The measurement page (with the plugins' sections) and Allure's run-level files."""
         config = self.config
-        if not self.entries:
+        if not self.entries and not HOLDS.losses:  # a run stopped by a lost lease still says so
             return None
         facts = self.hardware_facts()
         finished = _dt.datetime.now(_dt.timezone.utc)

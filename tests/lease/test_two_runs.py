@@ -109,6 +109,9 @@ def test_b_breaks_a_mid_run_a_stops_at_once_and_touches_nothing_of_b(lab, tmp_pa
         assert "left in place: tunnel lab-" in out_a and "new holder's recovery" in out_a, out_a[-4000:]
         assert "left in place: the driver build under test on dut3300" in out_a, out_a[-4000:]
         assert "run A was never stopped" not in out_a
+        page = (root / "reports" / "measurement-page.md").read_text()
+        assert "## Lease lost: the run stopped" in page and "left in place: tunnel lab-" in page, page[-3000:]
+        (root / "reports" / "measurement-page.md").unlink()  # B writes its own
 
         pid_a = int((signals / "A.up").read_text())
         for host in HOSTS:
@@ -127,6 +130,7 @@ def test_b_breaks_a_mid_run_a_stops_at_once_and_touches_nothing_of_b(lab, tmp_pa
         free = _cli("status", str(lab.resolved), *HOSTS)
         assert all(": free" in ln for ln in free.stdout.splitlines()), free.stdout
         print(f"A ended {a_stopped:.1f}s after the break (renewal every {RENEW_A:g}s)")
+        print(out_a[out_a.rfind(" lease lost "):][:3000])
     finally:
         for p in procs:
             if p.poll() is None:

@@ -58,6 +58,8 @@ class Holds:
         self._listeners: list[Callable[[Loss], None]] = []
         self._held: list[Any] = []  # leases held now (objects with .keeper and .host)
         self._rechecking = False
+        self._settled = threading.Event()
+        self._settled.set()
 
     def hold(self, lease: Any) -> None:
         """``lease`` (an ApplianceLock) is held from now on: rechecked at another's loss."""
@@ -91,21 +93,33 @@ class Holds:
         with self._lock:
             self.losses.append(loss)
             listeners = list(self._listeners)
-            recheck = not self._rechecking
-            self._rechecking = True
+            first = not self._rechecking
+            if first:
+                self._rechecking = True
+                self._settled.clear()
         log.error("lease lost: %s (hosts fenced: %s)", loss.message, ", ".join(hosts) or "none")
-        if not recheck:
-            return loss  # found by the recheck of an earlier loss, whose call tells the listeners
+        if not first:
+            return loss  # found by the recheck of an earlier loss, whose call told the listeners
         try:
+            # the listeners first (the run's main thread is interrupted now), then the other
+            # leases; the interrupted run waits for that (wait_settled) before its teardown
+            for listener in listeners:
+                try:
+                    listener(loss)
+                except Exception:  # noqa: BLE001 -- a listener must not hide the loss from the next
+                    log.exception("a listener of the lease loss failed")
             self._recheck_held()
         finally:
-            self._rechecking = False
-        for listener in listeners:
-            try:
-                listener(loss)
-            except Exception:  # noqa: BLE001 -- a listener must not hide the loss from the next
-                log.exception("a listener of the lease loss failed")
+            with self._lock:
+                self._rechecking = False
+                self._settled.set()
         return loss
+
+    def wait_settled(self, timeout: float = 60) -> bool:
+        """Wait until the recheck after a loss is done (every lease lost by the same break
+        is then known and fenced): a teardown that starts earlier may still reach a host
+        whose loss its keeper has not found yet."""
+        return self._settled.wait(timeout)
 
     def _recheck_held(self) -> None:
         """Renew every other lease held now, at once: a break usually takes several hosts
