@@ -122,6 +122,8 @@ def test_b_breaks_a_mid_run_a_stops_at_once_and_touches_nothing_of_b(lab, tmp_pa
             assert late <= RENEW_A + SLACK, f"A noticed the loss of {host} {late:.1f}s after the break"
             after = [e for e in entries if e.get("outcome") == "sent" and e["t"] > fenced[0]]
             assert not after, f"A sent {len(after)} command(s) to {host} after it lost it: {after[:3]}"
+            assert any(e.get("outcome") == "refused" for e in entries), f"A's careless teardown never tried {host}"
+        assert (signals / "A.teardown").read_text().split("\n") == [f"{h}: HostFenced" for h in HOSTS]
         assert a_stopped <= RENEW_A + SLACK + 10, f"run A took {a_stopped:.1f}s to end after the break"
 
         out_b = b.communicate(timeout=120)[0]
