@@ -10,8 +10,8 @@ run must add is small and sits at four points of the run:
 - **the stop**: while tests run, a loss interrupts the main thread (a signal from the
   renewal thread, so a test blocked in a long stream is stopped too) with
   ``pytest.exit(..., returncode=LEASE_LOST)``, within one renewal period of the break;
-  before each test (``ipsec_hil.fixtures._leases_still_ours`` calls :func:`stop_if_lost`
-  before the tunnel fixture) the same exit, so nothing is brought up on a lost host;
+  before each test's fixtures (``pytest_runtest_setup``, first) the same exit, so
+  nothing is brought up on a lost host;
 - **the exit status**: :attr:`HilExitCode.LEASE_LOST` wins over every other status (the
   run's results after the loss are not evidence of anything);
 - **what was left**: the terminal's "lease lost" section and the page's section say
@@ -132,6 +132,18 @@ def pytest_runtestloop(session: pytest.Session):
         return (yield)
     finally:
         stopper.disarm()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the item's fixtures: a session-scoped ``tunnel`` is set up before any
+    function-scoped fixture (pytest orders by scope), so a check inside a fixture would
+    come after a new configuration's bring-up on hosts that are no longer ours."""
+    from ipsec_hil import places
+
+    stop_if_lost(item.config)
+    with stops_the_run(item.config):
+        places.check_place(item.config)
 
 
 def pytest_hil_lab_ready(session: pytest.Session) -> None:

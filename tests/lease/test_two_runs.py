@@ -52,9 +52,12 @@ def _build(path: Path, tag: str) -> str:
     return hashlib.md5(data).hexdigest()
 
 
-def _run(role: str, root: Path, resolved: Path, build: Path, signals: Path, **env: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pytest", "tests_hil/test_two_runs.py", "-p", "no:cacheprovider",
-           "-p", "no:randomly", "--rootdir", str(root), f"--topology={resolved}", "--driver", f"xgs3300={build}"]
+def _run(role: str, root: Path, resolved: Path, build: Path | None, signals: Path, **env: str) -> subprocess.Popen:
+    tests = ["tests_hil/test_two_runs.py::test_hold_the_lab"] if role in "AB" else [
+        "tests_hil/test_two_runs.py::test_loss_between_tests", "tests_hil/test_two_runs.py::test_next_configuration"]
+    cmd = [sys.executable, "-m", "pytest", *tests, "-p", "no:cacheprovider",
+           "-p", "no:randomly", "--rootdir", str(root), f"--topology={resolved}",
+           *(["--driver", f"xgs3300={build}"] if build else [])]
     return subprocess.Popen(cmd, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             env=subprocess_env(HIL_TWO_RUNS_ROLE=role, HIL_TWO_RUNS_DIR=str(signals), **env))
@@ -138,3 +141,20 @@ def test_b_breaks_a_mid_run_a_stops_at_once_and_touches_nothing_of_b(lab, tmp_pa
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=30)
+
+
+@pytest.mark.needs_root
+def test_a_loss_between_tests_stops_the_run_before_the_next_bring_up(lab, tmp_path):
+    """The check comes before the next test's fixtures: a session-scoped tunnel would be
+    brought up before any function-scoped fixture could look (pytest orders by scope)."""
+    root = _checkout(tmp_path / "checkout")
+    signals, log_c = tmp_path / "signals", tmp_path / "commands-C"
+    signals.mkdir()
+    c = _run("C", root, lab.resolved, None, signals, HIL_COMMAND_LOG=str(log_c))
+    out = c.communicate(timeout=120)[0]
+    assert c.returncode == 25, f"run C ended with {c.returncode}:\n{out[-3000:]}"
+    assert not (signals / "C.ran").exists() and "the lock now names carol on ws7" in out, out[-3000:]
+    lost_at = next(e["t"] for e in read_log(log_c, "peer3300") if e.get("event") == "fenced")
+    for host in ("dut3300", "peer3300"):  # no lock taken, no recovery, no bring-up
+        sent = [e for e in read_log(log_c, host) if e.get("outcome") == "sent" and e["t"] > lost_at]
+        assert not sent, f"run C sent {len(sent)} command(s) to {host} after the loss: {sent[:2]}"

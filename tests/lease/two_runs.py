@@ -62,3 +62,22 @@ def test_hold_the_lab(tunnel, careless_teardown):
     for app in (tunnel.local, tunnel.remote):
         info = app.module_info()
         assert info.md5 == want and info.loaded, f"{app.name}: driver {info} is not B's build {want}"
+
+
+def test_loss_between_tests(request):
+    """Run C, first test: a loss is recorded while no test runs (the stopper disarmed, as
+    between two tests), so the check before the next test is what must stop the run."""
+    from ipsec_hil.lab.sharing.holds import HOLDS
+    from ipsec_hil.lab.sharing.lease import LeaseLost
+    from ipsec_hil.lease_plugin import STOPPER_KEY
+
+    request.config.stash[STOPPER_KEY].disarm()
+    HOLDS.lost("peer3300:/var/db/ipsec-hil/run.lock", ("peer3300",),
+               LeaseLost("peer3300: this run's lease was taken: the lock now names carol on ws7"))
+
+
+@pytest.mark.xgs3300
+@pytest.mark.tunnels(tunnel="lab", outer="ipv4", inner="ipv4", cipher="aes-gcm-16")
+def test_next_configuration(tunnel):
+    """Run C, second test: must never start (its tunnel would be brought up first)."""
+    (SIGNALS / "C.ran").write_text("")
