@@ -203,12 +203,11 @@ def _leases_still_ours(request: pytest.FixtureRequest) -> None:
     """Before each tunnel test: the labgrid place and both ends' leases are still this run's.
 
     A lease broken by an operator (``python -m ipsec_hil.lab.sharing break``) or taken over after
-    it expired ends the run (LEASE_LOST), checked before the tunnel fixture brings anything
-    up; the renewal thread ends it sooner, mid-test (ipsec_hil.lease_plugin).
+    it expired ends the run (LEASE_LOST). Any loss already known ends it before the test's
+    fixtures (ipsec_hil.lease_plugin's pytest_runtest_setup), the renewal thread mid-test.
     """
     from ipsec_hil import lease_plugin  # a plugin of its own: imported here, after pytest registered it
 
-    lease_plugin.stop_if_lost(request.config)  # first: nothing is brought up on a lost host
     if "tunnel" in request.fixturenames:
         with lease_plugin.stops_the_run(request.config):
             places.check_place(request.config)
