@@ -60,7 +60,9 @@ def _acceptance(config: pytest.Config) -> bool:
 def stop_if_lost(config: pytest.Config) -> None:
     """End the run now (LEASE_LOST) when any of its leases or places was lost."""
     if HOLDS.losses and _acceptance(config):
-        HOLDS.wait_settled()  # every lease the same break took is known (and fenced) first
+        # every lease the same break took is known (and fenced) first; bounded: a recheck
+        # can wait on a connection the interrupted main thread was holding
+        HOLDS.wait_settled(20)
         pytest.exit(HOLDS.stop_message(), returncode=HilExitCode.LEASE_LOST)
 
 
