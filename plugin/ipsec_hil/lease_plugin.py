@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 STOP_SIGNAL = signal.SIGUSR2
 
 BENCH_LOCK_KEY = pytest.StashKey["ApplianceLock | None"]()
+SESSION_KEY = pytest.StashKey[pytest.Session]()
 STOPPER_KEY = pytest.StashKey["_Stopper"]()
 
 
@@ -63,7 +64,35 @@ def stop_if_lost(config: pytest.Config) -> None:
         # every lease the same break took is known (and fenced) first; bounded: a recheck
         # can wait on a connection the interrupted main thread was holding
         HOLDS.wait_settled(20)
-        pytest.exit(HOLDS.stop_message(), returncode=HilExitCode.LEASE_LOST)
+        message = HOLDS.stop_message()
+        session = config.stash.get(SESSION_KEY, None)
+        if hasattr(config, "workerinput"):
+            _tell_controller(config)
+            if session is not None:  # xdist's controller then stops scheduling, not "worker crashed"
+                session.shouldstop = message
+        pytest.exit(message, returncode=HilExitCode.LEASE_LOST)
+
+
+def _tell_controller(config: pytest.Config) -> None:
+    """An xdist worker's losses and what it left, in its workeroutput: the controller
+    (which restores the drivers and holds the bench) records them as its own."""
+    out = getattr(config, "workeroutput", None)
+    if out is not None:
+        out["hil_lease_lost"] = [[loss.what, list(loss.hosts), loss.message] for loss in HOLDS.losses]
+        out["hil_lease_left"] = list(HOLDS.left)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """The controller: a worker that lost a lease stops the whole run, and the controller
+    fences those hosts too (its driver restore must not reach them)."""
+    data = getattr(node, "workeroutput", None) or {}
+    for text in data.get("hil_lease_left", []):
+        HOLDS.leave(text)
+    known = {(loss.what, loss.message) for loss in HOLDS.losses}
+    for what, hosts, message in data.get("hil_lease_lost", []):
+        if (what, message) not in known:
+            HOLDS.lost(what, hosts, LeaseLost(f"{message} (found by xdist worker {node.gateway.id})"))
 
 
 @contextlib.contextmanager
@@ -127,6 +156,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session):
     stopper = session.config.stash[STOPPER_KEY]
+    session.config.stash[SESSION_KEY] = session
     if _acceptance(session.config):
         stopper.arm()
     try:
@@ -187,7 +217,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     finally:
         if HOLDS.losses and _acceptance(session.config):
             session.exitstatus = HilExitCode.LEASE_LOST
-            _say(session.config)
+            if hasattr(session.config, "workerinput"):
+                _tell_controller(session.config)  # with what the teardowns left
+            else:
+                _say(session.config)
 
 
 def _say(config: pytest.Config) -> None:

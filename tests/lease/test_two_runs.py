@@ -52,12 +52,13 @@ def _build(path: Path, tag: str) -> str:
     return hashlib.md5(data).hexdigest()
 
 
-def _run(role: str, root: Path, resolved: Path, build: Path | None, signals: Path, **env: str) -> subprocess.Popen:
+def _run(role: str, root: Path, resolved: Path, build: Path | None, signals: Path, *extra: str,
+         **env: str) -> subprocess.Popen:
     tests = ["tests_hil/test_two_runs.py::test_hold_the_lab"] if role in "AB" else [
         "tests_hil/test_two_runs.py::test_loss_between_tests", "tests_hil/test_two_runs.py::test_next_configuration"]
     cmd = [sys.executable, "-m", "pytest", *tests, "-p", "no:cacheprovider",
            "-p", "no:randomly", "--rootdir", str(root), f"--topology={resolved}",
-           *(["--driver", f"xgs3300={build}"] if build else [])]
+           *(["--driver", f"xgs3300={build}"] if build else []), *extra]
     return subprocess.Popen(cmd, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             env=subprocess_env(HIL_TWO_RUNS_ROLE=role, HIL_TWO_RUNS_DIR=str(signals), **env))
@@ -159,3 +160,36 @@ def test_a_loss_between_tests_stops_the_run_before_the_next_bring_up(lab, tmp_pa
     for host in ("dut3300", "peer3300"):  # no lock taken, no recovery, no bring-up
         sent = [e for e in read_log(log_c, host) if e.get("outcome") == "sent" and e["t"] > lost_at]
         assert not sent, f"run C sent {len(sent)} command(s) to {host} after the loss: {sent[:2]}"
+
+
+@pytest.mark.needs_root
+def test_under_xdist_a_workers_loss_stops_the_controller_and_its_driver_restore(lab, tmp_path):
+    """Under -n the workers hold the appliances' leases, the controller the bench's and the
+    driver restore: a worker's loss must reach the controller, which fences those hosts
+    too (no restore there), ends the run with 25 and says what was left."""
+    root = _checkout(tmp_path / "checkout")
+    signals, log_a = tmp_path / "signals", tmp_path / "commands-A"
+    signals.mkdir()
+    _build(tmp_path / "octep-A.ko", "A")
+    a = _run("A", root, lab.resolved, tmp_path / "octep-A.ko", signals, "-n", "1",
+             HIL_COMMAND_LOG=str(log_a), HIL_LEASE_SECONDS=str(LEASE_A))
+    try:
+        _wait_for(signals / "A.up", a, "run A's tunnel up")
+        br = _cli("break", str(lab.resolved), "dut3300", "peer3300", "--reason", "xdist: taken for a test")
+        assert br.returncode == 0, br.stderr
+        out = a.communicate(timeout=60)[0]
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait(timeout=30)
+    assert a.returncode == 25, f"run A (-n 1) ended with {a.returncode}:\n{out[-4000:]}"
+    assert "found by xdist worker gw0" in out and "xdist: taken for a test" in out, out[-4000:]
+    assert "left in place: the driver build under test on dut3300" in out, out[-4000:]
+    assert "left in place: tunnel lab-" in out, out[-4000:]
+    for host in ("dut3300", "peer3300"):  # worker and controller alike: nothing after the first fence
+        entries = read_log(log_a, host)
+        first = min(e["t"] for e in entries if e.get("event") == "fenced")
+        after = [e for e in entries if e.get("outcome") == "sent" and e["t"] > first]
+        assert not after, f"run A sent {len(after)} command(s) to {host} after the loss: {after[:3]}"
+    status = _cli("status", str(lab.resolved), *HOSTS)
+    assert all(": free" in ln for ln in status.stdout.splitlines()), status.stdout  # the bench released
