@@ -93,6 +93,8 @@ def pytest_testnodedown(node, error) -> None:
     for what, hosts, message in data.get("hil_lease_lost", []):
         if (what, message) not in known:
             HOLDS.lost(what, hosts, LeaseLost(f"{message} (found by xdist worker {node.gateway.id})"))
+    if HOLDS.losses:
+        stop_if_lost(node.config)
 
 
 @contextlib.contextmanager
@@ -118,7 +120,10 @@ class _Stopper:
         self._unsubscribe = HOLDS.subscribe(self.on_loss)
 
     def on_loss(self, loss: Loss) -> None:  # the renewal thread
-        if self.armed and self.main is not None:
+        # (a loss recorded by the main thread itself -- an xdist worker's, reported to the
+        # controller -- is acted on by its caller: a signal to itself would wait in the
+        # handler for the recheck that this very thread has yet to run)
+        if self.armed and self.main is not None and threading.get_ident() != self.main:
             signal.pthread_kill(self.main, STOP_SIGNAL)
 
     def _handler(self, signum: int, frame: object) -> None:  # the main thread

@@ -177,12 +177,16 @@ def test_under_xdist_a_workers_loss_stops_the_controller_and_its_driver_restore(
         _wait_for(signals / "A.up", a, "run A's tunnel up")
         br = _cli("break", str(lab.resolved), "dut3300", "peer3300", "--reason", "xdist: taken for a test")
         assert br.returncode == 0, br.stderr
+        t_break = time.time()
         out = a.communicate(timeout=60)[0]
+        ended = time.time() - t_break
+        print(f"run A (-n 1) ended {ended:.1f}s after the break's end")
     finally:
         if a.poll() is None:
             a.kill()
             a.wait(timeout=30)
     assert a.returncode == 25, f"run A (-n 1) ended with {a.returncode}:\n{out[-4000:]}"
+    assert ended <= RENEW_A + SLACK + 10, f"run A (-n 1) took {ended:.1f}s to end after the break"
     assert "found by xdist worker gw0" in out and "xdist: taken for a test" in out, out[-4000:]
     assert "left in place: the driver build under test on dut3300" in out, out[-4000:]
     assert "left in place: tunnel lab-" in out, out[-4000:]
