@@ -2,7 +2,7 @@
 
 Why a plugin of its own: the library fences a lost host at the transport and records the
 loss (:data:`~ipsec_hil.lab.sharing.holds.HOLDS`) from the renewal thread; what a pytest
-run must add is small and sits at four points of the run:
+run must add is small and sits at five points of the run:
 
 - **the bench's lease**, taken when the lab is ready (the controller's
   ``pytest_hil_lab_ready``), renewed by its thread, released at the very end: two runs
@@ -16,7 +16,10 @@ run must add is small and sits at four points of the run:
   run's results after the loss are not evidence of anything);
 - **what was left**: the terminal's "lease lost" section and the page's section say
   which lease went to whom, that nothing more was sent there, what was left in place,
-  and that the new holder's recovery owns it.
+  and that the new holder's recovery owns it;
+- **xdist**: a worker's losses (and what its teardowns left) travel to the controller in
+  its ``workeroutput``; the controller fences those hosts too -- it runs the driver
+  restore -- and ends the run the same way.
 """
 
 from __future__ import annotations
