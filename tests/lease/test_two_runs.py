@@ -12,6 +12,7 @@ frees it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -24,7 +25,25 @@ import pytest
 from ipsec_hil.lab.remote.fence import read_log
 from lab_factory import REPO, lab_fixture, subprocess_env
 
-lab = lab_fixture(name="lab")
+vlab = lab_fixture(name="vlab")
+
+
+@pytest.fixture(scope="module")
+def lab(vlab):  # noqa: F811 -- wraps the module lab
+    """The module's virtual lab; afterwards its bench's lease file is gone (every run
+    released or lost it) and the breaks' notes beside it are removed: the bench's lease
+    lives in this machine's /var/lib, which the lab's own teardown does not clean."""
+    from ipsec_hil.lab.remote import LocalHost
+    from ipsec_hil.lab.sharing.lock import bench_lock_path
+
+    yield vlab
+    path = Path(bench_lock_path(LocalHost("bench", netns=vlab.namespaces["bench"])))
+    notes = [p for p in path.parent.glob(path.name + ".*")]
+    for p in notes:
+        p.unlink()
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()  # only when empty: another lab's bench may hold its lease there
+    assert not path.exists(), f"{path}: a run left the bench's lease behind"
 
 #: A's lease: renewed every 2 s, so A must notice a break within about 2 s.
 LEASE_A = 6
