@@ -29,7 +29,7 @@ vlab = lab_fixture(name="vlab")
 
 
 @pytest.fixture(scope="module")
-def lab(vlab):  # noqa: F811 -- wraps the module lab
+def lab(vlab):
     """The module's virtual lab; afterwards its bench's lease file is gone (every run
     released or lost it) and the breaks' notes beside it are removed: the bench's lease
     lives in this machine's /var/lib, which the lab's own teardown does not clean."""
