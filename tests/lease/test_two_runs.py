@@ -129,6 +129,9 @@ def test_b_breaks_a_mid_run_a_stops_at_once_and_touches_nothing_of_b(lab, tmp_pa
 
         assert a.returncode == 25, f"run A ended with {a.returncode}, not LEASE_LOST (25):\n{out_a[-4000:]}"
         assert "lease lost" in out_a and "two-run test: B takes the lab" in out_a, out_a[-4000:]
+        # who took it: B by name, or (B not in yet) whoever broke it, with the reason
+        assert (f"the lock now names root@" in out_a and f"(pid {b.pid}, run " in out_a
+                or "the lock now names nobody yet (the file was removed by " in out_a), out_a[-4000:]
         assert "left in place: tunnel lab-" in out_a and "new holder's recovery" in out_a, out_a[-4000:]
         assert "left in place: the driver build under test on dut3300" in out_a, out_a[-4000:]
         assert "run A was never stopped" not in out_a

@@ -187,6 +187,16 @@ _LOG = 'printf "%s %s\\n" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$msg" >> "$l.log" 2>
 _OURS = 'case "$cur" in *"\\"nonce\\": \\"$n\\""*) ours=1;; *) ours=0;; esac\n'
 
 
+def _breaker(note: str) -> str:
+    """`` by WHO: REASON`` from a ``<lock>.broken`` note ("" when there is none or it is
+    unreadable): a broken run's message names who took its host even before anyone holds it."""
+    try:
+        d = json.loads(note)
+        return f" by {d['by']}: {d['reason']}"
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
 def _provably_dead(info: LockInfo) -> bool:
     """True only when the holder ran on this machine and its pid no longer exists. A holder
     on another machine, or a live pid (even a recycled one), is never taken for dead here:
@@ -387,9 +397,10 @@ class ApplianceLock:
             "renew lease")
         if f.get("lost") == "1":
             other = LockInfo.parse(f.get("content", ""))
-            by = other.describe() if other else ("nobody (the file was removed)" if not f.get("content") else
-                                                  f"an unreadable record {f.get('content', '')[:200]!r}")
             note = f.get("broken", "").strip()
+            by = other.describe() if other else (f"nobody yet (the file was removed{_breaker(note)})"
+                                                  if not f.get("content") else
+                                                  f"an unreadable record {f.get('content', '')[:200]!r}")
             raise LeaseLost(f"{self.where}: this run's lease was taken: the lock now names {by}"
                             + (f"; broken: {note}" if note else "")
                             + ". This run stops before changing anything else on the appliance.")
