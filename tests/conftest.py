@@ -83,3 +83,15 @@ def run_prefix() -> str:
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture(autouse=True)
+def _forget_lost_leases():
+    """A test that breaks a lease fences its host for the whole process (by name:
+    ipsec_hil.lab.remote.fence); the next test in this worker starts unfenced."""
+    yield
+    from ipsec_hil.lab.remote import fence
+    from ipsec_hil.lab.sharing.holds import HOLDS
+
+    fence.reset()
+    HOLDS.reset()

@@ -43,6 +43,8 @@ from ipsec_hil.lab.driver import DeployResult, DriverDeployment, ModuleBuild, lo
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.expectations.hardware import MODELS
 from ipsec_hil.lab.live_lab import build_appliances, close_hosts
+from ipsec_hil.lab.remote import fence
+from ipsec_hil.lab.sharing.holds import HOLDS
 from ipsec_hil.lab.sharing.lock import ApplianceLock
 
 log = logging.getLogger(__name__)
@@ -186,8 +188,15 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def _restore_all(dr: DriverRun) -> None:
     """Restore (or keep) every deployment, newest first; collect failures."""
+    lost = []
     for dep in reversed(dr.deployments):
         name = dep.appliance.name
+        why = fence.fenced(dep.host.name)
+        if why:  # another run holds it now: no restore there (the transport would refuse it)
+            lost.append(dep)
+            dr.restored.append(f"{name}: previous module NOT restored: {why}")
+            HOLDS.leave(f"the driver build under test on {name} (the previous module is in its journal)")
+            continue
         try:
             with ApplianceLock(dep.host, f"{getpass.getuser()}@{socket.gethostname()}: pytest --driver restore",
                                run_id=dep.run_id, wait=600, poll=2):
@@ -205,7 +214,7 @@ def _restore_all(dr: DriverRun) -> None:
             dr.failures.append(f"{name}: restore failed: {exc}")
             sys.stderr.write(f"\n*** {name}: the previous driver could NOT be restored: {exc}\n"
                              "*** its backup stays in the appliance's journal; the next run recovers it\n")
-    dr.deployments = [d for d in dr.deployments if d.backup is not None]
+    dr.deployments = [d for d in dr.deployments if d.backup is not None and d not in lost]
 
 
 def _close(dr: DriverRun) -> None:

@@ -37,3 +37,7 @@ class HilExitCode(enum.IntEnum):
     #: ``--gate``: some selected acceptance tests did not run (skipped): the gate did not
     #: establish everything it was asked to (the page's first screen lists what).
     GATE_INCOMPLETE = 26
+    #: a lease (appliance, bench) or labgrid place of this run was taken by another run: the
+    #: run stopped within one renewal period and sent nothing more to those hosts; what it
+    #: had changed there is left to the new holder's recovery (docs/shared-lab.md).
+    LEASE_LOST = 27

@@ -215,14 +215,17 @@ def _leases_still_ours(request: pytest.FixtureRequest) -> None:
     """Before each tunnel test: the labgrid place and both ends' leases are still this run's.
 
     A lease broken by an operator (``python -m ipsec_hil.lab.sharing break``) or taken over after
-    it expired stops the run at the next test instead of letting it drive appliances
-    another run now holds.
+    it expired ends the run (LEASE_LOST). Any loss already known ends it before the test's
+    fixtures (ipsec_hil.lease_plugin's pytest_runtest_setup), the renewal thread mid-test.
     """
+    from ipsec_hil import lease_plugin  # a plugin of its own: imported here, after pytest registered it
+
     if "tunnel" in request.fixturenames:
-        places.check_place(request.config)
-        active = request.getfixturevalue("tunnel")
-        if isinstance(active, ActiveTunnel):  # a project test may stand a fake in for the fixture
-            active.check_leases()
+        with lease_plugin.stops_the_run(request.config):
+            places.check_place(request.config)
+            active = request.getfixturevalue("tunnel")
+            if isinstance(active, ActiveTunnel):  # a project test may stand a fake in for the fixture
+                active.check_leases()
 
 
 @pytest.fixture

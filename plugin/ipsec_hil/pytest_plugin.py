@@ -36,14 +36,16 @@ from ipsec_hil.lab.topology import Topology
 from ipsec_hil.session import configure_controller, configure_worker
 
 pytest_plugins = ["ipsec_hil.fixtures", "ipsec_hil.driver_plugin", "ipsec_hil.gate_plugin", "ipsec_hil.compare_plugin",
-                  "ipsec_hil.preflight_plugin", "ipsec_hil.throughput_plugin", "ipsec_hil.timeshare_plugin"]
+                  "ipsec_hil.preflight_plugin", "ipsec_hil.throughput_plugin", "ipsec_hil.timeshare_plugin",
+                  "ipsec_hil.lease_plugin"]
 
 DEFAULT_TOPOLOGY = "topologies/virtual.yaml"
 
 
 def parts_in_order() -> tuple[type[Part], ...]:
     """The run's parts, in the order the run calls their phases (ipsec_hil.context.Part): at lab
-    ready, preflight before ``--driver`` deploys (a lab that is not ready fails fast, and
+    ready, the bench's lease first (nothing touches the bench before the run holds it), then
+    preflight before ``--driver`` deploys (a lab that is not ready fails fast, and
     nothing is deployed onto it); at finish, the candidate comparison while the candidate is
     still loaded, then the driver restores the previous build, then the gate compares the
     run's figures (it needs neither); the time share only speaks in workers.
@@ -54,10 +56,11 @@ def parts_in_order() -> tuple[type[Part], ...]:
     from ipsec_hil.compare_plugin import ParentRun
     from ipsec_hil.driver_plugin import DriverRun
     from ipsec_hil.gate_plugin import GateRun
+    from ipsec_hil.lease_plugin import LeaseHold
     from ipsec_hil.preflight_plugin import Preflight
     from ipsec_hil.timeshare_plugin import RunShare
 
-    return (Preflight, ParentRun, DriverRun, GateRun, RunShare)
+    return (LeaseHold, Preflight, ParentRun, DriverRun, GateRun, RunShare)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

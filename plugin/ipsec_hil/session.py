@@ -51,6 +51,7 @@ import pytest
 from ipsec_hil import markers, places, records, virtual_lab
 from ipsec_hil.context import CONTEXT_KEY, WORKER_INPUT, Part, RunContext
 from ipsec_hil.exitcodes import HilExitCode
+from ipsec_hil.lab.sharing.holds import HOLDS
 from ipsec_hil.lab.errors import LabError, TopologyError
 from ipsec_hil.lab.live_lab import HardwareFacts, read_hardware
 from ipsec_hil.lab.reporting.report import RunInfo, write_allure_files, write_page
@@ -272,9 +273,15 @@ class HilSession:
         if self.nothing_measured:
             terminalreporter.write_line(self.nothing_measured, red=True, bold=True)
 
+    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Nothing measured is judged first (a gate must not count it as a failure to
-        compare), then the parts finish in their order, then the page is written."""
+        compare), then the parts finish in their order, then the page is written.
+
+        trylast, relative to pytest itself: after a run ended early (``pytest.exit``: a lost
+        lease, ``-x``) the session-scoped tunnels are torn down by pytest's runner in its
+        own ``pytest_sessionfinish``; the driver restore and the page come after them, so the
+        page says what the teardowns did or left."""
         self.judge_nothing_measured(session)
         for part in self.ctx.in_order():
             part.finish(self.ctx, session)
@@ -302,7 +309,7 @@ class HilSession:
     def write_page_and_allure_files(self) -> Path | None:
         """The measurement page (with the plugins' sections) and Allure's run-level files."""
         config = self.config
-        if not self.entries:
+        if not self.entries and not HOLDS.losses:  # a run stopped by a lost lease still says so
             return None
         facts = self.hardware_facts()
         finished = _dt.datetime.now(_dt.timezone.utc)

@@ -174,6 +174,11 @@ def test_status_and_break_commands_in_labgrid_mode(coordinator, tmp_path):
         assert lost.wait(30)
         with pytest.raises(LeaseLost, match=f"it is now released .*{claim.name} kicked by .*: rack rewiring"):
             claim.check()
+        # the place's appliances are fenced: this process sends them nothing more
+        from ipsec_hil.lab.remote import fence
+
+        assert sorted(claim.services) == ["dut3300", "peer3300"]
+        assert all("rack rewiring" in (fence.fenced(name) or "") for name in claim.services)
     finally:
         claim.release()
 

@@ -25,8 +25,10 @@ def lock_path(tmp_path: Path) -> str:
 
 
 def machine(host_name: str, who: str, path: str, **kw) -> ApplianceLock:
-    """A lock client as if run on machine ``host_name`` (its own pid is irrelevant there)."""
-    return ApplianceLock(LocalHost("dut"), LockInfo(holder=who, host=host_name, pid=4242, run_id=f"run-{who}"),
+    """A lock client as if run on machine ``host_name`` (its own pid is irrelevant there).
+    Each machine reaches the file through a Host of its own name: a lost lease fences its
+    host by name in this process (ipsec_hil.lab.remote.fence), as it would on that machine."""
+    return ApplianceLock(LocalHost(f"dut-{host_name}"), LockInfo(holder=who, host=host_name, pid=4242, run_id=f"run-{who}"),
                          path=path, **kw)
 
 
@@ -212,3 +214,83 @@ def test_an_active_tunnel_stops_when_either_end_lost_its_lease(tmp_path):
     finally:
         for lock in locks:
             lock.release()
+
+
+# --------------------------------------------------------------------------- the fence
+
+
+def test_a_fenced_host_refuses_every_operation_and_the_recording_says_so(tmp_path, monkeypatch):
+    """After a loss the transport itself refuses: commands and file operations alike,
+    with an error naming the host and why, and nothing reaches the host."""
+    from ipsec_hil.lab.remote import fence
+
+    monkeypatch.setenv(fence.COMMAND_LOG_ENV, str(tmp_path / "log"))
+    host, target = LocalHost("dut-fence"), tmp_path / "touched"
+    host.run(f"echo before > {target}")
+    fence.fence("dut-fence", "lease lost (test): bob took it")
+    calls = {
+        "run": lambda: host.run(f"echo after > {target}"),
+        "run_file": lambda: host.run_file("/bin/true", stdin=b""),
+        "read_file": lambda: host.read_file(str(target)),
+        "write_file_atomic": lambda: host.write_file_atomic(str(target), b"after"),
+        "exists": lambda: host.exists(str(target)),
+        "remove": lambda: host.remove(str(target)),
+        "rename": lambda: host.rename(str(target), str(target) + ".moved"),
+    }
+    for op, call in calls.items():
+        with pytest.raises(fence.HostFenced, match=f"dut-fence: no command sent \\({op} refused\\).*bob took it"):
+            call()
+    assert target.read_text() == "before\n"
+    log = fence.read_log(tmp_path / "log", "dut-fence")
+    assert [e.get("outcome") or e.get("event") for e in log] == ["sent", "fenced"] + ["refused"] * len(calls)
+    assert [e["op"] for e in log if e.get("outcome") == "refused"] == list(calls)
+    LocalHost("other").run("true")  # by name: another host is not fenced
+
+
+def test_a_loss_rechecks_every_other_lease_at_once(tmp_path):
+    """A break usually takes several hosts: the first loss found renews the others now,
+    so a host whose own renewal is far off is fenced within a round trip, not a period."""
+    from ipsec_hil.lab.remote import fence
+    from ipsec_hil.lab.sharing.holds import HOLDS
+
+    told = threading.Event()
+    unsubscribe = HOLDS.subscribe(lambda loss: told.set())
+    quick = ApplianceLock(LocalHost("dut-quick"), "alice", path=str(tmp_path / "q.lock"), lease=30, renew_every=0.3)
+    slow = ApplianceLock(LocalHost("dut-slow"), "alice", path=str(tmp_path / "s.lock"), lease=60, renew_every=20)
+    other = ApplianceLock(LocalHost("dut-other"), "alice", path=str(tmp_path / "o.lock"), lease=60, renew_every=20)
+    try:
+        for lk in (quick, slow, other):
+            lk.acquire()
+        for lk in (slow, quick):  # the slow one first: its own thread would see it in 20 s
+            ApplianceLock(LocalHost("breaker"), "carol", path=lk.path).break_("taken for a test", "carol@ws7")
+        assert told.wait(10) and HOLDS.wait_settled(10)
+        assert fence.fenced("dut-quick") and fence.fenced("dut-slow"), HOLDS.losses
+        assert "taken for a test" in fence.fenced("dut-slow")
+        assert fence.fenced("dut-other") is None and other.lost is None  # still ours: renewed early
+        assert sorted(HOLDS.lost_hosts) == ["dut-quick", "dut-slow"]
+        with pytest.raises(LeaseLost, match="this run lost its hold"):
+            HOLDS.check()
+    finally:
+        unsubscribe()
+        for lk in (quick, slow, other):
+            lk.release()  # the lost ones send nothing; the held one is removed
+    assert not Path(other.path).exists() and not Path(slow.path).exists()
+
+
+def test_a_bench_in_a_namespace_has_a_lease_file_of_its_own():
+    """Virtual labs side by side share this machine's /var/lib: one file per bench netns."""
+    from ipsec_hil.lab.sharing.lock import BENCH_LOCK_PATH, bench_lock_path
+
+    assert bench_lock_path(LocalHost("bench")) == BENCH_LOCK_PATH
+    assert bench_lock_path(LocalHost("bench", netns="tw1a2b-bench")) == "/var/lib/ipsec-hil/bench.tw1a2b-bench.lock"
+
+
+def test_lease_seconds_from_the_environment_is_checked(monkeypatch):
+    from ipsec_hil.lab.errors import LabError
+    from ipsec_hil.lab.sharing.lock import lease_seconds
+
+    monkeypatch.setenv("HIL_LEASE_SECONDS", "6")
+    assert lease_seconds() == 6 and machine("m", "a", "/x").lease == 6
+    monkeypatch.setenv("HIL_LEASE_SECONDS", "2")
+    with pytest.raises(LabError, match="HIL_LEASE_SECONDS='2': expected seconds between 3 and 86400"):
+        lease_seconds()

@@ -297,6 +297,10 @@ def test_lease_over_ssh_expiry_takeover_and_break(ssh_host, workdir):
     ApplianceLock(ssh_host, "carol", path=path).break_("DUT needs a firmware update", "carol@ws7")
     with pytest.raises(LeaseLost, match="DUT needs a firmware update"):
         alice.renew()
+    from ipsec_hil.lab.remote import fence
+
+    assert fence.fenced(ssh_host.name)  # alice's process sends nothing more to the host
+    fence.reset()  # dave runs on another machine, whose process never fenced it
     with ApplianceLock(ssh_host, "dave", path=path) as dave:
         assert "carol@ws7" in dave.broken_note and "firmware update" in dave.broken_note
     alice.release()

@@ -25,6 +25,7 @@ from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.cases import TunnelCase
 from ipsec_hil.lab.expectations.hardware import KnownIssue
 from ipsec_hil.lab.live_lab import Lab
+from ipsec_hil.lab.sharing.holds import left_for_new_holder
 from ipsec_hil.lab.sharing.lock import ApplianceLock
 from ipsec_hil.lab.measuring.measure import Ledger, expect_zero
 from ipsec_hil.lab.provision import ChildPlan, EndPlan, TunnelPlan, TunnelProvisioner, child_plans, render_masked
@@ -273,4 +274,7 @@ def bring_up(lab: Lab, case: TunnelCase, *, run_id: str, keep: bool = False, loc
         try:
             yield ActiveTunnel(case, plan, prov, local, remote, lab, tuple(locks))
         finally:
-            prov.down()
+            # a lost end is fenced: no teardown there; its journal is the new holder's to recover
+            if not left_for_new_holder(locks, f"tunnel {case.id} (connection {prov.conn}: its swanctl.conf, "
+                                              "SAs and policies)"):
+                prov.down()

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ipsec_hil.lab.errors import CommandTimeout, TransportError
+from ipsec_hil.lab.remote.fence import guarded
 from ipsec_hil.lab.remote.shell import RunResult, decode_output, random_token, script_file_command, wrap_script
 from ipsec_hil.lab.measuring.timeshare import SSH, spent
 
@@ -49,6 +50,7 @@ class LocalHost:
         return ["ip", "netns", "exec", self.netns, *sh]
 
     @spent(SSH, within_phase=True)
+    @guarded("run")
     def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
         """Run a POSIX sh script on this machine. Counted as "ssh" like SshHost's (the
         virtual lab's bench is local, a real one is not: the same command, the same row)."""
@@ -56,6 +58,7 @@ class LocalHost:
                                  f"sh script ({script.count(chr(10)) + 1} lines)")
 
     @spent(SSH, within_phase=True)
+    @guarded("run_file")
     def run_file(self, path: str, *, stdin: bytes, timeout: float | None = None) -> RunResult:
         """SshHost.run_file here: ``/bin/sh PATH`` with ``stdin`` as its raw standard input
         (the same path rule, so a script that runs on the bench runs on an appliance)."""
@@ -82,12 +85,14 @@ class LocalHost:
         log.debug("%s: %s status=%d in %.3fs", self.name, what, proc.returncode, dur)
         return RunResult(decode_output(out), decode_output(err), proc.returncode, dur, self.name)
 
+    @guarded("read_file")
     def read_file(self, path: str) -> bytes:
         try:
             return Path(path).read_bytes()
         except OSError as e:
             raise TransportError(f"{self.name}: cannot read {path}: {e}") from e
 
+    @guarded("write_file_atomic")
     def write_file_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
         d, base = os.path.split(path)
         tmp = f"{d or '.'}/.{base}.tmp-{random_token()}"
@@ -104,9 +109,11 @@ class LocalHost:
                 os.unlink(tmp)
             raise TransportError(f"{self.name}: cannot write {path}: {e}") from e
 
+    @guarded("exists")
     def exists(self, path: str) -> bool:
         return os.path.lexists(path)
 
+    @guarded("remove")
     def remove(self, path: str, missing_ok: bool = True) -> None:
         try:
             os.unlink(path)
@@ -116,6 +123,7 @@ class LocalHost:
         except OSError as e:
             raise TransportError(f"{self.name}: cannot remove {path}: {e}") from e
 
+    @guarded("rename")
     def rename(self, src: str, dst: str) -> None:
         try:
             os.replace(src, dst)

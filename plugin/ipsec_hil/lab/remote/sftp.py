@@ -16,6 +16,7 @@ import threading
 import paramiko
 
 from ipsec_hil.lab.errors import TransportError
+from ipsec_hil.lab.remote.fence import guarded
 from ipsec_hil.lab.remote.shell import close_quietly, random_token
 from ipsec_hil.lab.measuring.timeshare import SSH, spent
 
@@ -64,6 +65,7 @@ class SftpFiles:
         return client
 
     @_timed
+    @guarded("read_file")
     def read_file(self, path: str) -> bytes:
         try:
             with self.sftp().open(path, "rb") as f:
@@ -87,6 +89,7 @@ class SftpFiles:
             raise TransportError(f"{self.name}: cannot write {path}: {e}") from e
 
     @_timed
+    @guarded("write_file_atomic")
     def write_file_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write to `<dir>/.<name>.tmp-<random>` and posix-rename over `path`: readers see
         the old or the new file, never a half-written one."""
@@ -107,6 +110,7 @@ class SftpFiles:
         log.debug("%s: wrote %s atomically (%d bytes, mode %o)", self.name, path, len(data), mode)
 
     @_timed
+    @guarded("exists")
     def exists(self, path: str) -> bool:
         try:
             self.sftp().stat(path)
@@ -117,6 +121,7 @@ class SftpFiles:
             raise TransportError(f"{self.name}: cannot stat {path}: {e}") from e
 
     @_timed
+    @guarded("remove")
     def remove(self, path: str, missing_ok: bool = True) -> None:
         try:
             self.sftp().remove(path)
@@ -127,6 +132,7 @@ class SftpFiles:
             raise TransportError(f"{self.name}: cannot remove {path}: {e}") from e
 
     @_timed
+    @guarded("rename")
     def rename(self, src: str, dst: str) -> None:
         """Rename replacing dst (posix-rename@openssh.com). Only if the server lacks that
         extension: remove dst then rename (not atomic; logged)."""

@@ -23,6 +23,8 @@ import paramiko
 
 from ipsec_hil.lab.errors import CommandTimeout, HostKeyError, TransportError
 from ipsec_hil.lab.measuring.timeshare import SSH, spent
+from ipsec_hil.lab.remote import fence
+from ipsec_hil.lab.remote.fence import guarded
 from ipsec_hil.lab.remote.sftp import SftpFiles
 from ipsec_hil.lab.remote.shell import (SH_COMMAND, RunResult, close_quietly, decode_output, kill_script,
                                      script_file_command, split_pid, wrap_script)
@@ -268,6 +270,7 @@ class SshHost(SftpFiles):
           10 per connection): the connection is fine and other threads' channels on it
           must survive, so wait and retry until connect_timeout, then say so.
         """
+        fence.check(self.name, opener)  # a fenced host gets no channel, whoever asks
         deadline = time.monotonic() + self.connect_timeout
         reconnected = False
         delay = 0.02
@@ -300,6 +303,7 @@ class SshHost(SftpFiles):
         return self._open_channel("command")
 
     @spent(SSH, within_phase=True)
+    @guarded("run")
     def run(self, script: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
         """Run a POSIX sh script: sent on stdin to the literal `/bin/sh -s`.
 
@@ -327,6 +331,7 @@ class SshHost(SftpFiles):
         return self._result(out, split_pid(err)[1], status, t0, f"sh script ({script.count(chr(10)) + 1} lines)")
 
     @spent(SSH, within_phase=True)
+    @guarded("run_file")
     def run_file(self, path: str, *, stdin: bytes, timeout: float | None = None) -> RunResult:
         """Run the sh script file ``path`` (already on the host) with ``stdin`` as its raw
         standard input, sent while it runs: a program that reads a stream (the wire

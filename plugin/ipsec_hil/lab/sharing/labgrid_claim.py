@@ -93,8 +93,18 @@ class PlaceClaim:
         self.kick_note = ""  # what the previous holder's kick said, if it was kicked
         self._own_comment = ""  # the place's comment without our stamp (restored on release)
         self._n = 0
+        self._on_lost = on_lost
         self.keeper = LeaseKeeper(f"labgrid {cfg.coordinator} place", self._renew, every=renew_every,
-                                  lease=self.lease, on_lost=on_lost)
+                                  lease=self.lease, on_lost=self._lost)
+
+    def _lost(self, exc: LeaseLost) -> None:
+        """From the renewal thread, once: fence the place's appliances (by their names)
+        and record the loss for the run (ipsec_hil.lab.sharing.holds), then ``on_lost``."""
+        from ipsec_hil.lab.sharing.holds import HOLDS
+
+        HOLDS.lost(f"labgrid place {self.place}", tuple(self.services), exc)
+        if self._on_lost is not None:
+            self._on_lost(exc)
 
     @property
     def name(self) -> str:

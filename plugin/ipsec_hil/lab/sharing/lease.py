@@ -13,7 +13,8 @@ that says who took it. The renewal thread cannot raise in the run's thread, so i
 records the loss in :class:`LeaseKeeper`; the run calls :meth:`LeaseKeeper.check` (the
 pytest glue: before each test, and before every remote change) and gets
 :class:`LeaseLost`. ``on_lost`` is called once from the renewal thread for callers that
-want to interrupt at once (e.g. ``_thread.interrupt_main``).
+want to interrupt at once. The suite's locks and places pass every loss to
+:mod:`ipsec_hil.lab.sharing.holds`, which fences the host at the transport and stops the run.
 
 The same keeper keeps the on-appliance lease (:mod:`ipsec_hil.lab.sharing.lock`) and the labgrid
 place claim (:mod:`ipsec_hil.lab.sharing.labgrid_claim`) alive: one renewal loop, one way to stop.
@@ -95,6 +96,7 @@ class LeaseKeeper:
         self._on_lost = on_lost
         self._stop = threading.Event()
         self._lost: LeaseLost | None = None
+        self._mark_lock = threading.Lock()
         #: set when the lease is lost: for a caller that waits on it (e.g. a watchdog thread)
         self.lost_event = threading.Event()
         self._thread: threading.Thread | None = None
@@ -139,9 +141,10 @@ class LeaseKeeper:
             raise
 
     def _mark_lost(self, exc: LeaseLost) -> None:
-        if self._lost is not None:
-            return
-        self._lost = exc
+        with self._mark_lock:  # the renewal thread and a renew_now may both find it lost
+            if self._lost is not None:
+                return
+            self._lost = exc
         self._stop.set()
         self.lost_event.set()
         log.error("%s: %s", self.what, exc)

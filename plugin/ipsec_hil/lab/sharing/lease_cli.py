@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from ipsec_hil.lab.errors import LabError
-from ipsec_hil.lab.sharing.lock import BENCH_LOCK_PATH, DEFAULT_LOCK_PATH, ApplianceLock
+from ipsec_hil.lab.sharing.lock import BENCH_LOCK_PATH, DEFAULT_LOCK_PATH, ApplianceLock, bench_lock_path
 from ipsec_hil.lab.remote import Host
 from ipsec_hil.lab.remote.factory import host_from_mgmt
 from ipsec_hil.lab.topology import Topology, load_topology
@@ -43,7 +43,7 @@ def connect(topo: Topology, name: str) -> Host:
 
 
 def lock_for(topo: Topology, name: str, host: Host, appliance_path: str, bench_path: str) -> ApplianceLock:
-    path = bench_path if topo.host(name).role == "bench" else appliance_path
+    path = bench_lock_path(host, bench_path) if topo.host(name).role == "bench" else appliance_path
     return ApplianceLock(host, who_am_i(), path=path)
 
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.sharing.lease import DEFAULT_LEASE_S, LeaseKeeper, LeaseLost, Patience
-from ipsec_hil.lab.remote import Host
+from ipsec_hil.lab.remote import Host, fence
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,43 @@ DEFAULT_LOCK_PATH = "/var/db/ipsec-hil/run.lock"
 #: The bench is a Linux PC: /var/lib survives its reboots as /var/db does on FreeBSD.
 BENCH_LOCK_PATH = "/var/lib/ipsec-hil/bench.lock"
 
+#: Seconds of a lease when the caller names none: a test that must see a loss within
+#: seconds sets it low for a whole run (its subprocesses included).
+LEASE_ENV = "HIL_LEASE_SECONDS"
+
 __all__ = ["ApplianceLock", "LockHeld", "LockInfo", "LeaseLost", "LeaseStatus",
-           "DEFAULT_LOCK_PATH", "BENCH_LOCK_PATH"]
+           "DEFAULT_LOCK_PATH", "BENCH_LOCK_PATH", "LEASE_ENV", "bench_lock_path", "lease_seconds"]
+
+
+def lease_seconds() -> float:
+    """The default lease: ``$HIL_LEASE_SECONDS`` when set (at least 3: a lease is renewed
+    three times per period), else :data:`DEFAULT_LEASE_S`."""
+    raw = os.environ.get(LEASE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_LEASE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1
+    if not 3 <= value <= 86400:
+        raise LabError(f"environment {LEASE_ENV}={raw!r}: expected seconds between 3 and 86400")
+    return value
+
+
+def bench_lock_path(host: Host, base: str = BENCH_LOCK_PATH) -> str:
+    """The bench's lease file as ``host`` reaches it.
+
+    Why not always :data:`BENCH_LOCK_PATH`: a virtual lab's bench is a network namespace
+    of this machine sharing its file system, and several virtual labs run side by side
+    (the fault matrix's parts, developers' labs): one file would make them wait for each
+    other. A bench inside a namespace gets a file of its own (``bench.NETNS.lock``); a
+    bench that is a whole machine (this one, or one over SSH) has the one file."""
+    netns = getattr(host, "netns", None)
+    if not netns:
+        return base
+    d, name = os.path.split(base)
+    stem, dot, ext = name.rpartition(".")
+    return os.path.join(d, f"{stem}.{netns}.{ext}" if dot else f"{name}.{netns}")
 
 
 class LockHeld(LabError):
@@ -152,6 +187,16 @@ _LOG = 'printf "%s %s\\n" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$msg" >> "$l.log" 2>
 _OURS = 'case "$cur" in *"\\"nonce\\": \\"$n\\""*) ours=1;; *) ours=0;; esac\n'
 
 
+def _breaker(note: str) -> str:
+    """`` by WHO: REASON`` from a ``<lock>.broken`` note ("" when there is none or it is
+    unreadable): a broken run's message names who took its host even before anyone holds it."""
+    try:
+        d = json.loads(note)
+        return f" by {d['by']}: {d['reason']}"
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
 def _provably_dead(info: LockInfo) -> bool:
     """True only when the holder ran on this machine and its pid no longer exists. A holder
     on another machine, or a live pid (even a recycled one), is never taken for dead here:
@@ -184,6 +229,13 @@ def _num(value: str | None) -> float | None:
         return None
 
 
+def _holds():
+    """The process's record of leases (imported late: holds imports this module's peers)."""
+    from ipsec_hil.lab.sharing.holds import HOLDS
+
+    return HOLDS
+
+
 class ApplianceLock:
     """`with ApplianceLock(host, "alice: pytest -m xgs136", run_id=...):` -- acquire, or
     wait up to `wait` seconds (polling every `poll`), then raise LockHeld naming the holder.
@@ -195,11 +247,11 @@ class ApplianceLock:
 
     def __init__(self, host: Host, holder_info: LockInfo | str, path: str = DEFAULT_LOCK_PATH,
                  wait: float = 0, poll: float = 1.0, break_if_older_than: float | None = None,
-                 run_id: str = "", timeout: float = 30, *, lease: float = DEFAULT_LEASE_S,
+                 run_id: str = "", timeout: float = 30, *, lease: float | None = None,
                  renew_every: float | None = None,
                  on_lost: Callable[[LeaseLost], None] | None = None) -> None:
         self.host = host
-        self.lease = float(math.ceil(lease))
+        self.lease = float(math.ceil(lease_seconds() if lease is None else lease))
         base = holder_info if isinstance(holder_info, LockInfo) else LockInfo(holder=holder_info, run_id=run_id)
         self.info = LockInfo(holder=base.holder, host=base.host, pid=base.pid, time=base.time,
                              run_id=base.run_id, nonce=base.nonce, lease=self.lease)
@@ -210,12 +262,21 @@ class ApplianceLock:
         self.held = False
         self.expires: float = 0
         self.broken_note = ""  # who broke the previous holder's lease and why, if someone did
+        self._on_lost = on_lost
         self.keeper = LeaseKeeper(f"{host.name}:{path}", self._renew, every=renew_every, lease=self.lease,
-                                  on_lost=on_lost)
+                                  on_lost=self._lost)
 
     @property
     def where(self) -> str:
         return f"{self.host.name}:{self.path}"
+
+    def _lost(self, exc: LeaseLost) -> None:
+        """From the renewal thread, once: fence the host (no command of this process
+        reaches it any more), record the loss for the run (ipsec_hil.lab.sharing.holds: its
+        listeners stop the run), then the caller's ``on_lost``."""
+        _holds().lost(self.where, (self.host.name,), exc)
+        if self._on_lost is not None:
+            self._on_lost(exc)
 
     # ------------------------------------------------------------------ shell pieces
 
@@ -270,6 +331,7 @@ class ApplianceLock:
                     log.warning("%s: the previous lease on %s was broken: %s", self.host.name, self.path,
                                 self.broken_note)
                 self.keeper.start()
+                _holds().hold(self)
                 return self
             if not content.strip() and vanished < 5:  # released between our attempt and the read
                 vanished += 1
@@ -335,9 +397,10 @@ class ApplianceLock:
             "renew lease")
         if f.get("lost") == "1":
             other = LockInfo.parse(f.get("content", ""))
-            by = other.describe() if other else ("nobody (the file was removed)" if not f.get("content") else
-                                                  f"an unreadable record {f.get('content', '')[:200]!r}")
             note = f.get("broken", "").strip()
+            by = other.describe() if other else (f"nobody yet (the file was removed{_breaker(note)})"
+                                                  if not f.get("content") else
+                                                  f"an unreadable record {f.get('content', '')[:200]!r}")
             raise LeaseLost(f"{self.where}: this run's lease was taken: the lock now names {by}"
                             + (f"; broken: {note}" if note else "")
                             + ". This run stops before changing anything else on the appliance.")
@@ -364,6 +427,13 @@ class ApplianceLock:
             return
         self.held = False
         self.keeper.stop()
+        _holds().unhold(self)
+        why = self.keeper.lost or fence.fenced(self.host.name)
+        if why:
+            # another run holds the host (this lease, or another of this run's on it, was
+            # lost): not even a look at its lock file; the new holder's takes its place
+            log.warning("%s: not released: the host is lost to this run (%s); nothing sent", self.where, why)
+            return
         f = self._run(
             'cur=$(cat "$l" 2>/dev/null) || { echo result=gone; exit 0; }\n' + _OURS
             + 'if [ "$ours" = 1 ]; then rm -f "$l" && echo result=removed; else echo result=other; fi\n',

@@ -1,0 +1,269 @@
+"""A lost lease or place stops the run at once (the pytest side of ipsec_hil.lab.sharing.holds).
+
+Why a plugin of its own: the library fences a lost host at the transport and records the
+loss (:data:`~ipsec_hil.lab.sharing.holds.HOLDS`) from the renewal thread; what a pytest
+run must add is small and sits at five points of the run:
+
+- **the bench's lease**, taken when the lab is ready (:class:`LeaseHold`, the run
+  context's first part: before preflight or a driver deploy touches anything), renewed
+  by its thread, released when the run closes: two runs never drive one bench's
+  namespaces, routes and iperf3 servers at once;
+- **the stop**: while tests run, a loss interrupts the main thread (a signal from the
+  renewal thread, so a test blocked in a long stream is stopped too) with
+  ``pytest.exit(..., returncode=LEASE_LOST)``, within one renewal period of the break;
+  before each test's fixtures (``pytest_runtest_setup``, first) the same exit, so
+  nothing is brought up on a lost host;
+- **the exit status**: :attr:`HilExitCode.LEASE_LOST` wins over every other status (the
+  run's results after the loss are not evidence of anything);
+- **what was left**: the terminal's "lease lost" section and the page's section say
+  which lease went to whom, that nothing more was sent there, what was left in place,
+  and that the new holder's recovery owns it;
+- **xdist**: a worker's losses (and what its teardowns left) travel to the controller in
+  its ``workeroutput``; the controller fences those hosts too -- it runs the driver
+  restore -- and ends the run the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from ipsec_hil.context import Part, RunContext, run_context
+from ipsec_hil.exitcodes import HilExitCode
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.sharing.holds import HOLDS, Loss
+from ipsec_hil.lab.sharing.lease import LeaseLost
+from ipsec_hil.lab.sharing.lock import ApplianceLock, bench_lock_path
+
+log = logging.getLogger(__name__)
+
+#: The signal the renewal thread sends the main thread (unused by pytest and its plugins).
+STOP_SIGNAL = signal.SIGUSR2
+
+
+
+def _acceptance(config: pytest.Config) -> bool:
+    """Only a run of acceptance tests holds leases for itself: the project's own tests
+    lose leases on purpose, in their own scenarios, and must not stop their own run."""
+    from ipsec_hil.session import wants_lab
+
+    return wants_lab(config)
+
+
+def stop_if_lost(config: pytest.Config) -> None:
+    """End the run now (LEASE_LOST) when any of its leases or places was lost."""
+    if HOLDS.losses and _acceptance(config):
+        # every lease the same break took is known (and fenced) first; bounded: a recheck
+        # can wait on a connection the interrupted main thread was holding
+        HOLDS.wait_settled(20)
+        message = HOLDS.stop_message()
+        hold = run_context(config).part(LeaseHold)
+        session = hold.session
+        if run_context(config).worker:
+            _tell_controller(config)
+            if session is not None:  # xdist's controller then stops scheduling, not "worker crashed"
+                session.shouldstop = message
+        pytest.exit(message, returncode=HilExitCode.LEASE_LOST)
+
+
+def _tell_controller(config: pytest.Config) -> None:
+    """An xdist worker's losses and what it left, in its workeroutput: the controller
+    (which restores the drivers and holds the bench) records them as its own."""
+    out = getattr(config, "workeroutput", None)
+    if out is not None:
+        out["hil_lease_lost"] = [[loss.what, list(loss.hosts), loss.message] for loss in HOLDS.losses]
+        out["hil_lease_left"] = list(HOLDS.left)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """The controller: a worker that lost a lease stops the whole run, and the controller
+    fences those hosts too (its driver restore must not reach them)."""
+    data = getattr(node, "workeroutput", None) or {}
+    for text in data.get("hil_lease_left", []):
+        HOLDS.leave(text)
+    known = {(loss.what, loss.message) for loss in HOLDS.losses}
+    for what, hosts, message in data.get("hil_lease_lost", []):
+        if (what, message) not in known:
+            HOLDS.lost(what, hosts, LeaseLost(f"{message} (found by xdist worker {node.gateway.id})"))
+    if HOLDS.losses:
+        stop_if_lost(node.config)
+
+
+@contextlib.contextmanager
+def stops_the_run(config: pytest.Config) -> Iterator[None]:
+    """A LeaseLost inside (a lock's or the place's check) ends the run, not just the test."""
+    try:
+        yield
+    except LeaseLost as exc:
+        if not _acceptance(config):
+            raise
+        pytest.exit(HOLDS.stop_message() or str(exc), returncode=HilExitCode.LEASE_LOST)
+
+
+class _Stopper:
+    """Interrupts the main thread at a loss, only while tests run (a loss during the
+    session's own start or end is acted on by :func:`stop_if_lost` and the exit status)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.main = threading.main_thread().ident
+        self.armed = False
+        self._previous: object = None
+        self._unsubscribe = HOLDS.subscribe(self.on_loss)
+
+    def on_loss(self, loss: Loss) -> None:  # the renewal thread
+        # (a loss recorded by the main thread itself -- an xdist worker's, reported to the
+        # controller -- is acted on by its caller: a signal to itself would wait in the
+        # handler for the recheck that this very thread has yet to run)
+        if self.armed and self.main is not None and threading.get_ident() != self.main:
+            signal.pthread_kill(self.main, STOP_SIGNAL)
+
+    def _handler(self, signum: int, frame: object) -> None:  # the main thread
+        if self.armed and HOLDS.losses:
+            self.armed = False  # once: the teardowns that follow are not interrupted again
+            stop_if_lost(self.config)
+
+    def arm(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(STOP_SIGNAL, self._handler)
+            self.armed = True
+
+    def disarm(self) -> None:
+        if self.armed or self._previous is not None:
+            self.armed = False
+            signal.signal(STOP_SIGNAL, self._previous or signal.SIG_DFL)  # type: ignore[arg-type]
+            self._previous = None
+
+    def close(self) -> None:
+        self.disarm()
+        self._unsubscribe()
+
+
+@dataclass
+class LeaseHold(Part):
+    """The run's own leases beside the appliances' (the bench's), and the stopper that ends
+    the run at a loss. A part of the run context: created in every process with it,
+    ``lab_ready`` in the controller takes the bench's lease, ``close`` releases it."""
+
+    stopper: _Stopper | None = None
+    bench_lock: ApplianceLock | None = None
+    bench_host: object = None
+    session: pytest.Session | None = None
+
+    name = "lease"
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> LeaseHold:
+        return cls(stopper=_Stopper(config))
+
+    def lab_ready(self, ctx: RunContext, session: pytest.Session) -> None:
+        """Take the bench's lease for the whole run (waiting, like the appliances' leases, up
+        to 600 s for another run's to end); a bench that cannot be had ends the run as "lab
+        not up" naming its holder."""
+        from ipsec_hil.lab.sharing.lease_cli import connect
+
+        if not _acceptance(session.config):
+            return
+        topology = ctx.topology()
+        bench = next((n for n, h in topology.hosts.items() if h.role == "bench"), None)
+        if bench is None:
+            return
+        run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:12] or uuid.uuid4().hex[:12]
+        try:
+            host = connect(topology, bench)
+            lock = ApplianceLock(host, f"{getpass.getuser()}@{socket.gethostname()}: pytest (bench)", run_id=run_id,
+                                 path=bench_lock_path(host), wait=600, poll=2)
+            lock.acquire()
+        except LabError as exc:
+            pytest.exit(f"bench lease: {exc}", returncode=HilExitCode.LAB_NOT_UP)
+        self.bench_lock, self.bench_host = lock, host
+
+    def worker_finish(self, ctx: RunContext, session: pytest.Session, workeroutput: dict) -> None:
+        # the losses go to the controller after the session's teardowns (pytest_sessionfinish
+        # below), with what they left
+        if self.stopper is not None:
+            self.stopper.close()
+
+    def close(self, ctx: RunContext) -> None:
+        if self.stopper is not None:
+            self.stopper.close()
+        lock, host, self.bench_lock, self.bench_host = self.bench_lock, self.bench_host, None, None
+        if lock is None:
+            return
+        try:
+            lock.release()
+        except LabError as exc:
+            log.warning("bench lease not released: %s", exc)
+        finally:
+            host.close()  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    hold = run_context(session.config).part(LeaseHold)
+    hold.session = session
+    stopper = hold.stopper
+    if _acceptance(session.config) and stopper is not None:
+        stopper.arm()
+    try:
+        stop_if_lost(session.config)  # lost during collection: no test starts
+        return (yield)
+    finally:
+        if stopper is not None:
+            stopper.disarm()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """Before the item's fixtures (a wrapper runs before pytest's own setup, which sets
+    them up): a session-scoped ``tunnel`` is set up before any function-scoped fixture
+    (pytest orders by scope), so a check inside a fixture would come after a new
+    configuration's bring-up on hosts that are no longer ours."""
+    from ipsec_hil import places
+
+    stop_if_lost(item.config)
+    with stops_the_run(item.config):
+        places.check_place(item.config)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    try:
+        return (yield)
+    finally:
+        if HOLDS.losses and _acceptance(session.config):
+            session.exitstatus = HilExitCode.LEASE_LOST
+            if run_context(session.config).worker:
+                _tell_controller(session.config)  # with what the teardowns left
+            else:
+                _say(session.config)
+
+
+def _say(config: pytest.Config) -> None:
+    """The terminal's "lease lost" section. Written here, not in pytest_terminal_summary:
+    pytest prints no summary for an exit status of its own choosing (27 is not one)."""
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    lines = HOLDS.summary_lines()
+    if terminal is None:
+        sys.stderr.write("".join(f"lease lost: {line}\n" for line in lines))
+        return
+    terminal.section("lease lost", red=True)
+    for line in lines:
+        terminal.write_line(line)
+
+
+def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+    return HOLDS.page_section() if _acceptance(config) else None
