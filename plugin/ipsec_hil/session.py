@@ -313,7 +313,8 @@ class HilSession:
             notes=notes,
             verdict=[line for lines in config.hook.pytest_hil_page_verdict(config=config) for line in (lines or [])],
         )
-        path = write_page(run, self.entries.page_entries(), reports_dir(config), name=PAGE_NAME)
+        path = write_page(run, self.entries.page_entries(), reports_dir(config), name=PAGE_NAME,
+                          allure_results=getattr(config.option, "allure_report_dir", None))
         sections = [s for s in config.hook.pytest_hil_page_sections(config=config) if s]
         if sections:
             records.append_sections(path, sections)

@@ -5,6 +5,9 @@ ships exactly the ``packages`` listed. A sub-package added to the tree but not t
 works in a checkout (the editable install maps the whole root) and is missing from the
 wheel -- the installed suite fails with an ImportError on a driver team's machine. A
 listed package removed from the tree fails the build. Either way this says which.
+
+tests/packaging/ has no __init__.py on purpose: as a package named ``packaging`` it would
+shadow PyPI's ``packaging`` (pytest, setuptools) in every own test, tests/ being on sys.path.
 """
 
 from __future__ import annotations
