@@ -130,6 +130,20 @@ def test_the_wheel_holds_the_projects_packages_and_its_run_time_data(wheel):
     assert hypothesis and all('extra == "test"' in line for line in hypothesis), hypothesis
 
 
+@pytest.mark.parametrize("script, usage", [
+    ("ipsec-hil-acceptance", "usage: pytest.main()"),  # pytest's own --help: the plugin's options listed
+    ("ipsec-hil-lab", "usage: python -m ipsec_hil_twin"),
+    ("ipsec-hil-lease", "usage: ipsec-hil-lease"),
+    ("ipsec-hil-report", "usage: ipsec-hil-report"),
+])
+def test_every_console_script_starts_from_the_install(venv, tmp_path, script, usage):
+    """Each script's entry point names a module and function that exist in the wheel."""
+    res = _run([script, "--help"], tmp_path, _clean_env(venv), timeout=60)
+    assert res.returncode == 0 and usage in res.stdout, f"{script} --help exited {res.returncode}:\n{res.stderr[-2000:]}"
+    if script == "ipsec-hil-acceptance":
+        assert "--topology" in res.stdout and "--hil-preflight" in res.stdout
+
+
 def test_a_driver_repositorys_own_tests_run_untouched_with_no_lab(venv, tmp_path):
     """The plugin loads (its entry point) but starts nothing, even with the repository's own
     copy of the virtual lab file where the plugin looks by default (topologies/virtual.yaml):
