@@ -13,6 +13,10 @@ into the HTML report). The lab is the shipped virtual lab unless ``--topology FI
 the repository's own lab file. Every other argument goes to pytest unchanged (``-m
 xgs136``, ``-k``, ``-n``, ``--driver``).
 
+The plugin is named with ``-p`` as well as loaded from its entry point: with
+PYTEST_DISABLE_PLUGIN_AUTOLOAD set the entry point is not read, and under one name pytest
+never registers it twice.
+
 In a checkout, ``bash tools/run-acceptance`` is the same run with the checkout's files.
 """
 
