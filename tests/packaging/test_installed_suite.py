@@ -186,7 +186,9 @@ def test_the_console_script_runs_one_acceptance_test_on_the_virtual_lab(venv, tm
     command = next(line for line in page.splitlines() if line.startswith("Command: "))
     assert f"-c {venv}/lib/" in command, f"not the installed suite's ini: {command}"
     assert "1 tests: 1 passed" in page and "| npu | IPv4 | IPv4 | AES-GCM-16 |" in page, page[:2000]
-    assert len(list((repo / "reports" / "allure-results").glob("*-result.json"))) == 1
+    (result,) = (repo / "reports" / "allure-results").glob("*-result.json")
+    row = next(line for line in page.splitlines() if line.startswith("| test_all_children_established["))
+    assert row.endswith(f"(allure-results/{result.name}) |"), f"the page does not link the test's Allure result: {row}"
     run_dir = Path(page.split("virtual lab `", 1)[1].split("`", 1)[0]).parent
     assert run_dir.parent == Path("/run/ipsec-twin") and not run_dir.exists(), f"the lab's {run_dir} was left behind"
     netns = _run(["ip", "netns", "list"], repo, dict(os.environ)).stdout
