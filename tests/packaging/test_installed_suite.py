@@ -43,7 +43,6 @@ ONE_TEST = "test_all_children_established and npu-v4in4-gcm"
 NOT_DEPS = ("ipsec_hil", "__editable__", "hypothesis", "_hypothesis", "pip", "setuptools",
             "_distutils_hack", "pkg_resources", "wheel", "__pycache__")
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the virtual lab needs root (network namespaces)")
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
@@ -144,6 +143,7 @@ def test_every_console_script_starts_from_the_install(venv, tmp_path, script, us
         assert "--topology" in res.stdout and "--hil-preflight" in res.stdout
 
 
+@pytest.mark.needs_root  # a private mount namespace
 def test_a_driver_repositorys_own_tests_run_untouched_with_no_lab(venv, tmp_path):
     """The plugin loads (its entry point) but starts nothing, even with the repository's own
     copy of the virtual lab file where the plugin looks by default (topologies/virtual.yaml):
@@ -171,6 +171,7 @@ def test_a_driver_repositorys_own_tests_run_untouched_with_no_lab(venv, tmp_path
     assert not (repo / "reports").exists(), "the suite wrote reports/ into an unrelated repository"
 
 
+@pytest.mark.needs_root  # the virtual lab
 def test_the_console_script_runs_one_acceptance_test_on_the_virtual_lab(venv, tmp_path):
     repo = tmp_path / "driver"
     repo.mkdir()
