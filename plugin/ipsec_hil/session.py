@@ -105,9 +105,9 @@ def wants_lab(config: pytest.Config) -> bool:
         if opt.pyargs and (name == ACCEPTANCE_PACKAGE or name.startswith(ACCEPTANCE_PACKAGE + ".")):
             return True
         path = (Path(config.invocation_params.dir) / name).resolve()
-        # a folder that holds the checkout's tests_hil/ selects it (`pytest .`); a folder that
+        # a folder that holds a checkout's tests_hil/ selects it (`pytest .`); a folder that
         # holds the installed package (a driver repository with its .venv inside) does not
-        if _inside(path, dirs) or path in dirs[0].parents:
+        if _inside(path, dirs) or (dirs[0].is_dir() and path in dirs[0].parents):
             return True
     return False
 

@@ -81,9 +81,11 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(wheel, tmp_path_factory) -> Path:
-    """A fresh virtualenv outside the checkout with the wheel installed (see the docstring)."""
+    """A fresh virtualenv outside the checkout with the wheel installed (see the docstring),
+    inside the driver repository as driver teams keep it (``.venv``): the installed
+    acceptance package is then under the repository, and must still not count as its tests."""
     root = tmp_path_factory.mktemp("installed")
-    venv = root / "venv"
+    venv = root / "driver" / ".venv"
     env = dict(os.environ)
     if os.environ.get("PACKAGING_FROM_REGISTRY") == "1":
         res = _run([sys.executable, "-m", "venv", str(venv)], root, env)
@@ -143,21 +145,31 @@ def test_every_console_script_starts_from_the_install(venv, tmp_path, script, us
         assert "--topology" in res.stdout and "--hil-preflight" in res.stdout
 
 
+def _driver_repo(venv: Path) -> Path:
+    """The driver repository holding ``venv``: its own pytest.ini (not the suite's), an
+    unrelated test, and its own copy of the virtual lab file where the plugin looks by
+    default (topologies/virtual.yaml), as a repository that runs the suite on its lab has."""
+    repo = venv.parent
+    if not (repo / "pytest.ini").exists():
+        (repo / "tests").mkdir()
+        (repo / "topologies").mkdir()
+        shutil.copy(REPO / "topologies" / "virtual.yaml", repo / "topologies" / "virtual.yaml")
+        (repo / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -x\n")  # no testpaths: pytest collects from the root, .venv included in the walk
+        (repo / "tests" / "test_driver_unit.py").write_text(
+            "def test_checksum_folds():\n    assert (0xFFFF + 1) % 0xFFFF == 1\n\n"
+            "def test_uses_tmp_path(tmp_path):\n    assert tmp_path.is_dir()\n")
+    return repo
+
+
 @pytest.mark.needs_root  # a private mount namespace
 def test_a_driver_repositorys_own_tests_run_untouched_with_no_lab(venv, tmp_path):
-    """The plugin loads (its entry point) but starts nothing, even with the repository's own
-    copy of the virtual lab file where the plugin looks by default (topologies/virtual.yaml):
-    the tests it runs are not acceptance tests. /run/ipsec-twin and /run/netns are read-only
+    """The plugin loads (its entry point) but starts nothing, even with a lab file where the
+    plugin looks by default and the installed acceptance tests under the repository (its
+    .venv): the tests it runs are not acceptance tests. /run/ipsec-twin and /run/netns are read-only
     for this run (a private mount namespace), so a lab that tried to start would fail the
     run rather than pass unseen."""
-    repo = tmp_path / "driver"
-    (repo / "tests").mkdir(parents=True)
-    (repo / "topologies").mkdir()
-    shutil.copy(REPO / "topologies" / "virtual.yaml", repo / "topologies" / "virtual.yaml")
-    (repo / "pytest.ini").write_text("[pytest]\ntestpaths = tests\naddopts = -p no:cacheprovider\n")
-    (repo / "tests" / "test_driver_unit.py").write_text(
-        "def test_checksum_folds():\n    assert (0xFFFF + 1) % 0xFFFF == 1\n\n"
-        "def test_uses_tmp_path(tmp_path):\n    assert tmp_path.is_dir()\n")
+    repo = _driver_repo(venv)
+    shutil.rmtree(repo / "reports", ignore_errors=True)  # the acceptance run's, if it ran first
     script = ("set -e; for d in /run/ipsec-twin /run/netns; do mkdir -p $d; mount -t tmpfs -o ro none $d; done; "
               "exec python -m pytest -v --junitxml junit.xml")
     res = _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], repo, _clean_env(venv),
@@ -173,9 +185,7 @@ def test_a_driver_repositorys_own_tests_run_untouched_with_no_lab(venv, tmp_path
 
 @pytest.mark.needs_root  # the virtual lab
 def test_the_console_script_runs_one_acceptance_test_on_the_virtual_lab(venv, tmp_path):
-    repo = tmp_path / "driver"
-    repo.mkdir()
-    (repo / "pytest.ini").write_text("[pytest]\ntestpaths = tests\naddopts = -x\n")  # theirs: not used
+    repo = _driver_repo(venv)
     res = _run(["ipsec-hil-acceptance", "-m", "xgs136", "-k", ONE_TEST, "--junitxml", "junit.xml", "-p",
                 "no:cacheprovider"], repo, _clean_env(venv), timeout=400)
     out = res.stdout + res.stderr
