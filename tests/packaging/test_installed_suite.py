@@ -190,6 +190,7 @@ def test_the_console_script_runs_one_acceptance_test_on_the_virtual_lab(venv, tm
                 "no:cacheprovider"], repo, _clean_env(venv), timeout=400)
     out = res.stdout + res.stderr
     assert res.returncode == 0, f"ipsec-hil-acceptance exited {res.returncode}:\n{out[-5000:]}"
+    assert "PytestAssertRewriteWarning" not in out, "acceptance.ini's filter did not take (see its comment)"
     cases = ET.parse(repo / "junit.xml").getroot().findall(".//testcase")
     assert [c.get("name") for c in cases] == ["test_all_children_established[npu-v4in4-gcm]"], out[-2000:]
     assert all(c.find("failure") is None and c.find("error") is None and c.find("skipped") is None for c in cases)
