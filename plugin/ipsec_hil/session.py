@@ -64,7 +64,36 @@ log = logging.getLogger(__name__)
 PLUGIN_NAME = "hil_session"
 WORKER_PLUGIN_NAME = "hil_worker_session"
 ACCEPTANCE_DIR = "tests_hil"
+#: The acceptance tests' import package (tests_hil/ in a checkout, shipped in the wheel).
+ACCEPTANCE_PACKAGE = "ipsec_hil_acceptance"
 PAGE_NAME = "measurement-page.md"
+
+
+def acceptance_dirs(config: pytest.Config) -> tuple[Path, ...]:
+    """Where acceptance tests live: the rootdir's tests_hil/ (a checkout, or a copy of one)
+    and the installed ``ipsec_hil_acceptance`` package (a driver repository runs it by
+    module name, ``ipsec-hil-acceptance``: its files are outside the rootdir)."""
+    import importlib.util
+
+    dirs = [(Path(config.rootpath) / ACCEPTANCE_DIR).resolve()]
+    spec = importlib.util.find_spec(ACCEPTANCE_PACKAGE)  # locates it; runs no code of it
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        if Path(loc).resolve() not in dirs:
+            dirs.append(Path(loc).resolve())
+    return tuple(dirs)
+
+
+def _inside(path: Path, dirs: tuple[Path, ...]) -> bool:
+    return any(path == d or d in path.parents for d in dirs)
+
+
+def is_acceptance_report(config: pytest.Config, report: pytest.TestReport) -> bool:
+    """A report of an acceptance test, by its file (``location`` is rootdir-relative, also
+    for files outside it), not by its node id: an installed suite's node ids carry no
+    tests_hil/ prefix."""
+    if report.nodeid.startswith(ACCEPTANCE_DIR):
+        return True
+    return _inside((Path(config.rootpath) / report.location[0]).resolve(), acceptance_dirs(config))
 
 
 def wants_lab(config: pytest.Config) -> bool:
@@ -75,10 +104,15 @@ def wants_lab(config: pytest.Config) -> bool:
     opt = config.option
     if any(getattr(opt, name, False) for name in ("help", "markers", "collectonly", "showfixtures", "version")):
         return False
-    acceptance = (Path(config.rootpath) / ACCEPTANCE_DIR).resolve()
+    dirs = acceptance_dirs(config)
     for arg in config.args or [str(config.invocation_params.dir)]:
-        path = (Path(config.invocation_params.dir) / arg.split("::", 1)[0]).resolve()
-        if path == acceptance or acceptance in path.parents or path in acceptance.parents:
+        name = arg.split("::", 1)[0]
+        if opt.pyargs and (name == ACCEPTANCE_PACKAGE or name.startswith(ACCEPTANCE_PACKAGE + ".")):
+            return True
+        path = (Path(config.invocation_params.dir) / name).resolve()
+        # a folder that holds a checkout's tests_hil/ selects it (`pytest .`); a folder that
+        # holds the installed package (a driver repository with its .venv inside) does not
+        if _inside(path, dirs) or (dirs[0].is_dir() and path in dirs[0].parents):
             return True
     return False
 
@@ -258,7 +292,7 @@ class HilSession:
     # ------------------------------------------------------------ records and the page
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.nodeid.startswith(ACCEPTANCE_DIR):
+        if is_acceptance_report(self.config, report):
             self.entries.add(report)
 
     def pytest_hil_page_sections(self, config: pytest.Config) -> str | None:
@@ -330,7 +364,8 @@ class HilSession:
             verdict=([self.nothing_measured] if self.nothing_measured else [])
             + [line for lines in config.hook.pytest_hil_page_verdict(config=config) for line in (lines or [])],
         )
-        path = write_page(run, self.entries.page_entries(), reports_dir(config), name=PAGE_NAME)
+        path = write_page(run, self.entries.page_entries(), reports_dir(config), name=PAGE_NAME,
+                          allure_results=getattr(config.option, "allure_report_dir", None))
         sections = [s for s in config.hook.pytest_hil_page_sections(config=config) if s]
         if sections:
             records.append_sections(path, sections)

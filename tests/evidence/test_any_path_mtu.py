@@ -65,12 +65,12 @@ class Variant:
 
 VARIANTS = [
     # the IPv6 minimum MTU as the path: forwarded IPv6 gate 1,280 - 117 = 1,163
-    Variant("mtu1280-v4outer", "npu", 1280, "ipv4", "aes-gcm-16", "forwarded IPv6 gate (path MTU 1280 - 117) | 1,163"),
+    Variant("mtu1280-v4outer", "npu", 1280, "ipv4", "aes-gcm-16", "forwarded IPv6 gate (path MTU 1280 - 117) 1,163 bytes"),
     # the issue's case: IPv6 outer on 1,400 bytes, gate 1,263 -- below 1,280
     Variant("mtu1400-v6outer", "npu", 1400, "ipv6", "aes-cbc-hmac-sha256",
-            "forwarded IPv6 gate (path MTU 1400 - 137) | 1,263"),
+            "forwarded IPv6 gate (path MTU 1400 - 137) 1,263 bytes"),
     # a jumbo path on the XGS 3300's lab tunnel, IPv6 outer: gate 9,000 - 137 = 8,863
-    Variant("mtu9000-v6outer", "lab", 9000, "ipv6", "aes-gcm-16", "forwarded IPv6 gate (path MTU 9000 - 137) | 8,863"),
+    Variant("mtu9000-v6outer", "lab", 9000, "ipv6", "aes-gcm-16", "forwarded IPv6 gate (path MTU 9000 - 137) 8,863 bytes"),
 ]
 
 

@@ -83,3 +83,47 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path, setup, message):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("report: error: "), r.stderr
     assert message.replace("\\", "") in lines[0]
+
+
+# ------------------------------------------------ which Allure (the logic lives in the package now)
+
+from ipsec_hil.lab.reporting import html as html_lib  # noqa: E402
+from ipsec_hil import report_cli  # noqa: E402
+
+
+def _exe(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_allure_given_then_the_checkouts_then_path(tmp_path, monkeypatch):
+    given, checkout, on_path = (_exe(tmp_path / d / "allure") for d in ("given", "checkout", "bin"))
+    monkeypatch.setattr(html_lib, "CHECKOUT_ALLURE", checkout)
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    assert html_lib.find_allure(given) == given
+    assert html_lib.find_allure() == checkout
+    monkeypatch.setattr(html_lib, "CHECKOUT_ALLURE", tmp_path / "none" / "allure")
+    assert html_lib.find_allure() == on_path
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(html_lib.ReportError, match=r"no Allure 2 command line: .* or give --allure PATH"):
+        html_lib.find_allure()
+    with pytest.raises(html_lib.ReportError, match=r"--allure .*nothing: not an executable file"):
+        html_lib.find_allure(tmp_path / "nothing")
+
+
+def test_the_installed_commands_defaults_are_under_the_current_directory(tmp_path, monkeypatch, capsys):
+    """ipsec-hil-report in a driver repository reads ./reports/allure-results (not a checkout's)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports" / "allure-results").mkdir(parents=True)
+    assert report_cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path}/reports/allure-results: no *-result.json in it" in err, err
+
+
+def test_tools_report_keeps_the_checkouts_reports_as_default():
+    r = subprocess.run([sys.executable, str(TOOL), "--help"], capture_output=True, text=True, timeout=60,
+                       cwd="/")
+    assert r.returncode == 0 and "usage: tools/report" in r.stdout
+    assert f"(default: {REPO / 'reports'})" in " ".join(r.stdout.split()), r.stdout

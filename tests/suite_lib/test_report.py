@@ -62,17 +62,17 @@ def test_page_contains_what_ran_hardware_figures_and_gaps(tmp_path):
     assert "4 tests: 1 passed, 1 failed (driver defect), 1 broken (lab problem), 1 skipped." in text
     assert "| xgs136 | xgs136 | npuep | 0d650d4e" in text and "253,552 bytes" in text
     assert "| peer3300 | xgs3300 | octep | unknown | unknown |" in text
-    assert "| decrypting | 979.2 Mbit/s |" in text and "| rx_v6 | 418,042 |" in text
-    assert "- held: rx_bad, rx_nosa stay 0 (all 0)" in text
-    assert "+418,042" in text  # the ledger block
-    assert "![IPv6 outside and inside, GCM: stream rates](plots/a.png)" in text
+    # per configuration one row per test; its ledger and every figure are in its Allure result
+    assert "| test_v6[gcm] | passed | decrypting 979.2 Mbit/s; rx_v6 418,042 | 1/1 held | - |" in text
+    assert "+418,042" not in text  # a passed test's ledger block
+    assert "Plots: [test_v6[gcm]](plots/a.png)" in text
     broken = text.split("## Invariants broken")[1].split("##")[0]
     assert "Six children: frames handed = frames decrypted (2,358,711 vs 2,358,288)" in broken
     gaps = text.split("## What is not established")[1]
     assert "- 3300 own IPv6: not run -- topology virtual has no xgs3300" in gaps
     assert "- Forwarded IPv6 PTB: not measured, the lab failed -- ProvisionError: child" in gaps
     assert "Six children" not in gaps  # a failure is a verdict, not a gap
-    assert "**driver defect:** invariant broken: frames handed = frames decrypted" in text
+    assert "`tests_hil/test_many.py::test_six` -- **driver defect:** invariant broken: frames handed = frames decrypted" in text
 
 
 def test_every_skip_is_listed_even_without_reason(tmp_path):

@@ -138,7 +138,7 @@ def test_dead_run_is_recovered_by_the_next(sshd_server, ssh_host, workdir, tmp_p
     )
     import subprocess
     import sys
-    rc = subprocess.run([sys.executable, str(prog)], cwd="/work/main", capture_output=True, text=True, timeout=60)
+    rc = subprocess.run([sys.executable, str(prog)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert rc.returncode == -9, rc.stderr
     assert ssh_host.read_file(p1) == b"half-provisioned"
     left = pending(ssh_host, j)

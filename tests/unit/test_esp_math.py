@@ -1,81 +1,132 @@
-"""ESP arithmetic against the reference table and the pages.
+"""ESP arithmetic against the reference figures, carried in the repository with their sources.
 
-Numbers are the ones in ../shared/reference/ipsec-arithmetic-and-test-catalogue.md and in
-the seeds (000: 1,398-byte ping = inner 1,446; bisect 1,335 passes / 1,336 refused).
+The figures (tests/data/reference_figures.yaml) are the ones of the reference table of ESP
+overheads and limits (RFC 4303/4106/3602/4868), FreeBSD's forwarded-packet gate
+(netipsec/ipsec_output.c, xform_esp.c) and the measurement page 000 (a 1,398-byte ping =
+inner 1,446; the bisect: 1,335 bytes of ping data pass, 1,336 are refused). Each names its
+source in the file; no test reads a file outside the clone.
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ipsec_hil.lab.expectations import esp_math as m
 
 GCM, CBC = "aes-gcm-16", "aes-cbc-hmac-sha256"
+FIGURES_FILE = Path(__file__).resolve().parents[1] / "data" / "reference_figures.yaml"
 
 
-@pytest.mark.parametrize(
-    "cipher,outer,expected",
-    [(GCM, "ipv4", 1446), (GCM, "ipv6", 1426), (CBC, "ipv4", 1438), (CBC, "ipv6", 1406)],
-)
-def test_max_inner_on_1500_path(cipher, outer, expected):
-    assert m.max_inner(cipher, outer, 1500) == expected
-    # Fits (exactly, but for CBC over IPv6: 1,488, the next pad block would be 1,504).
-    assert m.outer_packet_len(cipher, outer, expected) <= 1500 < m.outer_packet_len(
-        cipher, outer, expected + 1
-    )
-
-
-@pytest.mark.parametrize("cipher,expected", [(GCM, 184), (CBC, 200)])
-def test_esp_payload_for_148_byte_inner(cipher, expected):
-    # strongSwan's alg-aes-gcm and alg-sha256 scenarios assert these ESP lengths.
-    assert m.esp_payload_len(cipher, 148) == expected
-
-
-@pytest.mark.parametrize(
-    "cipher,outer,lo,hi",
-    [(GCM, "ipv4", 54, 57), (GCM, "ipv6", 74, 77), (CBC, "ipv4", 62, 77), (CBC, "ipv6", 82, 97)],
-)
-def test_overhead_range_over_all_paddings(cipher, outer, lo, hi):
+def overhead_range(cipher: str, outer: str) -> list[int]:
+    """(min, max) ESP overhead over every padding (inner lengths 0..199)."""
     seen = {m.esp_overhead(cipher, outer, n) for n in range(0, 200)}
-    assert min(seen) == lo and max(seen) == hi
+    return [min(seen), max(seen)]
 
 
-def test_kernel_worst_case_header():
-    assert m.kernel_worst_case_header("ipv4") == 117
-    assert m.kernel_worst_case_header("ipv6") == 137
-    # Older trees: EALG_MAX_BLOCK_LEN 16.
-    assert m.kernel_worst_case_header("ipv4", block=16) == 69
+CALLS = {"overhead_range": overhead_range, "max_inner": m.max_inner, "esp_payload_len": m.esp_payload_len,
+         "kernel_worst_case_header": m.kernel_worst_case_header, "forwarded_ipv6_limit": m.forwarded_ipv6_limit,
+         "forwarded_limit": m.forwarded_limit, "ping_data_for_inner": m.ping_data_for_inner,
+         "inner_for_ping_data": m.inner_for_ping_data}
 
 
-def test_forwarded_ipv6_limit_and_ping_bisect():
-    assert m.forwarded_ipv6_limit(1500, "ipv4") == 1383
-    assert m.forwarded_ipv6_limit(1500, "ipv6") == 1363
-    limit = m.forwarded_ipv6_limit(1500, "ipv4")
-    passes = m.ping_data_for_inner(limit, "ipv6")
-    assert passes == 1335  # seed 000: 1,335 bytes of ping data pass
-    assert m.inner_for_ping_data(passes + 1, "ipv6") > limit  # 1,336 refused
-    # The gate is conservative by 63 bytes for GCM over IPv4.
-    assert m.max_inner(GCM, "ipv4", 1500) - limit == 63
+@dataclass(frozen=True)
+class Figure:
+    id: str
+    call: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    source: str
+    expect: Any = None
+    expect_above: int | None = None
+
+    def value(self) -> Any:
+        return CALLS[self.call](*self.args, **self.kwargs)
 
 
-def test_ping_sizes_of_page_000():
-    assert m.inner_for_ping_data(1398, "ipv6") == 1446
+def load_figures(path: Path = FIGURES_FILE) -> list[Figure]:
+    """The figures of ``path``; a malformed one is an error naming the file, the entry and the field."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not YAML ({exc})") from None
+    items = data.get("figures") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not items:
+        raise ValueError(f"{path}: expected a non-empty list under 'figures'")
+    out: list[Figure] = []
+    for i, f in enumerate(items):
+        where = f"{path}: figures[{i}]" + (f" ({f.get('id')})" if isinstance(f, dict) and f.get("id") else "")
+        if not isinstance(f, dict):
+            raise ValueError(f"{where}: expected a mapping, got {type(f).__name__}")
+        unknown = set(f) - {"id", "call", "args", "kwargs", "expect", "expect_above", "source"}
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
+        for field in ("id", "call", "args", "source"):
+            if field not in f:
+                raise ValueError(f"{where}: field '{field}' is missing")
+        if f["call"] not in CALLS:
+            raise ValueError(f"{where}: field 'call': {f['call']!r} is not one of {sorted(CALLS)}")
+        if not isinstance(f["args"], list) or not isinstance(f.get("kwargs", {}), dict):
+            raise ValueError(f"{where}: field 'args' must be a list and 'kwargs' a mapping")
+        if ("expect" in f) == ("expect_above" in f):
+            raise ValueError(f"{where}: give exactly one of 'expect' and 'expect_above'")
+        if not str(f["source"]).strip():
+            raise ValueError(f"{where}: field 'source' is empty: say where the figure comes from")
+        out.append(Figure(f["id"], f["call"], tuple(f["args"]), dict(f.get("kwargs", {})), f["source"],
+                          f.get("expect"), f.get("expect_above")))
+    ids = [f.id for f in out]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{path}: duplicate ids {sorted({i for i in ids if ids.count(i) > 1})}")
+    return out
+
+
+FIGURES = load_figures()
+
+
+@pytest.mark.parametrize("fig", FIGURES, ids=[f.id for f in FIGURES])
+def test_reference_figure(fig: Figure):
+    got = fig.value()
+    if fig.expect_above is not None:
+        assert got > fig.expect_above, f"{fig.id}: {fig.call}{fig.args} = {got}, not above {fig.expect_above} ({fig.source})"
+    else:
+        assert got == fig.expect, f"{fig.id}: {fig.call}{fig.args} = {got}, expected {fig.expect} ({fig.source})"
+
+
+def _figure(fig_id: str) -> Any:
+    return next(f.expect for f in FIGURES if f.id == fig_id)
+
+
+@pytest.mark.parametrize("cipher,outer", [(GCM, "ipv4"), (GCM, "ipv6"), (CBC, "ipv4"), (CBC, "ipv6")])
+def test_the_largest_inner_fits_exactly(cipher, outer):
+    """The reference's largest inner packet is the largest: one byte more does not fit."""
+    expected = _figure(f"max-inner-{cipher.split('-')[1]}-{outer}-1500")
+    assert m.outer_packet_len(cipher, outer, expected) <= 1500 < m.outer_packet_len(cipher, outer, expected + 1)
+
+
+def test_the_gate_is_conservative_by_63_bytes_for_gcm_over_ipv4():
+    """Page 000 / FreeBSD: the worst-case header costs GCM over IPv4 63 bytes of path MTU."""
+    assert _figure("max-inner-gcm-ipv4-1500") - _figure("forwarded-ipv6-limit-ipv4-outer") == 63
     assert m.inner_for_ping_data(1398, "ipv6") == m.max_inner(GCM, "ipv4", 1500)
-    assert m.ping_data_for_inner(1446, "ipv4") == 1418
-    assert m.inner_for_ping_data(1402, "ipv6") > m.max_inner(GCM, "ipv4", 1500)
 
 
-def test_ipv4_gate_follows_dfbit():
-    assert m.forwarded_limit("ipv4", 1500, "ipv4") is None  # dfbit 0: no gate
-    assert m.forwarded_limit("ipv4", 1500, "ipv4", dfbit=1) == 1383
-    assert m.forwarded_limit("ipv4", 1500, "ipv4", dfbit=2, df_set=False) is None
-    assert m.forwarded_limit("ipv4", 1500, "ipv4", dfbit=2, df_set=True) == 1383
-    assert m.forwarded_limit("ipv6", 1500, "ipv6") == 1363
+@pytest.mark.parametrize("text, message", [
+    ("figures: []", "non-empty list under 'figures'"),
+    ("figures:\n- {id: a, call: max_inner, args: [], source: s}", r"figures\[0\] \(a\): give exactly one of"),
+    ("figures:\n- {id: a, call: nope, args: [], expect: 1, source: s}", r"field 'call': 'nope' is not one of"),
+    ("figures:\n- {id: a, call: max_inner, args: [], expect: 1}", r"field 'source' is missing"),
+    ("figures:\n- {id: a, call: max_inner, args: [], expect: 1, source: ' '}", r"field 'source' is empty"),
+])
+def test_a_bad_figures_file_names_the_entry_and_field(tmp_path, text, message):
+    p = tmp_path / "figures.yaml"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_figures(p)
 
 
 @pytest.mark.parametrize(
@@ -103,27 +154,3 @@ def test_max_inner_is_the_largest_that_fits(cipher, outer, mtu):
     n = m.max_inner(cipher, outer, mtu)
     assert m.outer_packet_len(cipher, outer, n) <= mtu
     assert m.outer_packet_len(cipher, outer, n + 1) > mtu
-
-
-REFERENCE = (
-    Path(__file__).resolve().parents[3] / "shared/reference/ipsec-arithmetic-and-test-catalogue.md"
-)
-
-
-@pytest.mark.skipif(not REFERENCE.exists(), reason=f"reference not found at {REFERENCE}")
-def test_matches_the_reference_table_as_written():
-    """Read the 'largest inner packet' table from the reference itself, when it is beside us."""
-    text = REFERENCE.read_text()
-    rows = {
-        "AES-GCM-16": GCM,
-        "AES-CBC-256 + HMAC-SHA-256": CBC,
-    }
-    found = 0
-    for label, cipher in rows.items():
-        match = re.search(rf"^\| {re.escape(label)} \| ([\d,]+) \| ([\d,]+) \|$", text, re.M)
-        assert match, f"row {label!r} not in {REFERENCE}"
-        v4, v6 = (int(x.replace(",", "")) for x in match.groups())
-        assert m.max_inner(cipher, "ipv4", 1500) == v4
-        assert m.max_inner(cipher, "ipv6", 1500) == v6
-        found += 1
-    assert found == 2

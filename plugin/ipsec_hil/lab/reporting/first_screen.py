@@ -2,9 +2,10 @@
 
 Why (issue 14): a driver engineer reads one screen -- did the build do worse, which
 configuration, which invariant broke and why, which known issues came back, what the run
-could not establish. The 2,000-line per-test detail follows for whoever needs it. This
-module turns the page's entries into those lines; :func:`ipsec_hil.lab.reporting.report.render_page`
-puts them right under the title. Plain data in, Markdown lines out.
+could not establish. Below it the page has one row per test, per configuration, and each
+test's whole detail is in its Allure result (issue 39). This module turns the page's
+entries into those lines; :func:`ipsec_hil.lab.reporting.report.render_page` puts them right
+under the title. Plain data in, Markdown lines out.
 """
 
 from __future__ import annotations

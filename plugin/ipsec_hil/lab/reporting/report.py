@@ -13,7 +13,6 @@ talks to a lab. Secrets never reach this module (swanctl texts come from
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import json
 import os
 from dataclasses import dataclass, field
@@ -130,35 +129,84 @@ def _table(header: Sequence[str], align: str, rows: Sequence[Sequence[Any]]) -> 
     ]
 
 
-def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = None) -> str:
-    """The page's Markdown. Plot paths are made relative to ``base`` (the page's folder)."""
+#: How much of a test's record the page shows in its configuration's table; the rest is in
+#: the test's Allure result (every figure, invariant, ledger and plot is attached there).
+FIGURES_SHOWN = 6
+#: Failed tests whose evidence (broken invariants, ledgers) the page prints in full.
+FAILURES_IN_DETAIL = 5
+#: The row of tests without a tunnel configuration in "Per configuration".
+NO_CONFIGURATION = "(no tunnel configuration)"
+
+
+def _first_screen(run: RunInfo, entries: Sequence[PageEntry]) -> list[str]:
+    """Title, verdict, lab and counts, the per-model answer, the command and notes: what a
+    reader sees first, however many tests ran (ipsec_hil.lab.reporting.first_screen)."""
     counts = {o: sum(1 for e in entries if e.outcome == o) for o in OUTCOMES}
     when = run.started.strftime("%Y-%m-%d %H:%M UTC")
-    out: list[str] = []
-    w = out.append
-    w(f"# {run.title}")
-    w("")
+    out: list[str] = [f"# {run.title}", ""]
     out += verdict_lines(run.verdict, entries)
-    w("")
     hw = ", ".join(f"{h.appliance} ({h.model}, {h.driver} md5 {(h.module_md5 or 'unknown')[:8]})"
                    for h in run.hardware) or "no appliance recorded"
     lab = "the virtual lab" if run.virtual else "the hardware lab"
-    w(f"Measured on {lab} `{run.topology}`, {when}: {hw}.")
-    w("")
-    w(
-        f"{len(entries)} tests: {counts['passed']} passed, {counts['failed']} failed (driver defect), "
-        f"{counts['broken']} broken (lab problem), {counts['skipped']} skipped."
-    )
-    w("")
+    out += ["", f"Measured on {lab} `{run.topology}`, {when}: {hw}.", "",
+            f"{len(entries)} tests: {counts['passed']} passed, {counts['failed']} failed (driver defect), "
+            f"{counts['broken']} broken (lab problem), {counts['skipped']} skipped.", ""]
     out += summary_lines(entries)
-    w("")
-    w("---")
+    out += ["", "---"]
     if run.command:
-        w("")
-        w(f"Command: `{run.command}`")
+        out += ["", f"Command: `{run.command}`"]
     for n in run.notes:
-        w("")
-        w(n)
+        out += ["", n]
+    return out
+
+
+def _test_name(e: PageEntry) -> str:
+    """The name pytest and Allure give the test (``test_x[param]``), the key into Allure."""
+    return e.nodeid.split("::")[-1]
+
+
+def _function(e: PageEntry) -> str:
+    return _test_name(e).split("[", 1)[0]
+
+
+def _figures_cell(e: PageEntry) -> str:
+    shown = [f"{f.label} {f.text()}" for f in e.figures[:FIGURES_SHOWN]]
+    more = len(e.figures) - FIGURES_SHOWN
+    return "; ".join(shown) + (f"; +{more} more" if more > 0 else "") if shown else "-"
+
+
+def _checks_cell(e: PageEntry) -> str:
+    if not e.checks:
+        return "-" if e.outcome != "failed" else f"**{_first_line(e.reason, 120)}**"
+    held = sum(1 for c in e.checks if c.held)
+    broken = [f"**BROKEN**: {c.text}" + (f" ({c.detail})" if c.detail else "") for c in e.checks if not c.held]
+    return "; ".join([f"{held}/{len(e.checks)} held", *broken])
+
+
+def _allure_cell(e: PageEntry, allure: Mapping[str, str] | None) -> str:
+    link = (allure or {}).get(e.nodeid)
+    if not link:
+        return "-"
+    uuid = Path(link).name.split("-result.json")[0]
+    return f"[{uuid[:8]}]({link})"
+
+
+def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = None,
+                allure: Mapping[str, str] | None = None) -> str:
+    """The page's Markdown: a few hundred lines, whatever the number of tests.
+
+    Why this shape (issue 39): the page is what is attached to an issue and read by a
+    person. Its first screen answers the question (:func:`_first_screen`); below it, per
+    tunnel configuration, one table row per test with its leading figures and its
+    invariants (how many held, each broken one in full), and a link to the test's Allure
+    result, which holds every figure, invariant, counter ledger and plot of the test.
+    Only failed tests (the first :data:`FAILURES_IN_DETAIL`) keep their ledgers here: that
+    evidence is what the issue is about. ``allure``: node id -> the test's Allure result
+    file, relative to the page (:func:`allure_result_links`); plot paths are made relative
+    to ``base`` (the page's folder).
+    """
+    out = _first_screen(run, entries)
+    w = out.append
 
     w("")
     w("## The hardware and the driver build")
@@ -174,46 +222,61 @@ def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = 
     w("")
     w("## What ran")
     w("")
-    out += _table(("test", "page", "hardware", "outcome", "seconds"), "llllr",
-                  [(e.title, e.page or "-", ", ".join(e.hardware) or "-", e.outcome, f"{e.duration:.1f}")
-                   for e in entries])
+    w("One row per test function; its configurations are in the next section.")
+    w("")
+    functions: dict[str, list[PageEntry]] = {}
+    for e in entries:
+        functions.setdefault(_function(e), []).append(e)
+    out += _table(("test", "page", "hardware", "runs", "passed", "failed", "broken", "skipped", "seconds"),
+                  "lllrrrrrr",
+                  [(name, ", ".join(sorted({e.page for e in es if e.page})) or "-",
+                    ", ".join(sorted({h for e in es for h in e.hardware})) or "-", len(es),
+                    *(sum(1 for e in es if e.outcome == o) for o in OUTCOMES),
+                    f"{sum(e.duration for e in es):.1f}") for name, es in functions.items()])
 
     w("")
-    w("## Results")
+    w("## Per configuration")
+    w("")
+    w("Each test's leading figures and its invariants; every figure, invariant, counter ledger and plot "
+      "of a test is in its Allure result (the last column; the Allure report finds the test by its name).")
+    configs: dict[tuple[str, str], list[PageEntry]] = {}
     for e in entries:
         if e.outcome == "skipped":
-            continue
+            continue  # listed under "What is not established"
+        configs.setdefault((e.tunnel_case or NO_CONFIGURATION, ", ".join(e.hardware) or "-"), []).append(e)
+    for (case, hardware), es in sorted(configs.items(), key=lambda kv: (kv[0][0] == NO_CONFIGURATION, kv[0])):
         w("")
-        w(f"<details><summary>{html.escape(e.title)} -- {e.outcome}</summary>")
+        w(f"### {case} ({hardware})")
         w("")
-        w(f"### {e.title}")
+        out += _table(("test", "outcome", "figures", "invariants", "Allure"), "lllll",
+                      [(_test_name(e), e.outcome, _figures_cell(e), _checks_cell(e), _allure_cell(e, allure))
+                       for e in es])
+        plots = [(e, p) for e in es for p in e.plots]
+        if plots:
+            w("")
+            w("Plots: " + ", ".join(f"[{_md_cell(_test_name(e))}]({os.path.relpath(p, base) if base else p})"
+                                    for e, p in plots))
+
+    failed = [e for e in entries if e.outcome == "failed"]
+    if failed:
         w("")
-        meta = [f"`{e.nodeid}`", e.outcome]
-        if e.page:
-            meta.append(f"page {e.page}")
-        w(" - ".join(meta))
-        if e.outcome in ("failed", "broken") and e.reason:
+        w("## Failed tests in detail")
+        for e in failed[:FAILURES_IN_DETAIL]:
             w("")
-            kind = "driver defect" if e.outcome == "failed" else "lab problem"
-            w(f"**{kind}:** {_md_cell(_first_line(e.reason))}")
-        if e.figures:
+            w(f"### {e.title}")
             w("")
-            out += _table(("what", "measured"), "lr", [(f.label, f.text()) for f in e.figures])
-        if e.checks:
-            out += ["", "Invariants:", ""]
-            out += [f"- {'held' if c.held else '**BROKEN**'}: {_md_cell(c.text)}"
-                    + (f" ({_md_cell(c.detail)})" if c.detail else "") for c in e.checks]
-        for t in e.ledgers:
+            w(f"`{e.nodeid}` -- **driver defect:** {_md_cell(_first_line(e.reason))}")
+            for c in e.checks:
+                if not c.held:
+                    w(f"- **BROKEN**: {_md_cell(c.text)}" + (f" ({_md_cell(c.detail)})" if c.detail else ""))
+            for t in e.ledgers:
+                w("")
+                w("```")
+                w(t.rstrip("\n"))
+                w("```")
+        if len(failed) > FAILURES_IN_DETAIL:
             w("")
-            w("```")
-            w(t.rstrip("\n"))
-            w("```")
-        for p in e.plots:
-            rel = os.path.relpath(p, base) if base else p
-            w("")
-            w(f"![{_md_cell(e.title)}: stream rates]({rel})")
-        w("")
-        w("</details>")
+            w(f"... and {len(failed) - FAILURES_IN_DETAIL} more failed tests: their ledgers are in their Allure results.")
 
     broken_checks = [(e, c) for e in entries for c in e.checks if not c.held]
     w("")
@@ -240,14 +303,41 @@ def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = 
     return "\n".join(out) + "\n"
 
 
+def allure_result_links(results: str | os.PathLike[str] | None, base: Path) -> dict[tuple[str, str], str]:
+    """(module, test name) -> the test's Allure result file (``UUID-result.json``), relative to ``base``.
+
+    Allure names a pytest test's result ``name`` = the test's name with its parameters and
+    ``fullName`` = ``module#function``; a node id's file stem and last part give the same
+    pair. A retried test has several results: the latest is linked. Results that are not
+    JSON objects are skipped (a run's own result files are never that; another tool's may be).
+    """
+    if results is None or not Path(results).is_dir():
+        return {}
+    latest: dict[tuple[str, str], tuple[int, Path]] = {}
+    for f in Path(results).glob("*-result.json"):
+        try:
+            r = json.loads(f.read_text(encoding="utf-8"))
+            key = (str(r["fullName"]).split("#", 1)[0].rsplit(".", 1)[-1], str(r["name"]))
+            stop = int(r.get("stop") or 0)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if key not in latest or stop >= latest[key][0]:
+            latest[key] = (stop, f)
+    return {key: os.path.relpath(f, base) for key, (_, f) in latest.items()}
+
+
 def write_page(run: RunInfo, entries: Sequence[PageEntry], directory: str | os.PathLike[str],
-               name: str = "measurement-page.md") -> Path:
-    """Write the page into ``directory`` (created); returns its path."""
+               name: str = "measurement-page.md", allure_results: str | os.PathLike[str] | None = None) -> Path:
+    """Write the page into ``directory`` (created); returns its path. ``allure_results``:
+    the run's Allure results directory, to link each test's result from the page."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
+    by_key = allure_result_links(allure_results, d)
+    links = {e.nodeid: by_key[k] for e in entries
+             if (k := (Path(e.nodeid.split("::", 1)[0]).stem, _test_name(e))) in by_key}
     path = d / name
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(render_page(run, entries, base=d), encoding="utf-8")
+    tmp.write_text(render_page(run, entries, base=d, allure=links), encoding="utf-8")
     os.replace(tmp, path)
     return path
 
