@@ -46,8 +46,10 @@ def lab(vlab):
         path.parent.rmdir()  # only when empty: another lab's bench may hold its lease there
     assert not path.exists(), f"{path}: a run left the bench's lease behind"
 
-#: A's lease: renewed every 2 s, so A must notice a break within about 2 s.
-LEASE_A = 6
+#: A's lease: renewed every 4 s, so A must notice a break within about 4 s. (6 s, renewed
+#: every 2 s, expired by itself in a CI run with four labs on two cores: two renewals of the
+#: bench's lease were late, and B took it before any break.)
+LEASE_A = 12
 RENEW_A = LEASE_A / 3
 #: The round trip of the renewal that finds the loss, on a busy machine (2 cores, CI).
 SLACK = 3.0
@@ -129,8 +131,9 @@ def test_b_breaks_a_mid_run_a_stops_at_once_and_touches_nothing_of_b(lab, tmp_pa
         (signals / "A.exited").write_text("")
 
         assert a.returncode == HilExitCode.LEASE_LOST, f"run A ended with {a.returncode}, not LEASE_LOST (27):\n{out_a[-4000:]}"
-        assert "lease lost" in out_a and "two-run test: B takes the lab" in out_a, out_a[-4000:]
-        # who took it: B by name, or (B not in yet) whoever broke it, with the reason
+        assert "lease lost" in out_a, out_a[-4000:]
+        # who took it: B by name (when B took a host before A's renewal found the break), or
+        # (B not in yet) whoever broke it, with the reason
         assert (f"the lock now names root@" in out_a and f"(pid {b.pid}, run " in out_a
                 or "the lock now names nobody yet (the file was removed by " in out_a), out_a[-4000:]
         assert "left in place: tunnel lab-" in out_a and "new holder's recovery" in out_a, out_a[-4000:]
