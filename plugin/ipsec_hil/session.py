@@ -49,6 +49,7 @@ from pathlib import Path
 import pytest
 
 from ipsec_hil import markers, places, records, virtual_lab
+from ipsec_hil.acceptance import ACCEPTANCE_PACKAGE  # tests_hil/'s import package, named once
 from ipsec_hil.context import CONTEXT_KEY, WORKER_INPUT, Part, RunContext
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.sharing.holds import HOLDS
@@ -64,8 +65,6 @@ log = logging.getLogger(__name__)
 PLUGIN_NAME = "hil_session"
 WORKER_PLUGIN_NAME = "hil_worker_session"
 ACCEPTANCE_DIR = "tests_hil"
-#: The acceptance tests' import package (tests_hil/ in a checkout, shipped in the wheel).
-ACCEPTANCE_PACKAGE = "ipsec_hil_acceptance"
 PAGE_NAME = "measurement-page.md"
 
 
