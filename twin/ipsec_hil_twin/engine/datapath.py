@@ -41,7 +41,7 @@ from ipsec_hil_twin.faults import JsonWatch, dfbit, fault_params
 from ipsec_hil_twin.personality import for_driver
 
 from . import netio
-from .counters import ALG_OF_CIPHER, HIST_ALGS, INDEX, SA_BYTES, SA_PACKETS, CounterBlock, PendingCounts, RxCounters
+from .counters import ALG_OF_CIPHER, HIST_ALGS, HIST_IN, HIST_OUT, INDEX, SA_BYTES, SA_PACKETS, CounterBlock, PendingCounts, RxCounters
 from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
 from .pacer import FirstStreamPacer, PortPacer
 from .sa_state import InSa, OutSa
@@ -111,7 +111,7 @@ class TxLoop(_Loop):
         super().__init__(host_dir, tun_fd, driver)
         self.counting = cnt = for_driver(driver).counting
         self.pend = PendingCounts(self.a, _idx(cnt.tx_forwarded + cnt.tx_own + cnt.tx_own_output_step) + _idx(
-            ("esp:sent-packets", "esp:sent-bytes", *("hist:" + h for h in HIST_ALGS))))
+            ("esp:sent-packets", "esp:sent-bytes", *(HIST_OUT + h for h in HIST_ALGS))))
         self.sysctl = JsonWatch(self.dir / "sysctl.json")
         self.icmp4, self.icmp6 = netio.icmp_sockets()
         self.socks: dict[str, socket.socket] = {}
@@ -177,7 +177,7 @@ class TxLoop(_Loop):
             inc_fwd, inc_own = _idx(cnt.tx_forwarded), _idx(cnt.tx_own)
             inc_own_step, fail = _idx(cnt.tx_own_output_step), I[cnt.tx_fail]
         else:
-            inc_fwd = inc_own = inc_own_step = (I["esp:sent-packets"], I["hist:" + ALG_OF_CIPHER[e["cipher"]]])
+            inc_fwd = inc_own = inc_own_step = (I["esp:sent-packets"], I[HIST_OUT + ALG_OF_CIPHER[e["cipher"]]])
             fail = I["eng:tx_sendfail"]
         suite = make_suite(e["cipher"], e["spi"], bytes.fromhex(e["enc_key"]),
                            bytes.fromhex(e["auth_key"]) if e.get("auth_key") else None, bool(e.get("esn")))
@@ -417,7 +417,7 @@ class RxLoop(_Loop):
         self.x = x = RxCounters.of(for_driver(driver).counting)
         # what every delivered frame moves, summed per epoll batch (PendingCounts)
         self.pend = PendingCounts(self.a, (X_FRAMES, X_RECEIVED, X_RECV_BYTES, x.frame, x.inner_v6, x.done_v4,
-                                           x.done_v6, *(INDEX["hist:" + h] for h in HIST_ALGS)))
+                                           x.done_v6, *(INDEX[HIST_IN + h] for h in HIST_ALGS)))
         self.wall = int(time.time())
         self.f_slow: dict | None = None
         self.f_icv_ok: dict | None = None
@@ -444,7 +444,7 @@ class RxLoop(_Loop):
             new[key] = InSa(spi=e["spi"], dst=e["dst"], open_fitted=suite.open_fitted, replay=replay,
                             fits=suite.fits, open_unverified=suite.open_unverified,
                             slot=e["slot"], base=self.c.sa_slot(e["slot"]), offloaded=e["offloaded"],
-                            alg_idx=INDEX["hist:" + ALG_OF_CIPHER[e["cipher"]]],
+                            alg_idx=INDEX[HIST_IN + ALG_OF_CIPHER[e["cipher"]]],
                             fixed=FRAMING[e["cipher"]].fixed,
                             local=[parse_selector(t) for t in e.get("local_ts", [])],
                             remote=[parse_selector(t) for t in e.get("remote_ts", [])],
