@@ -206,14 +206,19 @@ def test_outer_df_follows_dfbit(lab, dfbit, inner_df, outer_df):
 
 
 # --- conservation ---------------------------------------------------------------------
-def test_conservation_iperf3_10s(lab):
+def test_conservation_iperf3_stream(lab):
+    """An unshaped 3 s TCP stream both ways through two engines: every packet one engine
+    encrypted the other's decrypt input counted, exactly. 3 s, not 10: the stream runs as
+    fast as the engines get CPU (147 Mbit/s idle, ~38,000 packets), so its length buys no
+    more of the property, only CPU the other workers need (issue 39); the floor of 5,000
+    packets says the traffic happened even on a machine at load 10."""
     fresh(lab)
     lab.tunnel("aes-gcm-16", "ipv4")
     srv = lab.popen("hB", ["iperf3", "-s", "-1", "-B", HB["ipv4"]], stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL)
     time.sleep(0.3)
     a0, b0 = settle(lab, "gA"), settle(lab, "gB")
-    r = lab.run("hA", ["iperf3", "-c", HB["ipv4"], "-t", "10", "-J"], timeout=40)
+    r = lab.run("hA", ["iperf3", "-c", HB["ipv4"], "-t", "3", "-J"], timeout=40)
     srv.wait(10)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
@@ -224,7 +229,7 @@ def test_conservation_iperf3_10s(lab):
     print(f"iperf3 {mbit:.0f} Mbit/s; A->B encrypted {fwd_sent} decrypted-input {fwd_got}; "
           f"B->A {rev_sent}/{rev_got}; retransmits {res['end']['sum_sent'].get('retransmits')}")
     assert fwd_sent == fwd_got and rev_sent == rev_got
-    assert fwd_sent > 10000
+    assert fwd_sent > 5000
     for end in (a1, b1):
         assert end["driver"]["rx_bad"] == end["driver"]["CRYPTO_DROP_REPLAY_OOW"] == 0
     assert delta(b0, b1, "rx_done") == fwd_got
