@@ -20,6 +20,7 @@ from pathlib import Path
 from ipsec_hil_twin.machinery.labprocs import fork_worker, name_process, stop_workers
 
 from . import netio
+from .bypass import BypassCost
 from .control import ControlServer, EngineState
 from .counters import CounterBlock
 from .datapath import RxLoop, TxLoop
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     routes = Routes(args.tun)
     routes.setup_rules()
     state.routes = routes
+    state.bypass = BypassCost([p.ifname for p in host.ports])  # removes what an earlier engine left
     server = ControlServer(d / "engine.sock", state)
     stop = threading.Event()
 
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         server.shutdown()
         server.server_close()
         stop_workers(pids.values())
+        state.bypass.clear()
         try:
             routes.teardown()
         except Exception as exc:  # noqa: BLE001
