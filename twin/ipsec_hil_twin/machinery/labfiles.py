@@ -163,7 +163,9 @@ def host_json(run: RunDir, prefix: str, topo: Topology, name: str) -> dict[str, 
     tunnels, kernel_cipher = tunnels_of(topo, name)
     ports = [{"name": n, "ifname": n, "ipv4": _text(p.ipv4), "ipv6": _text(p.ipv6),
               "addresses": [str(a) for a in (p.ipv4, p.ipv6) if a is not None],
-              "mtu": p.mtu, "rate_mbit": _rate(p.rate_mbit)} for n, p in host.ports.items()]
+              "mtu": p.mtu, "rate_mbit": _rate(p.rate_mbit),
+              # the engine sizes its input ring from it (ipsec_hil_twin.engine.netio.ring_packets)
+              "queue_bytes": topo.queue_bytes(name, n)} for n, p in host.ports.items()]
     return {
         "name": name, "model": host.model, "driver": hp.base.driver, "hw_model": hp.base.hw_model,
         "module_file": hp.module_file, "counters": hp.counters, "replay_window": hp.replay_window,
