@@ -271,3 +271,28 @@ def test_a_stall_below_a_load_the_bench_offered_is_measured_again_not_a_new_limi
     ndr = result.goal("NDR")
     assert sum(t.bench_short for t in result.trials) == 1 and stalls["left"] == 0
     assert ndr.bracketed and ndr.bench_limit is None and ndr.lower_bound <= 92.4 + 1e-9 < ndr.upper_bound, ndr
+
+
+def test_under_cpu_load_two_stalls_above_every_offered_load_do_not_walk_the_ceiling_down():
+    """The first rule's failure on CI (4 workers on 2 cores): every short trial above the loads
+    offered in full lowered the ceiling, and a busy bench walked it to 0.7 of the bottleneck.
+    Now a load is the bench's limit only when SHORT_REPEATS attempts at it all fell short:
+    two stalls in a row at the ceiling, then a full trial, leave the search bracketing the path."""
+    from ipsec_hil.lab.decision.search import SHORT_REPEATS
+
+    trial, _ = _bench_and_path(bench_limit=200.0, capacity=92.4)
+    assert SHORT_REPEATS > 2
+    stalls = {"left": 2}
+
+    def busy(load: float, duration: float) -> TrialResult:
+        r = trial(load, duration)
+        if stalls["left"] and load > 92.4:  # trials above the path's rate, none offered in full yet
+            stalls["left"] -= 1
+            return TrialResult(r.offered, r.sent, r.received, duration, achieved=0.7 * load)
+        return r
+
+    result = search(busy, max_rate=1.1 * 92.4, min_rate=2.0, goals=GOALS, warmup_duration=0)
+    ndr, pdr = result.goal("NDR"), result.goal("PDR")
+    assert sum(t.bench_short for t in result.trials) == 2 and not stalls["left"]
+    assert ndr.bracketed and pdr.bracketed and ndr.bench_limit is None, result.summary()
+    assert ndr.lower_bound <= 92.4 + 1e-9 < ndr.upper_bound

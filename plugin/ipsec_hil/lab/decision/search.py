@@ -38,8 +38,10 @@ What is implemented of the draft (terms as it uses them):
   left the generator (:attr:`TrialResult.achieved`; udp_load takes it from iperf3's
   sender-side counts and time). A trial short of its intended load by more than
   ``offer_tolerance`` is *the bench could not offer it*: it classifies nothing (the draft's
-  intended load is only a result when the generator delivered it), the search's ceiling
-  drops to just under what the bench did offer, and a goal whose every load up to that
+  intended load is only a result when the generator delivered it) and is measured again;
+  when every one of SHORT_REPEATS attempts at a load above all it offered in full fell
+  short (a stall of a busy CPU does not repeat, a limit does), the search's ceiling
+  drops to just under the most it did offer, and a goal whose every load up to that
   ceiling met it ends "at least X, not bracketed: the bench's limit"
   (:attr:`GoalResult.bench_limit`) instead of a result at the load asked.
 
@@ -118,11 +120,17 @@ class Goal:
             raise bad(f"Goal {self.name}: duration_sum", self.duration_sum, "seconds > 0 or None")
 
 
-#: A trial may fall this far short of its intended load and still count at it: iperf3's
-#: pacing and the sender's timer slack stay well inside it; a bench at its limit does not.
-OFFER_TOLERANCE = 0.02
+#: A trial may fall this far short of its intended load and still count at it. iperf3
+#: paces to the average rate since its start and catches up after a late wake-up, so a
+#: busy CPU costs a trial only the scheduling delay of its last datagrams; 2 % (the first
+#: rule) was less than that under CI load (4 xdist workers on 2 cores) and called the
+#: healthy bench short again and again. A bench at its limit is short by far more.
+OFFER_TOLERANCE = 0.05
+#: Attempts at one load, every one short, before the load is the bench's limit: one short
+#: trial may be a stall of a shared CPU (measured again), a limit repeats.
+SHORT_REPEATS = 3
 #: Short trials in one search before it stops (a bench that keeps stalling measures nothing).
-MAX_SHORT_TRIALS = 10
+MAX_SHORT_TRIALS = 12
 
 #: the issue's defaults: NDR = 0 loss, PDR = 0.5 % loss, 1 % relative width
 DEFAULT_GOALS = (Goal("NDR", 0.0), Goal("PDR", 0.005))
@@ -311,6 +319,7 @@ class _Range:
     bench_limit: float | None = None
     short: int = 0
     offered_ok: float = 0.0  # the highest load the bench offered in full so far
+    attempts: dict[float, list[float]] = field(default_factory=dict)  # load -> what its short trials offered
 
 
 def search(
@@ -353,8 +362,8 @@ def search(
         short = result.shortfall() > offer_tolerance
         trials.append(SearchTrial(len(trials), role, -1 if phase is None else phase.number, load, result, short))
         if short:
-            _bench_short(rng, result, offer_tolerance)
-            if role != WARMUP:
+            if role != WARMUP:  # a short warm-up is no claim either way: it only warms the path
+                _bench_short(rng, result, offer_tolerance)
                 raise _BenchShort
         else:
             rng.offered_ok = max(rng.offered_ok, load)
@@ -393,15 +402,21 @@ def search(
 
 
 def _bench_short(rng: _Range, result: TrialResult, tolerance: float) -> None:
-    """A trial fell short. At a load the bench has offered in full before it is a stall of
-    the bench (a busy CPU): the load is measured again. Above every load it offered in
-    full it is the bench's limit: the ceiling drops to just under what it offered (never
-    under a load it did offer), and the goals met up to there say so."""
+    """A trial fell short of its load. The rule (robust under CPU load): at a load the bench
+    has offered in full before, it is a stall of the bench (a busy CPU), measured again.
+    Above every load it offered in full, it is measured again too, up to SHORT_REPEATS
+    attempts; only when every attempt at that load fell short is it the bench's limit: the
+    ceiling drops to just under the most those attempts offered (never under a load the
+    bench did offer), and the goals met up to there say so."""
     achieved = float(result.achieved or 0.0)
     rng.short += 1
     if result.offered > rng.offered_ok:
-        rng.bench_limit = achieved if rng.bench_limit is None else min(rng.bench_limit, achieved)
-        rng.max_rate = min(rng.max_rate, max(achieved * (1 - tolerance / 2), rng.offered_ok))
+        tries = rng.attempts.setdefault(result.offered, [])
+        tries.append(achieved)
+        if len(tries) >= SHORT_REPEATS:
+            best = max(tries)
+            rng.bench_limit = best if rng.bench_limit is None else min(rng.bench_limit, best)
+            rng.max_rate = min(rng.max_rate, max(best * (1 - tolerance / 2), rng.offered_ok))
     if rng.short >= MAX_SHORT_TRIALS or rng.max_rate <= rng.min_rate:
         raise _StopSearch(f"the bench fell short of its load {rng.short} times (last: asked {result.offered:.4g}, "
                           f"offered {achieved:.4g}); the ceiling reached {rng.max_rate:.4g}")
