@@ -13,9 +13,11 @@ from the options (``--ndr-loss``, ``--pdr-loss``, ``--search-width``,
 The search range comes from the path (ipsec_hil.lab.decision.bottleneck): up to the
 bottleneck's line rate in UDP payload (the slowest link, ESP's framing on the outer link)
 plus 10 %, down to 2 % of it; final trials at least long enough that the bottleneck's
-stated queue (``queue_kib``) hides no more than the goal width of an overload. A trial the
-bench could not offer is no result: a goal met up to the bench's limit is reported "at
-least X, not bracketed: the bench's limit", on the first screen too.
+stated queue (``queue_kib``) hides no more than the goal width of an overload (the twin's
+shaper and its engine's ring hold that queue, not more). A trial the bench could not offer
+is no result (more than 5 % short is measured again; 3 short attempts at a load are the
+bench's limit, ipsec_hil.lab.decision.search): a goal met up to the bench's limit is
+reported "at least X, not bracketed: the bench's limit", on the first screen too.
 
 The test fails when the search cannot prove a lower bound for a goal (the tunnel forwards
 nothing loss-free at 2 % of its link), and on physics: NDR <= PDR <= the bottleneck's line
