@@ -50,19 +50,19 @@ def _with(text: str, old: str, new: str) -> str:
 
 def test_queue_is_stated_per_link_and_overridden_per_port():
     text = VIRTUAL.read_text()
-    text = _with(text, "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100}",
+    text = _with(text, "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100, queue_kib: 128}",
                  "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100, queue_kib: 768}")
     text = _with(text, 'port8:  {ipv4: 203.0.113.130/26, ipv6: "2001:db8:2::2/64", mtu: 9000, rate_mbit: 100}',
                  'port8: {ipv4: 203.0.113.130/26, ipv6: "2001:db8:2::2/64", mtu: 9000, rate_mbit: 100, queue_kib: 32}')
     topo = parse_topology(text, "lab.yaml", models=REGISTRY)
     assert topo.queue_bytes("xgs136", "port8") == 768 * 1024  # the link's
     assert topo.queue_bytes("peer3300", "port8") == 32 * 1024  # the port's own
-    assert topo.queue_bytes("bench", "c_f1") == 128 * 1024  # the default
+    assert topo.queue_bytes("bench", "c_f1") == 128 * 1024  # its link's, as virtual.yaml states it
     assert path_bottleneck(topo, "npu", GCM44, 1200).hidden_ratio(1.0) == pytest.approx(6 * 0.0105, abs=1e-3)
 
 
 def test_a_bad_queue_names_the_file_line_and_field():
-    text = _with(VIRTUAL.read_text(), "{a: xgs136.f1, b: bench.c_f1, rate_mbit: 100}",
+    text = _with(VIRTUAL.read_text(), "{a: xgs136.f1, b: bench.c_f1, rate_mbit: 100, queue_kib: 128}",
                  "{a: xgs136.f1, b: bench.c_f1, rate_mbit: 100, queue_kib: -1}")
     with pytest.raises(TopologyError, match=r"lab.yaml:\d+.*queue_kib"):
         parse_topology(text, "lab.yaml", models=REGISTRY)
@@ -106,7 +106,7 @@ def test_the_plan_brackets_the_bottleneck_and_lengthens_trials_for_a_deep_queue(
     plan = search_plan(b, width=0.02, trial_seconds=1.0)
     assert plan.max_rate == pytest.approx(1.1 * b.payload_mbit) and plan.final_duration == 1.0
     assert any("92.4 Mbit/s of UDP payload" in line for line in plan.lines())
-    deep = parse_topology(_with(VIRTUAL.read_text(), "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100}",
+    deep = parse_topology(_with(VIRTUAL.read_text(), "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100, queue_kib: 128}",
                                 "{a: xgs136.port8, b: peer3300.port8, rate_mbit: 100, queue_kib: 875}"), "deep.yaml", models=REGISTRY)
     longer = search_plan(path_bottleneck(deep, "npu", GCM44, 1200), width=0.02, trial_seconds=1.0)
     assert longer.final_duration == pytest.approx(3.6)  # 875 KiB at 100 Mbit/s = 71.7 ms; / 2 % = 3.58 s
