@@ -22,7 +22,9 @@ EXPECTED = {"drop_every", "count_extra", "corrupt_icv", "replay", "wrong_next_he
             # issue 43: the survey's teeth (a driver naming a counter otherwise)
             "counter_renamed",
             # issue 42: the SPD as part of a tunnel's state (provision.spd)
-            "spd_policy_missing"}
+            "spd_policy_missing",
+            # issue 41: page 003's bypass tax (a per-packet cost while the driver is loaded)
+            "bypass_tax"}
 
 
 def test_registry_complete_and_documented():
@@ -47,7 +49,7 @@ def test_defaults_and_types(tmp_path):
 
 
 @pytest.mark.parametrize("name,params,message", [
-    ("nope", {}, "unknown fault 'nope'; known: child_never_up"),
+    ("nope", {}, "unknown fault 'nope'; known: bypass_tax, child_never_up"),
     ("drop_every", {"m": 3}, "unknown parameter(s) m; known: n:int=100"),
     ("drop_every", {"n": "ten"}, "expected int, found 'ten'"),
     ("drop_every", {"n": 0}, "must be > 0"),

@@ -35,6 +35,7 @@ from pyroute2 import IPRoute
 from ipsec_hil_twin.faults import JsonWatch, fault_params
 from ipsec_hil_twin.jsonl import JsonlServer
 
+from .bypass import BypassCost
 from .counters import MAX_SA, CounterBlock
 from .hostcfg import HostConfig
 from .routes import FWD_TABLE, OWN_TABLE, Routes, RouteSpec
@@ -150,6 +151,7 @@ class EngineState:
         self.started = time.time()
         self.published: dict[tuple[int, str], dict[str, Any]] = {}  # what the journal holds
         self.journal = SaJournalWriter(self.dir)
+        self.bypass: BypassCost | None = None  # fault bypass_tax's tc (set by ipsec_hil_twin.engine.__main__)
 
     # -- helpers -----------------------------------------------------------------------
     def _offload(self, spec: SaSpec) -> bool:
@@ -326,6 +328,7 @@ class EngineState:
                 inst.offloaded = self._offload(inst.spec)
                 self._put(inst)
             self.publish()
+            self._sync_bypass()
         return {"ok": True}
 
     def op_reset(self, req: dict) -> dict:
@@ -387,6 +390,14 @@ class EngineState:
                         self._drop(key)
                 self.leaked.clear()
                 self.publish()
+            self._sync_bypass()
+
+    def _sync_bypass(self) -> None:
+        """Fault bypass_tax costs per packet only while the driver is loaded: its hooks
+        are the driver's (ipsec_hil_twin.engine.bypass)."""
+        if self.bypass is not None:
+            p = fault_params(self.faults, "bypass_tax")
+            self.bypass.sync(float(p.get("us", 0)) if p is not None and self.driver_loaded else None)
 
     OPS = ("add_sa", "del_sa", "flush", "list_sas", "counters", "status", "set_driver",
            "reset", "route", "faults", "set_seq")

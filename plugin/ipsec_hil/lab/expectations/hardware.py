@@ -142,6 +142,13 @@ class HardwareProfile:
     #: far apart after pings or injected frames mean the counters are final
     #: (ipsec_hil.lab.measuring.quiet; a load's tail adds its own wait)
     counter_lag_s: float = DEFAULT_COUNTER_LAG_S
+    #: the least share of its rate that traffic matching no SA (forwarded, small UDP
+    #: datagrams) keeps with the IPsec stack and the offload driver loaded and a tunnel up,
+    #: against the same traffic with the tunnel down and the driver unloaded. Page 003:
+    #: IPsec compiled in cost a multi-threaded UDP transmit 13.8 of 16.8 Mpps (0.82), the
+    #: default policy's reference count; the drivers' hooks on that path may add nothing
+    #: a measurement tells from that: 0.80.
+    bypass_share: float = 0.80
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "counters", MappingProxyType(dict(self.counters)))
@@ -190,7 +197,7 @@ class HardwareProfile:
         Accepted keys: ``counters`` (or its alias ``oids``): ``{logical_name: oid}`` for
         counters the model has; and the scalar fields ``module_file``, ``replay_window``,
         ``kernel_esp_worst_case_block``, ``accepts_ipv6_sa``, ``floor_margin``, ``unit``
-        (a new unit renumbers the default OIDs), ``rekey_blocked_ms``, ``counter_lag_s``; ``first_stream_issue`` (an issue number,
+        (a new unit renumbers the default OIDs), ``rekey_blocked_ms``, ``counter_lag_s``, ``bypass_share``; ``first_stream_issue`` (an issue number,
         or null: the lab's build does not have it). Anything else, or an unknown counter
         name, is a ProfileError naming it.
         """
@@ -208,6 +215,7 @@ class HardwareProfile:
             "unit": int,
             "rekey_blocked_ms": (float, int),
             "counter_lag_s": (float, int),
+            "bypass_share": (float, int),
         }
         changes: dict[str, Any] = {}
         counters = dict(self.counters)
@@ -230,6 +238,8 @@ class HardwareProfile:
                     raise ProfileError(f"profile.{key}: expected {_kind_name(kind)}, found {value!r}")
                 if key == "floor_margin" and not 0 < value <= 1:
                     raise ProfileError(f"profile.floor_margin: expected a fraction in (0, 1], found {value!r}")
+                if key == "bypass_share" and not 0 < value <= 1:
+                    raise ProfileError(f"profile.bypass_share: expected a fraction in (0, 1], found {value!r}")
                 if key == "counter_lag_s" and not 0 < value <= 10:
                     raise ProfileError(f"profile.counter_lag_s: expected seconds in (0, 10], found {value!r}")
                 if key in ("replay_window", "kernel_esp_worst_case_block", "unit", "rekey_blocked_ms") and value < 0:

@@ -17,7 +17,7 @@ Format (YAML)::
         roles: {encrypted: [tx_enc], decrypted: [rx_dec], errors: [rx_bad]}
         known_issues: [{key: first_stream_after_boot, number: 777, summary: slow after boot}]
         floor_margin: 0.85                   # and replay_window, kernel_esp_worst_case_block,
-                                             # accepts_ipv6_sa, unit, counter_lag_s
+                                             # accepts_ipv6_sa, unit, counter_lag_s, bypass_share
 
 A mistake is a ProfileError naming the file and the field.
 """
@@ -67,6 +67,7 @@ class _Model(_Strict):
     floor_margin: float = Field(0.85, gt=0, le=1)
     unit: int = Field(0, ge=0)
     counter_lag_s: float = Field(DEFAULT_COUNTER_LAG_S, gt=0, le=10)
+    bypass_share: float = Field(0.80, gt=0, le=1)
 
 
 class _File(_Strict):
@@ -98,7 +99,7 @@ def load_profiles_file(path: Path) -> list[HardwareProfile]:
                 known_issues=tuple(KnownIssue(i.key, i.number, i.summary) for i in m.known_issues),
                 replay_window=m.replay_window, kernel_esp_worst_case_block=m.kernel_esp_worst_case_block,
                 accepts_ipv6_sa=m.accepts_ipv6_sa, floor_margin=m.floor_margin, unit=m.unit,
-                counter_lag_s=m.counter_lag_s,
+                counter_lag_s=m.counter_lag_s, bypass_share=m.bypass_share,
             ))
         except ProfileError as exc:
             raise ProfileError(f"{path}: models.{name}: {exc}") from None
