@@ -56,8 +56,10 @@ def appliance_reads(topology: Topology, host: str) -> list[Read]:
     oids = list(dict(profile.counters).values())
     reads = [
         Read("uname-a", "uname -a", why="kernel build (no parser in the suite)"),
-        Read("freebsd-version", "freebsd-version -ku", why="kernel and userland release (no parser in the suite)"),
-        Read("opnsense-version", "opnsense-version", why="OPNsense release (no parser in the suite)"),
+        Read("freebsd-version", "freebsd-version -kru", "osversion",
+             why="installed kernel, running kernel and userland release (parsers.osversion)"),
+        Read("opnsense-version", "opnsense-version", "osversion", function="parse_opnsense_version",
+             why="OPNsense release (parsers.osversion)"),
         Read("kern-osrelease", argv("sysctl", "-n", "kern.osrelease"), "sysctl",
              kwargs={"mode": "n", "names": ["kern.osrelease"]}, why="Appliance.kernel_version"),
         Read("kldstat", "kldstat", "kldstat", why="preflight, Appliance.module_info"),
