@@ -14,6 +14,12 @@ counters must not move (the offload path carried it). On the XGS 136 both doors 
 measured apart and exactly: forwarded (tx_taken) and the appliance's own (tx_accel), up
 and down; the congested tolerance applies only when the ledger shows packets dropped
 after the count (the model's tx_drops role).
+
+On a kernel with the IPsec offload framework (FreeBSD 15: OPNsense 26.7) each SA's `hw
+offl` packets (setkey -D) are one more door, on both ends, exact against the driver's own
+counters and conserved against the peer's ESP input (ActiveTunnel.expect_offload_door;
+read with the other counters, so the settle covers the driver's counter lag). On
+FreeBSD 14 the kernel keeps no such count and the door is absent.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ def test_appliance_sourced_conservation(tunnel, record, meter, stream, traffic_s
                  at_least=least)
     expect_zero(L, [f"{p}:esp.dropped-bad-auth", f"{d}:out_orig"], "no authentication failure, no bypass")
     tunnel.expect_offload_carried(L, "the DUT's own stream up")
+    record.figure("hw offl doors checked (FreeBSD 15)", tunnel.expect_offload_door(
+        L, "the DUT's own stream up", sender="local", at_least=least))
 
 
 @pytest.mark.page("000")
@@ -64,6 +72,8 @@ def test_inbound_decrypted_equals_delivered(tunnel, record, meter, stream, traff
                      at_least=least)
     expect_zero(L, [f"{d}:rx_bad", f"{d}:rx_blocked"], "nothing refused")
     tunnel.expect_offload_carried(L, "the peer's stream down")
+    record.figure("hw offl doors checked (FreeBSD 15)", tunnel.expect_offload_door(
+        L, "the peer's stream down", sender="remote", at_least=least))
     record.figure("queue refusals (rx_queuefail)", L.delta(f"{d}:rx_queuefail"))
     record.figure("replay drops (CRYPTO_DROP_REPLAY_OOW)", L.delta(f"{d}:CRYPTO_DROP_REPLAY_OOW"))
 
@@ -101,6 +111,8 @@ def test_both_doors_clean(tunnel, record, meter, stream, bench_route, traffic_se
             expect_zero(m.ledger, [f"{npu.name}:{c}" for c in npu.profile.error_counters],
                         f"{label}: the 136's error counters")
             tunnel.expect_offload_carried(m.ledger, label)
+            record.figure(f"{label}: hw offl doors checked (FreeBSD 15)", tunnel.expect_offload_door(
+                m.ledger, label, sender="remote" if down else "local", at_least=least))
 
 
 def _conserved_up(tunnel, L: Ledger, least: int, door: str, label: str) -> None:

@@ -4,6 +4,10 @@ proposal, golden round trip, and the lease.
 One lab for the file, with the lab tunnel up (TunnelProvisioner, as the suite brings it
 up) while the bundle is taken, so ``setkey -D`` holds real keys to mask and the ESP-gate
 pings have an SA to go through. The survey itself brings nothing up and changes nothing.
+
+The lab is topologies/virtual-releases.yaml: its appliances run each FreeBSD the suite
+meets (the DUT 15.1 with the IPsec offload framework, the peer 14.3, the XGS 136 14.1), so
+one survey reads every release's formats and the table says which release each runs.
 """
 
 from __future__ import annotations
@@ -34,12 +38,16 @@ from safety.test_secrets import forms
 
 pytestmark = pytest.mark.needs_root
 
-lab = lab_fixture()
+RELEASES_LAB = REPO / "topologies" / "virtual-releases.yaml"
+lab = lab_fixture(topology=RELEASES_LAB)
 
-#: what today's twin does not answer as FreeBSD/OPNsense would (issue 43's other half): the
-#: only reads allowed to fail on a healthy virtual lab; each one a difference the survey
-#: must show, and the twin's versions work removes them from this set
-TWIN_GAPS = {"freebsd-version", "opnsense-version", "netstat-ip", "netstat-ip6"}
+#: what the twin does not answer as FreeBSD/OPNsense would: the only reads allowed to fail
+#: on a healthy virtual lab (none since the twin prints every release's versions and
+#: netstat -s -p ip/ip6)
+TWIN_GAPS: set[str] = set()
+#: FreeBSD / OPNsense of each appliance of RELEASES_LAB (its `os:` blocks), and which run
+#: the offload framework's kernel
+RELEASE_OF = {"dut3300": ("15.1", "26.7"), "peer3300": ("14.3", "26.1"), "xgs136": ("14.1", "24.7")}
 
 
 def appliance_state(lab) -> dict[str, bytes]:
@@ -129,7 +137,12 @@ def test_table_says_what_parsed_the_counters_the_offload_and_the_gates(lab, surv
         assert manifest["hosts"][host]["counters"]["unknown"] == {}
         rows = [l for l in table.splitlines() if l.startswith(host + " ")]
         assert any("counters (" in l and "profile matched" in l for l in rows), rows
-        assert any("ipsec offload framework" in l and " absent " in l for l in rows), rows
+        freebsd, opnsense = RELEASE_OF[host]
+        release = manifest["hosts"][host]["release"]
+        assert release.startswith(f"FreeBSD {freebsd}-RELEASE") and f"OPNsense {opnsense}." in release, release
+        assert any(" release " in l and " read " in l and release in l for l in rows), rows
+        framework = "present" if freebsd == "15.1" else "absent"
+        assert any("ipsec offload framework" in l and f" {framework} " in l for l in rows), (host, rows)
         for x in manifest["hosts"][host]["reads"]:
             assert any(l.split()[1] == x["name"] and x["state"].upper() in l.upper() for l in rows), x["name"]
     for x in failed:

@@ -24,7 +24,9 @@ EXPECTED = {"drop_every", "count_extra", "corrupt_icv", "replay", "wrong_next_he
             # issue 42: the SPD as part of a tunnel's state (provision.spd)
             "spd_policy_missing",
             # issue 41: page 003's bypass tax (a per-packet cost while the driver is loaded)
-            "bypass_tax"}
+            "bypass_tax",
+            # issue 43: a NIC that refuses an association (FreeBSD 15's offload framework)
+            "nic_refuses_sa"}
 
 
 def test_registry_complete_and_documented():

@@ -110,6 +110,31 @@ def test_netstat_esp_libxo_json_anywhere_in_argv(appliance):
         assert p.parse(r2.out, sparse=True).dropped_short_header == 0
 
 
+def test_netstat_ip_and_ip6_are_the_stack_s_own_counters(appliance):
+    """`netstat -s -p ip|ip6 --libxo json` (inet.c ip_stats, inet6.c ip6_stats): every key
+    of FreeBSD's table, read by the suite's parser, and the counters are the appliance's
+    stack's -- three echoes to the peer move sent and delivered packets by three or more.
+    The text form has one line a counter (forwarded and fast-forwarded share one)."""
+    p = parser("netstat_ip")
+    from ipsec_hil_twin.fbsd import netstat_ip as twin_ip
+
+    before = p.parse(appliance.run("netstat -s -p ip --libxo json").out)
+    r = appliance.run("ping -c 3 -i 0.05 10.78.0.2")
+    assert r.status == 0, r.out + r.err
+    after = p.parse(appliance.run("netstat --libxo json -s -p ip").out)
+    assert before.protocol == "ip" and set(after.counters) == set(p.IP_KEYS)
+    assert after["sent-packets"] - before["sent-packets"] >= 3
+    assert after["received-local-packets"] - before["received-local-packets"] >= 3
+    six = p.parse(appliance.run("netstat -s -p ip6 --libxo json").out)
+    assert six.protocol == "ip6" and set(six.counters) == set(p.IP6_KEYS)
+    assert set(six.mbufs) == set(p.IP6_MBUF_KEYS) and six.address_selection_failures == 0
+    sparse = p.parse(appliance.run("netstat -ss -p ip --libxo json").out, sparse=True)
+    assert sparse["sent-packets"] >= after["sent-packets"]
+    text = appliance.run("netstat -s -p ip").out.splitlines()
+    assert text[0] == "ip:" and len(text) == 1 + len(twin_ip.IP_COUNTERS) - 1
+    assert any(line.startswith("\t") and "packets forwarded (" in line for line in text)
+
+
 def test_netstat_unknown_protocol(appliance):
     r = appliance.run("netstat -s -p bogus")
     assert (r.err, r.status) == ("netstat: bogus: unknown or uninstrumented protocol\n", 1)

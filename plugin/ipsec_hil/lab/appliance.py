@@ -35,6 +35,7 @@ from types import ModuleType
 
 from ipsec_hil.lab.errors import CommandTimeout, LabError, ParseError, ProfileError, TransportError
 from ipsec_hil.lab.expectations.hardware import HardwareProfile
+from ipsec_hil.lab.measuring import offload
 from ipsec_hil.lab.measuring.measure import Snapshot, unchanged_since
 from ipsec_hil.lab.parsers import (
     ifconfig,
@@ -278,6 +279,7 @@ class Appliance(ShellCommands):
         #: its values were read unchanged (measure.unchanged_since), from which
         #: measure.settle_all may start instead of reading and waiting again.
         self.last_read: tuple[float, Snapshot] | None = None
+        self._offload_framework: bool | None = None  # offload_framework, once read
 
     def __repr__(self) -> str:
         return f"Appliance({self.name!r}, model={getattr(self.profile, 'model', '?')!r})"
@@ -287,23 +289,35 @@ class Appliance(ShellCommands):
     def counter_oids(self) -> Mapping[str, str]:
         return dict(self.profile.counters)
 
+    @property
+    def offload_framework(self) -> bool:
+        """Does the kernel have the inline IPsec offload framework (FreeBSD 15 on: setkey -D's
+        per-SA ``hw offl`` lines)? Read once from kern.osrelease (the release does not change
+        under a run; a reboot keeps the installed kernel)."""
+        if self._offload_framework is None:
+            self._offload_framework = bool(self.kernel_version().release.has_ipsec_offload)
+        return self._offload_framework
+
     def snapshot(self) -> Snapshot:
-        """All driver counters and the kernel's ESP statistics in ONE round trip."""
+        """All driver counters and the kernel's ESP statistics in ONE round trip; on a kernel
+        with the offload framework also each SA's offload counters (``setkey -D``: parsed
+        here and reduced to measuring.offload.SaOffload, the keys dropped)."""
         oids = self.counter_oids
-        s = "\n".join(
-            [
-                't=$(mktemp "${TMPDIR:-/tmp}/hil.XXXXXX") || exit 70',
-                _mark("sysctl"),
-                f"{argv('sysctl', *oids.values())} 2>\"$t\"; s1=$?",
-                _mark("sysctl-stderr", '"$s1"'),
-                'cat "$t"',
-                _mark("netstat"),
-                'netstat -s -p esp --libxo json 2>"$t"; s2=$?',
-                _mark("netstat-stderr", '"$s2"'),
-                'cat "$t"; rm -f "$t"',
-                _mark("end"),
-            ]
-        )
+        framework = self.offload_framework
+        lines = [
+            't=$(mktemp "${TMPDIR:-/tmp}/hil.XXXXXX") || exit 70',
+            _mark("sysctl"),
+            f"{argv('sysctl', *oids.values())} 2>\"$t\"; s1=$?",
+            _mark("sysctl-stderr", '"$s1"'),
+            'cat "$t"',
+            _mark("netstat"),
+            'netstat -s -p esp --libxo json 2>"$t"; s2=$?',
+            _mark("netstat-stderr", '"$s2"'),
+            'cat "$t"',
+        ]
+        if framework:
+            lines += [_mark("setkey"), 'setkey -D 2>"$t"; s3=$?', _mark("setkey-stderr", '"$s3"'), 'cat "$t"']
+        s = "\n".join(lines + ['rm -f "$t"', _mark("end")])
         r = self._run(s)
         t = time.time()
         if r.status != 0:
@@ -330,7 +344,12 @@ class Appliance(ShellCommands):
         if sec.get("netstat-stderr.arg", "0") != "0":
             raise TransportError(f"{self.name}: netstat -s -p esp failed: {sec.get('netstat-stderr', '').strip()}")
         esp = netstat_esp.parse(sec["netstat"])
-        snap = Snapshot(self.name, t, counters, _esp_counts(esp), bool(esp.loaded))
+        sas: tuple[offload.SaOffload, ...] = ()
+        if framework:
+            if sec.get("setkey-stderr.arg", "0") != "0":
+                raise TransportError(f"{self.name}: setkey -D failed: {sec.get('setkey-stderr', '').strip()}")
+            sas = offload.from_setkey(setkey.parse(sec["setkey"]))
+        snap = Snapshot(self.name, t, counters, _esp_counts(esp), bool(esp.loaded), sas)
         self.last_read = unchanged_since(self.last_read, snap, time.monotonic())
         return snap
 

@@ -27,7 +27,10 @@ from ipsec_hil.lab.expectations.hardware import KnownIssue
 from ipsec_hil.lab.live_lab import Lab
 from ipsec_hil.lab.sharing.holds import left_for_new_holder
 from ipsec_hil.lab.sharing.lock import ApplianceLock
-from ipsec_hil.lab.measuring.measure import Ledger, expect_zero
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.measuring import offload
+from ipsec_hil.lab.measuring.measure import Ledger, expect_conserved, expect_equal, expect_zero
+from ipsec_hil.lab.parsers.setkey import SadDump
 from ipsec_hil.lab.provision import ChildPlan, EndPlan, TunnelPlan, TunnelProvisioner, child_plans, render_masked
 from ipsec_hil.lab.topology import Topology, TunnelConfig
 from ipsec_hil.lab.traffic.bench import BenchHost
@@ -165,6 +168,95 @@ class ActiveTunnel:
                 name = self.appliance(end).name
                 expect_zero(ledger, expect.kernel_esp_refs(name),
                             f"{why}: {name}'s engine holds the SAs, its kernel ESP does not move")
+
+    # ------------------------------------------------------------ the offload framework's door
+
+    def own_addresses(self, end: str) -> list[str]:
+        """Every address of ``end``'s appliance in the lab file (all its ports, both families)."""
+        host = self.topology.hosts[self.appliance(end).name]
+        return [str(a.ip) for p in host.ports.values() for a in (p.ipv4, p.ipv6) if a is not None]
+
+    def offload_door(self, ledger: Ledger, end: str, way: str) -> list[str] | None:
+        """Ledger references of the hw offl packets of ``end``'s SAs going ``way`` (``out`` /
+        ``in``: every SA of the appliance, as its driver's counters are the appliance's),
+        those in both snapshots; None when there is no door: the end runs the kernel's
+        cipher, or its kernel has no offload framework (measuring.offload)."""
+        if not self.offloaded(end):
+            return None
+        d = ledger.deltas.get(self.appliance(end).name)
+        if d is None or not d.after.sas:
+            return None
+        name = d.appliance
+        refs = offload.door_refs(name, d.after.sas, self.own_addresses(end), way)
+        return [r for r in refs if r.split(":", 1)[1] in d]
+
+    def expect_offload_door(self, ledger: Ledger, why: str, *, sender: str, at_least: int | None = None) -> int:
+        """On every end whose kernel has the offload framework (FreeBSD 15) and whose NIC
+        holds the SAs, the SAs' hw offl packets are one more door of the ledger, exact:
+        outbound = what the end's driver counted as encrypted, inbound = what it counted as
+        decrypted and handed up, and each conserved against the peer's ESP input / output
+        as the driver's own counters are (the same drops and congested tolerance).
+        ``sender``'s outbound door must carry ``at_least`` packets. Returns the number of
+        doors checked (0 on FreeBSD 14: no such door, nothing to check)."""
+        checked = 0
+        tol = self.tolerance("congested")
+        for end in ("local", "remote"):
+            other = "remote" if end == "local" else "local"
+            name = self.appliance(end).name
+            out_door, in_door = self.offload_door(ledger, end, "out"), self.offload_door(ledger, end, "in")
+            if out_door is None or in_door is None:
+                continue
+            least = at_least if end == sender else None
+            least_in = at_least if other == sender else None
+            expect_equal(ledger, out_door, self.encrypted_refs(end),
+                         f"{why}: {name}'s SAs out through the NIC (hw offl) = what its driver encrypted",
+                         at_least=least)
+            expect_conserved(ledger, out_door, self.decrypted_refs(other),
+                             f"{why}: {name}'s hw offl out = what {self.appliance(other).name} decrypted",
+                             drops=self.tx_drop_refs(end), tolerance=tol, at_least=least)
+            expect_equal(ledger, in_door, self.decrypted_refs(end),
+                         f"{why}: {name}'s SAs in through the NIC (hw offl) = what its driver decrypted and handed up",
+                         at_least=least_in)
+            expect_conserved(ledger, self.encrypted_refs(other), in_door,
+                             f"{why}: what {self.appliance(other).name} encrypted = {name}'s hw offl in",
+                             drops=self.tx_drop_refs(other), tolerance=tol, at_least=least_in)
+            checked += 2
+        return checked
+
+    def sa_paths(self, end: str, ledger: Ledger, before: SadDump | None = None,
+                 after: SadDump | None = None) -> list[offload.SaPath]:
+        """Which path each of this tunnel's SAs on ``end`` took over the ``ledger``'s
+        measurement (measuring.offload): on a kernel with the offload framework from the
+        SAs' own hw offl counts in the ledger's snapshots; without one from setkey -D
+        ``before`` / ``after`` (the SAs' packet counts, which the caller reads around the
+        measurement) against the driver's and the kernel's ESP counters of each direction
+        -- a judgement only valid when the measured traffic was this tunnel's alone."""
+        app = self.appliance(end)
+        mine = self.spis(app)
+        own = self.own_addresses(end)
+        d = ledger.deltas[app.name]
+        if d.after.sas:
+            was = {s.spi: s for s in d.before.sas}
+            return [offload.judge_framework(app.name, offload.direction(s.src, s.dst, own) or "?", was[s.spi], s)
+                    for s in d.after.sas if s.spi in mine and s.spi in was]
+        if before is None or after is None:
+            raise LabError(f"{app.name}: no offload framework in its kernel: sa_paths needs setkey -D before and after")
+        refs = {"out": (expect.encrypted_refs(app.name, app.profile), ["esp.sent-packets"]),
+                "in": (expect.decrypted_refs(app.name, app.profile), ["esp.received-packets"])}
+        was_e = {e.spi: e for e in before.entries}
+        out = []
+        for e in after.entries:
+            if e.spi not in mine or e.spi not in was_e:
+                continue
+            way = offload.direction(e.src, e.dst, own) or "?"
+            if way not in refs:
+                continue
+            drv, ker = refs[way]
+            kernel_refs = [f"{app.name}:{k}" for k in ker]
+            out.append(offload.judge_counters(
+                app.name, e.spi, way, int(e.allocations or 0) - int(was_e[e.spi].allocations or 0),
+                ledger.value(drv), ledger.value(kernel_refs), [r.split(":", 1)[1] for r in drv], ker))
+        return out
 
     # ------------------------------------------------------------ addresses
 

@@ -10,8 +10,14 @@ API"); an error answers {"ok": false, "error": "..."} naming the field, never a 
 
 Offload decision (add_sa, set_driver): an SA is offloaded when it asks for it
 (offload: true), the driver is loaded (set_driver), and the driver does not decline it
-(fault `decline_ipv6_sa`: the driver refuses SAs whose outer family is IPv6).  Anything
-not offloaded is run by "the kernel" and counts into FreeBSD's ESP statistics.
+(fault `decline_ipv6_sa`: the driver refuses SAs whose outer family is IPv6; fault
+`nic_refuses_sa`: it refuses every SA, or those of one cipher, as a NIC answers
+if_sa_newkey with EOPNOTSUPP in FreeBSD 15's sys/netipsec/ipsec_offload.c -- the framework
+marks the handle IFP_HS_REJECTED and the SA stays in software).  Anything not offloaded is
+run by "the kernel" and counts into FreeBSD's ESP statistics.  A driver decides when an
+SA is installed; switching `nic_refuses_sa` on or off re-decides the installed SAs at once
+(check_faults), as set_driver does: the twin's stand-in for a tunnel brought up while the
+NIC refused, without rebuilding it.
 sa_count/sa_inet/sa_inet6 count offloaded SAs by outer family.
 
 `reset` (reboot): SAs, FreeBSD-style routes and counters are gone; the driver's loaded
@@ -145,6 +151,7 @@ class EngineState:
         self.fbsd_routes: dict[str, str | None] = {}  # dest prefix -> gateway
         self.faults = JsonWatch(self.dir / "faults.json")
         self.own_big = False
+        self.refusing: str | None = None  # fault nic_refuses_sa's cipher while it is on
         self.leaked: set[tuple[int, str]] = set()  # SAs kept by fault leak_sa_on_delete
         self.seq_requests = 0
         self.pids: dict[str, int] = {}
@@ -159,6 +166,9 @@ class EngineState:
             return False
         if spec.outer == "ipv6" and fault_params(self.faults, "decline_ipv6_sa") is not None:
             return False
+        refuse = fault_params(self.faults, "nic_refuses_sa")
+        if refuse is not None and str(refuse.get("cipher") or "any") in ("any", spec.cipher):
+            return False  # if_sa_newkey -> EOPNOTSUPP: IFP_HS_REJECTED, the SA stays in software
         if spec.encap and not self.host.personality.offloads_udp_encap:
             return False  # the driver does not take NAT-T associations: the kernel runs them
         return spec.outer != "ipv6" or self.host.offloads_ipv6_outer  # ipsec_hil_twin.personality
@@ -324,12 +334,16 @@ class EngineState:
             if req.get("name"):
                 self.driver_name = str(req["name"])
             self.faults.refresh(time.monotonic(), force=True)
-            for inst in self.sas.values():
-                inst.offloaded = self._offload(inst.spec)
-                self._put(inst)
-            self.publish()
+            self._redecide()
             self._sync_bypass()
         return {"ok": True}
+
+    def _redecide(self) -> None:
+        """Every installed SA offered to the driver again (the caller holds the lock)."""
+        for inst in self.sas.values():
+            inst.offloaded = self._offload(inst.spec)
+            self._put(inst)
+        self.publish()
 
     def op_reset(self, req: dict) -> dict:
         with self.lock:
@@ -378,6 +392,11 @@ class EngineState:
             if self.faults.refresh(time.monotonic(), force=force):
                 print(f"engine {self.host.name}: faults now {sorted(self.faults.data) or 'none'}",
                       file=sys.stderr, flush=True)
+            refuse = fault_params(self.faults, "nic_refuses_sa")
+            refuse_key = None if refuse is None else str(refuse.get("cipher") or "any")
+            if refuse_key != self.refusing:
+                self.refusing = refuse_key
+                self._redecide()
             big = fault_params(self.faults, "own_too_big_fragmented") is not None
             if big != self.own_big:
                 self.own_big = big

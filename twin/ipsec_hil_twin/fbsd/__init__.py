@@ -64,5 +64,6 @@ HELPER_MODULES: dict[str, str] = {
     "install": "writes the DIR/bin wrappers from COMMANDS",
     "osrel": "the OPNsense / FreeBSD release an appliance runs and what differs between releases",
     "version": "uname/freebsd-version/opnsense-version behind their three names",
+    "netstat_ip": "netstat -s -p ip|ip6: FreeBSD's ipstat/ip6stat from the namespace's own IP counters",
 }
 """The modules of this package that are no command themselves."""

@@ -1,4 +1,6 @@
-"""netstat(1) `-s -p esp|ipsec|ipsec6` and `-m` of FreeBSD 14, text and `--libxo json`.
+"""netstat(1) `-s -p esp|ipsec|ipsec6|ip|ip6` and `-m` of FreeBSD 14, text and `--libxo json`.
+
+`-p ip` / `-p ip6`: ipsec_hil_twin.fbsd.netstat_ip (the namespace's own IP counters).
 
 The counters are the engine's `esp` statistics (FreeBSD 14's JSON keys, typos included:
 `esp-statictics`, `receieve-bytes`).  With ipsec.ko unloaded the sysctl is missing and
@@ -131,8 +133,18 @@ def main(argv: list[str]) -> int:
     if mflag and not sflag:
         return _mbufs(style)
     if not sflag or proto is None:
-        c.err(PROG, "only `-s -p esp|ipsec|ipsec6` and `-m` are emulated on this appliance")
+        c.err(PROG, "only `-s -p esp|ipsec|ipsec6|ip|ip6` and `-m` are emulated on this appliance")
         return 1
+    if proto in ("ip", "ip6"):
+        from ipsec_hil_twin.fbsd import netstat_ip  # here: the esp path stays as cheap as before
+
+        ip_stats = netstat_ip.stats_of(proto, zflag)
+        style_set = set((style or "").split(","))
+        if "json" in style_set:
+            sys.stdout.write(netstat_ip.json_doc(proto, ip_stats, sflag, "pretty" in style_set))
+        else:
+            sys.stdout.write((netstat_ip.text_ip if proto == "ip" else netstat_ip.text_ip6)(ip_stats, sflag))
+        return 0
     if proto not in PROTOCOLS:
         c.err(PROG, f"{proto}: unknown or uninstrumented protocol")
         return 1

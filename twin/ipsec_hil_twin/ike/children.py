@@ -19,7 +19,7 @@ from . import proto
 from .conf import Child
 from .engine_client import EngineClient, EngineError
 from .lifetimes import Lifetimes
-from .model import ChildSA, Failed, IkeSA, Log, ts_text
+from .model import ChildSA, Failed, IkeSA, Log, ike_port, ts_text
 from .proposals import Combo
 from .state import IkeState
 from .transport import Transport
@@ -352,8 +352,9 @@ class ChildSAs:
         p = sa.proposal
         return {
             "name": sa.name, "uniqueid": sa.uid, "version": 2, "state": sa.state,
-            "local_host": sa.local, "local_port": self.state.port, "local_id": sa.local_id,
-            "remote_host": sa.remote, "remote_port": sa.conn.remote_port if sa.initiator else sa.remote_port,
+            "local_host": sa.local, "local_port": ike_port(sa, self.state.port), "local_id": sa.local_id,
+            "remote_host": sa.remote,
+            "remote_port": ike_port(sa, sa.conn.remote_port if sa.initiator else sa.remote_port),
             "remote_id": sa.remote_id, "initiator": sa.initiator, "initiator_spi": sa.spi_i,
             "responder_spi": sa.spi_r, "encr_alg": p.encr if p else "", "encr_keysize": p.keysize if p else 0,
             "integ_alg": p.integ if p else None, "prf_alg": p.prf if p else "", "dh_group": p.dh if p else "",

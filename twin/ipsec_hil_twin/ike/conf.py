@@ -284,6 +284,9 @@ class Connection:
     rekey_time: int = 14400
     rand_time: int | None = None   # None: over_time (10 % of rekey_time), as strongSwan
     encap: bool = False
+    #: swanctl.conf `mobike` (default yes): with it the initiator floats the IKE_SA to UDP
+    #: 4500 after IKE_SA_INIT even without a NAT (strongSwan 5.9.8 ike_natd.c process_i)
+    mobike: bool = True
     children: dict[str, Child] = field(default_factory=dict)
     where: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -444,6 +447,8 @@ def _connection(sec: Section) -> Connection:
                 c.rand_time = _dur(v.value)
             elif k == "encap":
                 c.encap = _bool(v.value)
+            elif k == "mobike":
+                c.mobike = _bool(v.value)
         except (ValueError, ProposalError):
             raise ConnError("invalid", name, f"invalid value for: {k}", w) from None
     if not c.proposals:

@@ -127,7 +127,9 @@ class Initiator:
         log(f"[IKE] authentication of '{local_id}' (myself) with pre-shared key")
         spi = self.children.new_spi()
         uid = next(self.state.child_uid)
-        auth = {"exchange": "IKE_AUTH", "idi": local_id,
+        # ike_natd.c process_i: NAT detected, or MOBIKE enabled and the peer supports NAT-T
+        sa.floated = bool(conn.encap or conn.mobike)
+        auth = {"exchange": "IKE_AUTH", "idi": local_id, "float": sa.floated,
                 "auth": proto.psk_auth(psk.secret, sa.init_req, sa.nr, local_id)}
         if cfg is not None:
             log(f"[IKE] establishing CHILD_SA {cfg.name}{{{uid}}}")

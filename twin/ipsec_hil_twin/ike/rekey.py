@@ -357,7 +357,7 @@ class Rekeys:
         new = IkeSA(uid=next(self.state.ike_uid), conn=sa.conn, initiator=initiator, spi_i=spi_i, spi_r=spi_r,
                     local=sa.local, local_port=sa.local_port, remote=sa.remote, remote_port=sa.remote_port,
                     local_id=sa.local_id, remote_id=sa.remote_id, proposal=chosen, ni=ni, nr=nr,
-                    state="ESTABLISHED", established_at=time.time())
+                    state="ESTABLISHED", established_at=time.time(), floated=sa.floated)
         new.keys = proto.ike_keys(shared + sa.keys.sk_d, ni, nr, spi_i, spi_r)
         new.children, sa.children = sa.children, []
         sa.state = "REKEYED"

@@ -123,6 +123,7 @@ class Responder:
 
     async def respond_auth(self, sa: IkeSA, msg: dict) -> dict | None:
         idi, idr = str(msg.get("idi", "")), msg.get("idr")
+        sa.floated = bool(msg.get("float"))  # IKE_AUTH came to 4500: the SA's ports follow
         conn = self.state.config.pick_conn(sa.local, sa.remote, idi, idr)
         if conn is None:
             self.state.log(f"looking for peer configs matching {sa.local}[{idr or '%any'}]...{sa.remote}[{idi}]: "

@@ -13,7 +13,7 @@ import socket
 from typing import Any, Protocol
 
 from . import proto
-from .model import IkeSA, Log
+from .model import IkeSA, Log, ike_port
 from .state import IkeState
 
 
@@ -138,10 +138,12 @@ class Transport:
                     assert ep.transport is not None
                     ep.transport.sendto(data, (sa.remote, sa.remote_port))
                 port = ep.transport.get_extra_info("sockname")[1] if ep.transport else 0
-                log(f"[NET] sending packet: from {_fmt(sa.local, port)} to {_fmt(sa.remote, sa.remote_port)} ({len(data)} bytes)")
+                shown, peer = ike_port(sa, port), ike_port(sa, sa.remote_port)
+                log(f"[NET] sending packet: from {_fmt(sa.local, shown)} to {_fmt(sa.remote, peer)} ({len(data)} bytes)")
                 try:
                     resp, raw, addr = await asyncio.wait_for(asyncio.shield(fut), wait)
-                    log(f"[NET] received packet: from {_fmt(addr[0], addr[1])} to {_fmt(sa.local, port)} ({len(raw)} bytes)")
+                    log(f"[NET] received packet: from {_fmt(addr[0], ike_port(sa, addr[1]))} to "
+                        f"{_fmt(sa.local, shown)} ({len(raw)} bytes)")
                     return resp, raw
                 except asyncio.TimeoutError:
                     continue

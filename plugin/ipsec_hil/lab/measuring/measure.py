@@ -30,6 +30,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, Un
 
 from ipsec_hil.lab.errors import InvariantError, LabError
 from ipsec_hil.lab.measuring import quiet
+from ipsec_hil.lab.measuring.offload import SaOffload
 from ipsec_hil.lab.remote.together import each_at_once
 from ipsec_hil.lab.measuring.timeshare import SETTLE, spent
 
@@ -49,11 +50,17 @@ class Snapshot:
     counters: Mapping[str, int]
     esp: Mapping[str, int] = field(default_factory=dict)
     esp_loaded: bool = True
+    #: per SA, the IPsec offload framework's counters (FreeBSD 15, setkey -D's hw offl
+    #: lines: ipsec_hil.lab.measuring.offload); () on a kernel without the framework
+    sas: tuple[SaOffload, ...] = ()
 
     def values(self) -> dict[str, int]:
-        """Driver counters and ``esp.<key>`` kernel statistics in one flat mapping."""
+        """Driver counters, ``esp.<key>`` kernel statistics and each SA's ``sa.0x<spi>.hw_offl``
+        door (offload.SaOffload.values) in one flat mapping."""
         out = dict(self.counters)
         out.update({ESP_PREFIX + k: v for k, v in self.esp.items()})
+        for sa in self.sas:
+            out.update(sa.values())
         return out
 
     def same_values(self, other: "Snapshot") -> bool:

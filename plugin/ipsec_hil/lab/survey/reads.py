@@ -56,8 +56,10 @@ def appliance_reads(topology: Topology, host: str) -> list[Read]:
     oids = list(dict(profile.counters).values())
     reads = [
         Read("uname-a", "uname -a", why="kernel build (no parser in the suite)"),
-        Read("freebsd-version", "freebsd-version -ku", why="kernel and userland release (no parser in the suite)"),
-        Read("opnsense-version", "opnsense-version", why="OPNsense release (no parser in the suite)"),
+        Read("freebsd-version", "freebsd-version -kru", "osversion",
+             why="installed kernel, running kernel and userland release (parsers.osversion)"),
+        Read("opnsense-version", "opnsense-version", "osversion", function="parse_opnsense_version",
+             why="OPNsense release (parsers.osversion)"),
         Read("kern-osrelease", argv("sysctl", "-n", "kern.osrelease"), "sysctl",
              kwargs={"mode": "n", "names": ["kern.osrelease"]}, why="Appliance.kernel_version"),
         Read("kldstat", "kldstat", "kldstat", why="preflight, Appliance.module_info"),
@@ -69,8 +71,8 @@ def appliance_reads(topology: Topology, host: str) -> list[Read]:
              why="FreeBSD 15's IPsec offload framework (unknown oid: absent)"),
         Read("netstat-esp", "netstat -s -p esp --libxo json", "netstat_esp", why="Appliance.snapshot"),
         Read("netstat-ipsec", "netstat -s -p ipsec --libxo json", why="no parser in the suite"),
-        Read("netstat-ip", "netstat -s -p ip --libxo json", why="no parser in the suite"),
-        Read("netstat-ip6", "netstat -s -p ip6 --libxo json", why="no parser in the suite"),
+        Read("netstat-ip", "netstat -s -p ip --libxo json", "netstat_ip", why="the IP stack (parsers.netstat_ip)"),
+        Read("netstat-ip6", "netstat -s -p ip6 --libxo json", "netstat_ip", why="the IPv6 stack (parsers.netstat_ip)"),
         Read("setkey-D", "setkey -D", "setkey", mask=True, why="Appliance.setkey_sas (keys masked)"),
         Read("setkey-DP", "setkey -DP", "setkey_spd", why="Appliance.setkey_policies"),
         Read("swanctl-list-sas", "swanctl --list-sas", "swanctl_list_sas", why="Appliance.list_sas"),

@@ -67,6 +67,7 @@ class HostSurvey:
     error: str = ""  # the host could not be surveyed at all (lease held, unreachable)
     diff: counters_mod.CounterDiff | None = None
     offload: str = ""  # the kernel's IPsec offload framework: present (why) / absent / unknown
+    release: str = ""  # FreeBSD (running kernel) and OPNsense release, as read; "" when unread
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,24 @@ def offload_framework(outcomes: dict[str, Outcome]) -> str:
     return "absent (sysctl: unknown oid net.inet.ipsec.offload; no 'hw offl' in setkey -D)"
 
 
+def release_of(outcomes: dict[str, Outcome]) -> str:
+    """``FreeBSD <running kernel> (userland U[, installed kernel K: reboot pending]),
+    OPNsense V``: what freebsd-version -kru and opnsense-version said (parsers.osversion);
+    the part a read did not give is left out, "" when neither parsed."""
+    parts = []
+    f = outcomes.get("freebsd-version")
+    if f is not None and f.state == PARSED:
+        v = f.value
+        extra = [f"userland {v.userland.text}"]
+        if v.reboot_pending:
+            extra.append(f"installed kernel {v.kernel.text}: reboot pending")
+        parts.append(f"FreeBSD {v.running.text} ({', '.join(extra)})")
+    o = outcomes.get("opnsense-version")
+    if o is not None and o.state == PARSED:
+        parts.append(f"{o.value.name} {o.value.version}")
+    return ", ".join(parts)
+
+
 def survey_appliance(topology: Topology, name: str, app: Any, out: Path) -> HostSurvey:
     folder = out / name
     try:
@@ -199,7 +218,8 @@ def survey_appliance(topology: Topology, name: str, app: Any, out: Path) -> Host
     diff = None
     if prof.state == PARSED and tree.state == PARSED:
         diff = counters_mod.compare(name, profile, list(prof.unknown_oids), tree.value)
-    return HostSurvey(name, "appliance", tuple(done.values()), diff=diff, offload=offload_framework(done))
+    return HostSurvey(name, "appliance", tuple(done.values()), diff=diff, offload=offload_framework(done),
+                      release=release_of(done))
 
 
 def survey_bench(name: str, host: Any, out: Path) -> HostSurvey:
@@ -208,7 +228,7 @@ def survey_bench(name: str, host: Any, out: Path) -> HostSurvey:
 
 def _manifest(result: SurveyResult) -> dict[str, Any]:
     return {"hosts": {h.host: {
-        "role": h.role, "error": h.error, "offload": h.offload,
+        "role": h.role, "error": h.error, "offload": h.offload, "release": h.release,
         "reads": [{"name": o.read.name, "command": o.read.command, "parser": o.read.parser,
                    "function": o.read.function, "kwargs": o.kwargs or o.read.kwargs, "stream": o.read.stream,
                    "state": o.state, "status": o.status, "detail": o.detail, "first_line": o.first_line,

@@ -50,6 +50,9 @@ def rows(result: SurveyResult) -> list[tuple[str, str, str, str]]:
                                 f"{p.logical}: {p.was} -> {p.oid} (name similarity {p.similarity:.2f})"))
         elif h.role == "appliance":
             out.append(_row(h.host, "counters", "NOT COMPARED", "sysctl-profile or the driver tree did not parse"))
+        if h.role == "appliance" and not h.error:
+            out.append(_row(h.host, "release", "read" if h.release else "NOT READ",
+                            h.release or "freebsd-version / opnsense-version did not parse"))
         if h.offload:
             out.append(_row(h.host, "ipsec offload framework", h.offload.split(" (")[0],
                             h.offload.partition(" (")[2].rstrip(")")))
