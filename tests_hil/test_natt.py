@@ -7,6 +7,14 @@ appliance's own largest inner packet is 8 bytes smaller than without encapsulati
 the formula's length that scapy decrypts with setkey's keys; conservation holds, carried
 by the driver where the model offloads NAT-T (registry: ``offloads_udp_encap``) and by
 the kernel's ESP counters -- the driver's staying still -- where it does not.
+
+Forwarded through NAT-T (``test_natt_forwarded_limits``, from the bench): the largest
+forwarded packet that crosses in ONE UDP 4500 frame is the same 8 bytes smaller (one more
+byte and FreeBSD, its outer DF cleared by net.inet.ipsec.dfbit 0, fragments the frame);
+with dfbit 1 the kernel's gate (ipsec4_check_pmtu) refuses a larger packet with an ICMP
+"fragmentation needed" carrying path MTU - ipsec_hdrsiz_internal(): FreeBSD's header size
+has no UDP term ("XXX: for NAT-T we need to cosider UDP header size", sys/netipsec/ipsec.c),
+so the encapsulated tunnel's figure is esp_math.forwarded_limit's, as without NAT-T.
 """
 
 from __future__ import annotations
@@ -14,12 +22,13 @@ from __future__ import annotations
 import pytest
 
 from ipsec_hil.lab.expectations import esp_math, expect
-from ipsec_hil.lab.traffic.capture import CaptureError, capture_pings, decrypt, is_udp_esp
+from ipsec_hil.lab.traffic.capture import CaptureError, WireCapture, capture_pings, decrypt, is_udp_esp, packets
 from ipsec_hil.lab.measuring.measure import expect_equal, expect_zero
 
 pytestmark = [pytest.mark.tunnels(encap=True, children="one")]
 
 SIZES = (100, 1000)  # ping data bytes: controlled inner lengths
+DFBIT = "net.inet.ipsec.dfbit"
 
 
 def test_natt_own_largest_is_8_bytes_smaller(tunnel, record, meter):
@@ -96,3 +105,64 @@ def test_natt_conservation_offload_or_fallback(tunnel, record, meter):
                                 f"fallback must be carried by the kernel\n\n{L.table()}")
     expect_equal(L, refs["local"][0], refs["remote"][1], "the remote end decrypted what the local end encrypted")
     expect_equal(L, refs["remote"][0], refs["local"][1], "the local end decrypted what the remote end encrypted")
+
+
+@pytest.mark.forwarded
+def test_natt_forwarded_limits(tunnel, record, bench_route):
+    """Forwarded with DF through NAT-T: one UDP 4500 frame up to the 8-byte-smaller limit, the
+    gate's frag-needed (dfbit 1) carrying path MTU - FreeBSD's header size."""
+    cfg, mtu, app = tunnel.config, tunnel.path_mtu, tunnel.local
+    one_frame = esp_math.max_inner(cfg.cipher, cfg.outer, mtu, encap=True)
+    plain = esp_math.max_inner(cfg.cipher, cfg.outer, mtu)
+    gate = esp_math.forwarded_limit("ipv4", mtu, cfg.outer, dfbit=1, df_set=True,
+                                    block=app.profile.kernel_esp_worst_case_block)
+    assert gate is not None
+    lan = tunnel.bench_lan_mtu("local")
+    assert lan > one_frame, (f"tunnel {tunnel.name}: the bench's LAN towards {app.name} carries {lan} bytes; the "
+                             f"test needs {one_frame + 1} (topologies/README.md, \"Reaching the forwarded gates\")")
+    bench, src, dst = tunnel.bench, tunnel.bench_inner_address("local"), tunnel.inner_address("remote")
+    assert src, f"the bench has no {cfg.inner} address on {app.name}'s LAN"
+    bench_route(tunnel.inner_prefix("remote"), tunnel.inner_address("local"))
+    out_addr = tunnel.outer_address("local")
+    record.figure(f"largest forwarded inner packet in one UDP 4500 frame (path MTU {mtu})", one_frame, "bytes")
+    record.figure("without NAT-T", plain, "bytes")
+
+    def sent(inner_len: int) -> tuple[object, list]:
+        with WireCapture(app.host, tunnel.outer_ifname("local"), bpf=f"src host {out_addr}", snaplen=64) as cap:
+            r = bench.ping(dst, size=esp_math.ping_data_for_inner(inner_len, "ipv4"), count=2, interval=0.05,
+                           dont_fragment=True, source=src)
+        return r, packets(cap.pcap)
+
+    old = int(app.sysctl_get(DFBIT)[DFBIT])
+    try:
+        app.sysctl_set(DFBIT, 0)  # FreeBSD's default: no gate for IPv4, the outer DF cleared
+        r, wire = sent(one_frame)
+        frames = sorted({p.length for p in wire if is_udp_esp(p)})
+        want = esp_math.outer_packet_len(cfg.cipher, cfg.outer, one_frame, encap=True)
+        assert r.received, f"a forwarded {one_frame}-byte packet with DF was not answered: {r.errors}"
+        assert want in frames and not [p for p in wire if p.fragment], (
+            f"a forwarded {one_frame}-byte packet (the largest that fits one UDP 4500 frame on a {mtu}-byte path) "
+            f"must cross as one {want}-byte frame: UDP 4500 frames seen {frames}, "
+            f"{len([p for p in wire if p.fragment])} outer fragments")
+        r, wire = sent(one_frame + 1)
+        assert r.received, f"a forwarded {one_frame + 1}-byte packet with DF was not answered (dfbit 0): {r.errors}"
+        assert [p for p in wire if p.fragment], (
+            f"a forwarded {one_frame + 1}-byte packet does not fit one UDP 4500 frame of {mtu} bytes "
+            f"(8 bytes of UDP header), so its outer packet must be fragmented; UDP 4500 frames seen "
+            f"{sorted({p.length for p in wire if is_udp_esp(p)})}, no fragment")
+        app.sysctl_set(DFBIT, 1)  # the gate checks every forwarded IPv4 packet
+        at = bench.ping(dst, size=esp_math.ping_data_for_inner(gate, "ipv4"), count=2, interval=0.05,
+                        dont_fragment=True, source=src)
+        over = bench.ping(dst, size=esp_math.ping_data_for_inner(gate + 1, "ipv4"), count=2, interval=0.05,
+                          dont_fragment=True, source=src)
+    finally:
+        app.sysctl_set(DFBIT, old)
+    record.figure(f"gate with dfbit 1 (path MTU {mtu} - FreeBSD's header size)", gate, "bytes")
+    record.figure("frag-needed MTU", ", ".join(map(str, over.too_big_mtu)) or "none")
+    assert at.received, f"with dfbit 1 a forwarded {gate}-byte packet (the gate) was not answered: {at.errors}"
+    assert not over.received and over.too_big_mtu, (
+        f"with dfbit 1 a forwarded {gate + 1}-byte packet with DF must be refused with an ICMP frag-needed: "
+        f"{over.received} of {over.transmitted} answered, errors {over.errors}")
+    assert set(over.too_big_mtu) == {gate}, (
+        f"the frag-needed carries MTU {sorted(set(over.too_big_mtu))}, expected {gate} (path MTU {mtu} - "
+        f"ipsec_hdrsiz_internal, which has no UDP term)")

@@ -43,7 +43,7 @@ from ipsec_hil.lab.rekey import (OVERLAP_DEADLINE_S, POLL_S, ChildView, EngineSa
 from ipsec_hil.lab.traffic.ping_stream import ping_stream
 
 
-@pytest.mark.tunnels(tunnel=["lab", "npu"], inner="ipv4", children="one")
+@pytest.mark.tunnels(inner="ipv4", children="one")
 def test_rekey_under_load(tunnel, record, meter, traffic_seconds):
     """A child and the IKE SA rekeyed mid-stream: new SPIs, old associations gone, counters continuous, loss bounded."""
     dut, peer, conn = tunnel.local, tunnel.remote, tunnel.conn
@@ -117,7 +117,7 @@ def test_rekey_under_load(tunnel, record, meter, traffic_seconds):
     assert not leaks, "mbufs grew across the rekeys beyond the health policy's slack:\n" + "\n".join(leaks)
 
 
-@pytest.mark.tunnels(tunnel=["rekey136", "rekey3300"])
+@pytest.mark.tunnels(lifetimes="rekey")
 def test_rekey_no_leak(tunnel, record, traffic_seconds):
     """A child with a short rekey_time rekeys by itself during a stream: associations flat, none left behind."""
     rekeys = 2
@@ -163,7 +163,7 @@ def test_rekey_no_leak(tunnel, record, traffic_seconds):
                        + "\n".join(leaks))
 
 
-@pytest.mark.tunnels(tunnel=["expire136", "expire3300"])
+@pytest.mark.tunnels(lifetimes="expiry")
 def test_life_time_expiry(tunnel, record, traffic_seconds):
     """No rekey, a short life_time: the child expires and is re-created (5.9.8); the gap is measured."""
     dut, peer, conn = tunnel.local, tunnel.remote, tunnel.conn

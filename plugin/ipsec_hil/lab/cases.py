@@ -12,12 +12,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from ipsec_hil.lab.topology import Topology, TunnelConfig
+from ipsec_hil.lab.topology.tunnels import Lifetimes
 
-#: The keys of ``@pytest.mark.tunnels(...)`` (criteria of :func:`tunnel_cases`).
+#: The keys of ``@pytest.mark.tunnels(...)`` (criteria of :func:`tunnel_cases`). Every key
+#: but ``tunnel`` is a property of the configuration: an acceptance test selects by those
+#: only, so it runs on any lab file that offers the property whatever its tunnels are called
+#: (tests/acceptance/test_selection_by_properties.py renames every host, port and tunnel of
+#: the default lab and compares the collection). ``tunnel`` (a name) is for the project's
+#: own tests on lab files they write themselves.
 FILTER_KEYS = ("model", "remote_cipher", "outer", "inner", "cipher", "children", "tunnel", "encap", "esn",
-               "replay_window")
+               "replay_window", "lifetimes")
+#: the keys an acceptance test may use: properties, never a name
+PROPERTY_KEYS = tuple(k for k in FILTER_KEYS if k != "tunnel")
 #: a criterion's value that admits every tunnel (``replay_window=ANY``)
 ANY = "any"
+#: ``lifetimes=`` values: children that rekey by themselves (a rekey_time), children that
+#: only expire (rekey_time 0, a life_time: the hard expiry); None (the default): neither
+LIFETIME_KINDS = ("rekey", "expiry")
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,22 @@ def as_set(value: Any) -> set | None:
     return {value}
 
 
+def lifetime_kind(lifetimes: Lifetimes | None) -> str | None:
+    """What a tunnel's children do within seconds: "rekey", "expiry" or None (strongSwan's hour).
+
+    Why a kind, not the numbers: the rekey tests need "children that rekey by themselves" or
+    "children that expire without a rekey"; how many seconds is the lab file's choice, read
+    by the test from ``tunnel.plan.lifetimes``.
+    """
+    if lifetimes is None:
+        return None
+    if lifetimes.rekey_time > 0:
+        return "rekey"
+    if lifetimes.life_time > 0:
+        return "expiry"
+    return None  # both 0: never rekeyed, never expired (swanctl's "disabled")
+
+
 def tunnel_cases(topology: Topology, **criteria: Any) -> list[TunnelCase]:
     """Every (tunnel, configuration) of ``topology`` matching the criteria.
 
@@ -51,14 +78,19 @@ def tunnel_cases(topology: Topology, **criteria: Any) -> list[TunnelCase]:
     ``encap=True`` (or ``[True, False]``). Likewise ``esn`` defaults to False and
     ``replay_window`` to None (strongSwan's window): only the wire tests that ask for 64-bit
     sequence numbers or another window (``replay_window=ANY`` admits every one) meet such a
-    tunnel. A tunnel with ``lifetimes`` matches only criteria that name it (``tunnel=``): a
-    steady-stream test must not meet a rekey.
+    tunnel. ``lifetimes`` (``"rekey"``, ``"expiry"``, see :func:`lifetime_kind`) defaults to
+    None: a tunnel whose children rekey or expire within seconds meets only the tests that
+    ask for that (or name it with ``tunnel=``): a steady-stream test must not meet a rekey.
     """
     unknown = set(criteria) - set(FILTER_KEYS)
     if unknown:
         raise ValueError(f"unknown key(s) {sorted(unknown)}; known: {FILTER_KEYS}")
     want = {k: as_set(v) for k, v in criteria.items()}
-    for key, default in (("encap", False), ("esn", False), ("replay_window", None)):
+    if want.get("lifetimes") and not want["lifetimes"] <= {*LIFETIME_KINDS, ANY, None}:
+        raise ValueError(f"lifetimes: expected one of {LIFETIME_KINDS}, {ANY!r} or None, found {criteria['lifetimes']!r}")
+    for key, default in (("encap", False), ("esn", False), ("replay_window", None), ("lifetimes", None)):
+        if key == "lifetimes" and want.get("tunnel"):
+            want.setdefault(key, {ANY})  # a tunnel named is taken whatever its lifetimes
         want.setdefault(key, {default})
         if want[key] == {ANY}:
             want[key] = None
@@ -70,10 +102,9 @@ def tunnel_cases(topology: Topology, **criteria: Any) -> list[TunnelCase]:
     for name, t in topology.tunnels.items():
         model = topology.hosts[t.local.host].model
         if (rejects("tunnel", name) or rejects("model", model) or rejects("remote_cipher", t.remote.cipher)
-                or rejects("encap", t.encap) or rejects("esn", t.esn) or rejects("replay_window", t.replay_window)):
+                or rejects("encap", t.encap) or rejects("esn", t.esn) or rejects("replay_window", t.replay_window)
+                or rejects("lifetimes", lifetime_kind(t.lifetimes))):
             continue
-        if t.lifetimes is not None and not want.get("tunnel"):
-            continue  # its children rekey or expire within seconds: only for the tests that name it
         for cfg in t.configs():
             kids = "one" if cfg.children == 1 else "many"
             if any(rejects(k, v) for k, v in (("outer", cfg.outer), ("inner", cfg.inner),

@@ -235,7 +235,7 @@ class Tunnel(_Model):
     tolerance: Tolerance = Field(default_factory=Tolerance)
     inject: Inject | None = None
     #: the children's lifetimes (None: strongSwan's defaults, 1 h / 66 min); a tunnel with
-    #: lifetimes runs only the tests that name it (ipsec_hil.lab.cases)
+    #: lifetimes runs only the tests that ask for its kind (ipsec_hil.lab.cases.lifetime_kind)
     lifetimes: Lifetimes | None = None
     #: the children's anti-replay window in packets (swanctl ``replay_window``; None:
     #: strongSwan's 32). FreeBSD keeps the bitmap in bytes, setkey -D's ``replay=`` is the
