@@ -15,7 +15,7 @@ bottleneck's line rate in UDP payload (the slowest link, ESP's framing on the ou
 plus 10 %, down to 2 % of it; final trials at least long enough that the bottleneck's
 stated queue (``queue_kib``) hides no more than the goal width of an overload (the twin's
 shaper and its engine's ring hold that queue, not more). A trial the bench could not offer
-is no result (more than 5 % short is measured again; 3 short attempts at a load are the
+is no result (more than 2 % short is measured again; 3 short attempts at a load are the
 bench's limit, ipsec_hil.lab.decision.search): a goal met up to the bench's limit is
 reported "at least X, not bracketed: the bench's limit", on the first screen too.
 
