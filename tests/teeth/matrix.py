@@ -227,6 +227,8 @@ FRESH: dict[str, str] = {
     "silent_reboot": "the appliance reboots: the tunnel it carried is gone for later runs (the "
                      "stepper also waits for the rebooted appliance to answer before the next run)",
     "rekey_lost": "the rekey initiator gives up and deletes the IKE_SA: the tunnel is gone for later runs",
+    "sa_forgotten_on_link_down": "the driver forgot the tunnel's associations (the kernel runs them): the "
+                                 "tunnel is built again for later runs",
 }
 
 
