@@ -74,6 +74,12 @@ class Cell:
     match: the invariant's words. ``ledger``: the message must also carry the ledger table
     (counter invariants). ``setup_error``: the fault breaks the tunnel's bring-up, so the
     node errors at setup; such a cell never counts as its function's teeth alone.
+
+    ``green``: the other half of "a fault breaks its test" -- node ids (``tests_hil/...``)
+    of OTHER tests that must still PASS with this fault on (a fault that breaks everything
+    proves little): each runs once more, in the same pytest process as the cell, the
+    fault switched on around it (tests/teeth/runner.py plan_steps). ``green_none``: why
+    no other test can stay green under this fault (it breaks the tunnel's bring-up).
     """
 
     fault: FaultSpec
@@ -81,6 +87,8 @@ class Cell:
     ledger: bool = False
     setup_error: bool = False
     why: str = ""
+    green: tuple[str, ...] = ()
+    green_none: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,7 +144,7 @@ def tunnel_models() -> dict[str, str]:
 
 MATRIX_FILE = Path(__file__).with_name("matrix.yaml")
 _ROW_KEYS = {"node", "cells", "note", "fresh", "gap"}
-_CELL_KEYS = {"fault", "host", "params", "expect", "ledger", "setup_error", "why"}
+_CELL_KEYS = {"fault", "host", "params", "expect", "ledger", "setup_error", "why", "green", "green_none"}
 
 
 def load_rows(path: Path = MATRIX_FILE) -> tuple[Row, ...]:
@@ -147,6 +155,8 @@ def load_rows(path: Path = MATRIX_FILE) -> tuple[Row, ...]:
 
     out = []
     for entry in yaml.safe_load(path.read_text(encoding="utf-8")):
+        if "absent" in entry:
+            continue  # the faults a model has no cell of, and why (load_absent)
         node = entry.get("node", "")
         if set(entry) - _ROW_KEYS or not node.endswith("]") or "[" not in node:
             raise ValueError(f"{path.name}: {node or entry}: expected node (FILE::FUNCTION[PARAMS]), cells and "
@@ -156,15 +166,46 @@ def load_rows(path: Path = MATRIX_FILE) -> tuple[Row, ...]:
             if set(c) - _CELL_KEYS or not {"fault", "host", "expect"} <= set(c):
                 raise ValueError(f"{path.name}: {node}: a cell needs fault, host and expect, optionally "
                                  f"{', '.join(sorted(_CELL_KEYS - {'fault', 'host', 'expect'}))}; found {sorted(c)}")
+            green = c.get("green") or []
+            if not isinstance(green, list) or not all(isinstance(g, str) and g.endswith("]") for g in green):
+                raise ValueError(f"{path.name}: {node}: {c['fault']}@{c['host']}: green: expected a list of "
+                                 f"nodes (FILE::FUNCTION[PARAMS]), found {green!r}")
+            if green and c.get("green_none"):
+                raise ValueError(f"{path.name}: {node}: {c['fault']}@{c['host']}: green and green_none together")
             cells.append(Cell(fault(c["host"], c["fault"], **c.get("params", {})), c["expect"],
                               ledger=c.get("ledger", False), setup_error=c.get("setup_error", False),
-                              why=c.get("why", "")))
+                              why=c.get("why", ""), green=tuple(f"tests_hil/{g}" for g in green),
+                              green_none=c.get("green_none", "")))
         out.append(Row(node.split("[", 1)[0], f"tests_hil/{node}", tuple(cells), entry.get("note", ""),
                        entry.get("fresh", False), entry.get("gap", "")))
     return tuple(out)
 
 
+def load_absent(path: Path = MATRIX_FILE) -> list[tuple[str, str, str]]:
+    """(model, fault, why) for each fault of the registry a model has no cell of: the
+    ``- absent: {MODEL: {FAULT: why}}`` entry of matrix.yaml, printed in each shard's report.
+
+    Why a reason per missing cell: the matrix is to show the same fault set on both models;
+    where a fault cannot apply to a model (its tunnels never take the path the fault
+    changes), the table says so instead of leaving a silent hole."""
+    import yaml
+
+    out = []
+    for entry in yaml.safe_load(path.read_text(encoding="utf-8")):
+        if "absent" not in entry:
+            continue
+        if set(entry) != {"absent"} or not isinstance(entry["absent"], dict):
+            raise ValueError(f"{path.name}: absent: expected {{MODEL: {{FAULT: why}}}}, found {entry!r}")
+        for model, faults in entry["absent"].items():
+            if not isinstance(faults, dict) or not all(isinstance(w, str) and w.strip() for w in faults.values()):
+                raise ValueError(f"{path.name}: absent: {model}: expected {{FAULT: why}} with a reason each, "
+                                 f"found {faults!r}")
+            out += [(str(model), str(f), str(w)) for f, w in faults.items()]
+    return out
+
+
 ROWS = load_rows()
+ABSENT = load_absent()
 
 
 #: Faults of the twin's registry the matrix does not run, each with the reason: listed on the
@@ -186,6 +227,28 @@ FRESH: dict[str, str] = {
     "silent_reboot": "the appliance reboots: the tunnel it carried is gone for later runs (the "
                      "stepper also waits for the rebooted appliance to answer before the next run)",
     "rekey_lost": "the rekey initiator gives up and deletes the IKE_SA: the tunnel is gone for later runs",
+    "sa_forgotten_on_link_down": "the driver forgot the tunnel's associations (the kernel runs them): the "
+                                 "tunnel is built again for later runs",
+}
+
+
+#: Faults that act on each packet (or each read) only while switched on, and leave no state
+#: behind once off: no association added, kept or removed, no leak ledger, no reboot, no
+#: fresh tunnel (an ESN association is renewed after each run by its test). A row whose
+#: every cell is one of these needs no damage check after its cells: one healthy run
+#: fewer (tests/teeth/runner.py healthy_runs_of). Each reason names what it touches.
+STATELESS: dict[str, str] = {
+    "drop_every": "drops outbound frames after counting them", "corrupt_icv": "flips an ICV bit of outbound frames",
+    "replay": "sends a duplicate of outbound frames", "count_extra": "adds one to a counter read (deltas unaffected)",
+    "wrong_next_header": "writes the trailer of outbound frames", "fragment_instead_of_ptb": "the PMTU gate's verdict",
+    "wrong_ptb_mtu": "the PTB's MTU field", "own_too_big_fragmented": "the own-packet gate's verdict",
+    "ipv4_df_gate": "the forwarded IPv4 gate's verdict", "pad_length_lost": "loses frames of one padding length",
+    "esp_pad_extra": "pads outbound frames", "gcm_nonce_swapped": "seals outbound frames",
+    "cleartext_leak": "copies outbound packets to the wire", "replay_window_off_by_one": "one window check",
+    "replay_duplicates_accepted": "one window check", "tampered_icv_delivered": "delivers failed frames",
+    "esn_high_bits_lost": "seals outbound ESN frames (its test renews the association after each run)",
+    "esn_rx_high_bits_lost": "infers inbound high bits (its test renews the association after each run)",
+    "slow_first_stream": "caps a stream's rate", "dmesg_error_under_traffic": "appends log lines (tests read the lines added)",
 }
 
 

@@ -9,8 +9,15 @@ process: its healthy runs and one run per cell, the cell's fault switched on aro
 (a fresh tunnel for faults that act on bring-up, matrix.FRESH). The subprocess runs in a
 scratch rootdir (tests/lab_factory.py's suite_run) so its page and plots land there.
 
-Step order per node: healthy run 1 (which builds the tunnel healthy), the cells, then the
-other healthy runs -- a fault that left damage behind shows as a false alarm.
+Step order per node: healthy run 1 (which builds the tunnel healthy), the cells, the
+node's runs as another cell's green sample (below), then the other healthy runs -- a fault
+that left damage behind shows as a false alarm (one fewer for a row whose every fault is
+matrix.STATELESS: nothing is left behind to find, healthy_runs_of).
+
+A cell's ``green`` sample (other tests of its configuration that must pass with its fault
+on) runs in the same subprocess as the cell: each sample node gets one more step with the
+cell's fault switched on around it. A sample node that is no row of this part is collected
+for its sample runs alone. A sample counts only when it PASSED (a skip establishes nothing).
 
 Verdict per cell (strict): the node must FAIL in the CALL phase with an AssertionError
 (InvariantError is one) whose MESSAGE matches the cell's invariant words (and carries the
@@ -29,7 +36,7 @@ from pathlib import Path
 
 from lab_factory import subprocess_env, suite_run
 
-from .matrix import AWAITING_TEST, FRESH, LEDGER_RE, Cell, FaultSpec, Row
+from .matrix import AWAITING_TEST, FRESH, LEDGER_RE, STATELESS, Cell, FaultSpec, Row
 
 TRAFFIC_SECONDS = "0.2"
 
@@ -74,6 +81,12 @@ class CellOutcome:
     result: NodeResult
     broken: bool
     reason: str
+    #: (node, its run with this cell's fault on) for each node of the cell's green sample
+    green: list[tuple[str, NodeResult]] = field(default_factory=list)
+
+    def green_failures(self) -> list[tuple[str, NodeResult]]:
+        """Sample nodes that did not pass under the fault (a fault that breaks them too)."""
+        return [(n, r) for n, r in self.green if r.outcome != "passed"]
 
 
 @dataclass
@@ -91,6 +104,8 @@ class MatrixResult:
     """"after NODE TAG: host: ..." -- associations a tunnel's teardown left in an engine
     (the stepper flushed them before the next row; shown with any false alarm)."""
     parts: int = 1  # subprocesses (each on its own lab) the rows were split among
+    #: (model, fault, why) -- faults of the registry with no cell on the model (matrix.yaml)
+    absent: list[tuple[str, str, str]] = field(default_factory=list)
 
     def covered(self, model: str) -> set[str]:
         """Functions of ``model`` with teeth: a non-setup cell broken as required on its node."""
@@ -115,7 +130,9 @@ class MatrixResult:
         out = []
         for i, run in enumerate(self.healthy, 1):
             for r in self.rows:
-                res = run.get(r.name, NodeResult("missing"))
+                if r.name not in run:  # no such run planned for the row (healthy_runs_of)
+                    continue
+                res = run[r.name]
                 if res.outcome != "passed" and not (r.gap and res.outcome == "skipped"):
                     out.append((i, r.node, res))
         return out
@@ -124,6 +141,11 @@ class MatrixResult:
         """Nodes of gap rows that skipped in some healthy run (shown in the figures)."""
         return [r.node for r in self.rows
                 if r.gap and any(run.get(r.name, NodeResult("missing")).outcome == "skipped" for run in self.healthy)]
+
+    def not_green(self) -> list[str]:
+        """"NODE under FAULT: outcome: message" for each green-sample run that did not pass."""
+        return [f"{n} under {c.cell.fault.label} (the fault of {c.row.name}): {r.outcome}: {r.first_line(400)}"
+                for c in self.cells for n, r in c.green_failures()]
 
     def unnoticed_faults(self) -> list[str]:
         """Faults this run had cells of, none of them broken as required. (That every fault
@@ -138,16 +160,58 @@ def _fault_json(spec: FaultSpec) -> dict:
     return {"host": spec.host, "name": spec.name, "params": spec.kwargs}
 
 
+def item_name(node: str) -> str:
+    """The pytest item name of a node id: ``function[params]``."""
+    return node.split("::", 1)[1]
+
+
+def green_tag(row: Row, cell: Cell) -> str:
+    """The step tag of a green-sample run: the cell's fault and the row it belongs to."""
+    return f"green {cell.fault.label} of {row.name}"
+
+
+def green_nodes(rows: tuple[Row, ...]) -> list[str]:
+    """The sample nodes of ``rows``' cells that are no row of ``rows`` (collected for their
+    sample runs alone), in the table's order."""
+    own = {r.node for r in rows}
+    return list(dict.fromkeys(g for r in rows for c in r.cells for g in c.green if g not in own))
+
+
+def healthy_runs_of(row: Row, healthy_runs: int) -> int:
+    """How many healthy runs the row's node gets: ``healthy_runs``, one fewer (never below
+    one) when every cell's fault is matrix.STATELESS and the row is not ``fresh``.
+
+    Why: the healthy runs after the cells look for damage a fault left behind; a fault
+    that only acts on each packet while switched on leaves none, and those rows hold the
+    longest node runs (a rate, a conservation ledger, an every-size sweep: 231 of 1,328
+    normalised node-run seconds of a 12-06 run were their second healthy runs)."""
+    if row.fresh or not row.cells or any(c.fault.name not in STATELESS for c in row.cells):
+        return healthy_runs
+    return max(1, healthy_runs - 1)
+
+
 def plan_steps(rows: tuple[Row, ...], healthy_runs: int) -> dict[str, list[dict]]:
-    """{item name: steps}: healthy run 1, each cell, the remaining healthy runs."""
+    """{item name: steps}: healthy run 1, each cell, its runs as a green sample of other
+    rows' cells, the remaining healthy runs (a sample node that is no row: its sample runs)."""
     steps: dict[str, list[dict]] = {}
+    samples: dict[str, list[dict]] = {}
+    for r in rows:
+        for c in r.cells:
+            for g in c.green:
+                if g == r.node:
+                    raise ValueError(f"{r.node}: {c.fault.label}: its own node in its green sample")
+                samples.setdefault(item_name(g), []).append(
+                    {"fault": _fault_json(c.fault), "fresh": c.fault.name in FRESH, "tag": green_tag(r, c)})
     for r in rows:
         if r.name in steps:
             raise ValueError(f"{r.node}: two rows share one node")
-        healthy = [{"fault": None, "fresh": r.fresh, "tag": f"healthy{k}"} for k in range(1, healthy_runs + 1)]
+        healthy = [{"fault": None, "fresh": r.fresh, "tag": f"healthy{k}"}
+                   for k in range(1, healthy_runs_of(r, healthy_runs) + 1)]
         cells = [{"fault": _fault_json(c.fault), "fresh": r.fresh or c.fault.name in FRESH, "tag": c.fault.label}
                  for c in r.cells]
-        steps[r.name] = healthy[:1] + cells + healthy[1:]
+        mine = [dict(s, fresh=s["fresh"] or r.fresh) for s in samples.pop(r.name, [])]
+        steps[r.name] = healthy[:1] + cells + mine + healthy[1:]
+    steps.update(samples)
     return steps
 
 
@@ -162,7 +226,7 @@ def run_matrix(lab, resolved: Path, rows: tuple[Row, ...], workdir: Path, *, hea
     plan = workdir / f"{tag}.plan.json"
     plan.write_text(json.dumps({"run_dir": str(lab.run.path), "results": str(results),
                                 "steps": plan_steps(rows, healthy_runs)}))
-    args = [*dict.fromkeys(r.node for r in rows), f"--topology={resolved}", "-q", "--traffic-seconds",
+    args = [*dict.fromkeys(r.node for r in rows), *green_nodes(rows), f"--topology={resolved}", "-q", "--traffic-seconds",
             TRAFFIC_SECONDS, "-p", "tests.teeth.stepper"]
     try:
         proc = suite_run(args, workdir, timeout=timeout, env=subprocess_env(TEETH_PLAN=str(plan)))
@@ -183,8 +247,9 @@ def run_matrix(lab, resolved: Path, rows: tuple[Row, ...], workdir: Path, *, hea
         for c in r.cells:
             res = found.get((r.name, c.fault.label), missing)
             ok, why = judge(c, res)
-            cells.append(CellOutcome(r, c, res, ok, why))
-    healthy = [{r.name: found.get((r.name, f"healthy{k}"), missing) for r in rows}
+            green = [(g, found.get((item_name(g), green_tag(r, c)), missing)) for g in c.green]
+            cells.append(CellOutcome(r, c, res, ok, why, green))
+    healthy = [{r.name: found.get((r.name, f"healthy{k}"), missing) for r in rows if k <= healthy_runs_of(r, healthy_runs)}
                for k in range(1, healthy_runs + 1)]
     leftovers = [f"after {g['name']} {g['tag']}: {x}" for g in got for x in g.get("leftovers", [])]
     return cells, healthy, leftovers
@@ -254,7 +319,7 @@ def render(m: MatrixResult) -> str:
             mine = [c for c in m.cells if c.row is r and c.cell.fault.name == n]
             ok = "ERR" if mine and all(c.cell.setup_error for c in mine) else "FAIL"
             cols.append("" if not mine else (ok if all(c.broken for c in mine) else "pass!"))
-        hs = [run.get(r.name, NodeResult("missing")).outcome for run in m.healthy]
+        hs = [run[r.name].outcome for run in m.healthy if r.name in run]
         healthy = "pass" if hs and all(h == "passed" for h in hs) else ("/".join(hs) or "not run")
         lines.append("| " + " | ".join([_short(r.function), r.model, r.node.split("[", 1)[1].rstrip("]"),
                                         *cols, healthy]) + " |")
@@ -263,6 +328,23 @@ def render(m: MatrixResult) -> str:
         verdict = "broken as required" if c.broken else f"NOT BROKEN: {c.reason}"
         lines.append(f"| {_short(c.row.function)} | {c.row.model} | `{c.cell.fault.label}` | {c.result.outcome} | "
                      f"{verdict.replace('|', '/')} | {c.result.seconds:.1f} |")
+    lines += ["", "## Other tests under each fault (green samples)", "",
+              "The other half of \"a fault breaks its test\": with the cell's fault on, these other tests "
+              "must still pass (`pass`); a fault that breaks everything proves little.", "",
+              "| fault (host) | its test | other tests, each with the fault on |", "|---|---|---|"]
+    for c in m.cells:
+        if c.green:
+            runs = "; ".join(f"{item_name(n)}: {'pass' if r.outcome == 'passed' else r.outcome.upper()}"
+                             f" ({r.seconds:.1f} s)" for n, r in c.green)
+        elif c.cell.green_none:
+            runs = f"none: {c.cell.green_none}"
+        else:
+            continue
+        lines.append(f"| `{c.cell.fault.label}` | {_short(c.row.function)} [{c.row.case_id}] | {runs.replace('|', '/')} |")
+    if m.absent:
+        lines += ["", "## Faults without a cell on a model (matrix.yaml's reasons)", "",
+                  "| model | fault | why no cell |", "|---|---|---|"]
+        lines += [f"| {model} | {name} | {why.replace('|', '/')} |" for model, name, why in m.absent]
     fa = m.false_alarms()
     unnoticed = m.unnoticed_faults()
     lines += ["", "## Figures", ""]
@@ -277,6 +359,8 @@ def render(m: MatrixResult) -> str:
               + (str(len(m.leftovers)) if m.leftovers else "none") + "".join(f"\n  - {x}" for x in m.leftovers),
               f"- healthy runs that skipped (declared gaps, not passes): {', '.join(m.declared_skips()) or 'none'}",
               f"- faults noticed by no test: {', '.join(unnoticed) if unnoticed else 'none'}",
+              f"- green-sample runs that did not pass under their fault: {len(m.not_green())} of "
+              f"{sum(len(c.green) for c in m.cells)}" + "".join(f"\n  - {x}" for x in m.not_green()),
               f"- faults the matrix does not run (not counted as noticed): "
               + (", ".join(f"{k} ({v})" for k, v in AWAITING_TEST.items()) or "none"),
               f"- wall time: {m.seconds:.0f} s" + (f", rows split among {m.parts} subprocesses on labs of their own"

@@ -77,6 +77,9 @@ def test_each_models_shard_is_an_xdist_work_unit_of_its_own():
     from types import SimpleNamespace
 
     from file_order import sharded_loadfile_scheduler
+    from .shard import __all__ as shard_names
+
+    shard_checks = [n for n in shard_names if n.startswith("test_")]  # the checks each shard runs
 
     res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                           "-p", "no:xdist", "tests/teeth/test_fault_matrix.py", "tests/teeth/test_fault_effects.py"],
@@ -109,7 +112,7 @@ def test_each_models_shard_is_an_xdist_work_unit_of_its_own():
     for model in MODELS:
         shard = [n for n in collection if n.startswith("tests/teeth/test_fault_matrix.py::") and n.endswith(f"[{model}]")]
         holders = [i for i, w in enumerate(workers) if set(shard) & set(w.sent)]
-        assert len(shard) == 4 and len(holders) == 1, f"shard {model}: its {len(shard)} items went to workers {holders}"
+        assert len(shard) == len(shard_checks) and len(holders) == 1, f"shard {model}: its {len(shard)} items went to workers {holders}"
         assert set(shard) <= set(workers[holders[0]].sent), f"shard {model}: split across workers"
     shard_workers = {i for i, w in enumerate(workers) for n in w.sent if "test_fault_matrix.py" in n}
     assert len(shard_workers) == len(MODELS), f"the {len(MODELS)} shards started on workers {sorted(shard_workers)}"
@@ -160,6 +163,8 @@ def test_cells_name_registered_faults_on_lab_appliances():
         assert c.fault.host in appliances, f"{r.node}: {c.fault.label}: no appliance {c.fault.host!r}"
     assert {c.fault.name for _, c in matrix.all_cells()} <= set(REGISTRY)
     assert set(matrix.FRESH) <= set(REGISTRY)
+    assert set(matrix.STATELESS) <= set(REGISTRY) and not set(matrix.STATELESS) & set(matrix.FRESH), (
+        "STATELESS names unknown faults or faults that need a fresh tunnel")
 
 
 def test_every_fault_has_a_cell_or_says_why_not():
@@ -172,6 +177,40 @@ def test_every_fault_has_a_cell_or_says_why_not():
     missing = sorted(set(REGISTRY) - with_cells - set(matrix.AWAITING_TEST))
     assert not missing, f"faults with no cell in a row without a gap, nor listed in AWAITING_TEST: {missing}"
     assert set(matrix.AWAITING_TEST) <= set(REGISTRY), f"AWAITING_TEST names unknown faults: {sorted(set(matrix.AWAITING_TEST) - set(REGISTRY))}"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_each_model_has_every_fault_or_says_why_not(model):
+    """Issue 42: the matrix shows the same fault set on both models, or a reason per missing
+    cell (matrix.yaml's ``absent`` entry, printed in the model's report) -- never both."""
+    from ipsec_hil_twin.faults import REGISTRY
+
+    have = {c.fault.name for r in matrix.rows(model) for c in r.cells}
+    absent = {f: why for m, f, why in matrix.ABSENT if m == model}
+    assert set(absent) <= set(REGISTRY), f"{model}: absent names unknown faults: {sorted(set(absent) - set(REGISTRY))}"
+    both = sorted(have & set(absent))
+    assert not both, f"{model}: faults with a cell AND an absent reason in tests/teeth/matrix.yaml: {both}"
+    missing = sorted(set(REGISTRY) - have - set(absent) - set(matrix.AWAITING_TEST))
+    assert not missing, (f"{model}: faults with no cell on this model and no reason in matrix.yaml's absent "
+                         f"entry: {missing}")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_fault_has_a_green_sample_on_each_model_or_says_why_not(collected, model):
+    """The other half of "a fault breaks its test": for every fault a model's rows run, some
+    cell states other tests of its configuration that must stay green under it (``green``),
+    or why none can (``green_none``); each sample node is one ``pytest -m MODEL`` collects,
+    never the cell's own test function."""
+    faults = {c.fault.name for r in matrix.rows(model) for c in r.cells}
+    sampled = {c.fault.name for r in matrix.rows(model) for c in r.cells if c.green or c.green_none}
+    assert not faults - sampled, (f"{model}: faults with no green sample nor green_none in tests/teeth/matrix.yaml: "
+                                  f"{sorted(faults - sampled)}")
+    for r in matrix.rows(model):
+        for c in r.cells:
+            for g in c.green:
+                assert g in collected[model], f"{r.node}: {c.fault.label}: green {g} is no node `pytest -m {model}` collects"
+                assert g.split("[", 1)[0] != f"tests_hil/{r.function}", (
+                    f"{r.node}: {c.fault.label}: green {g} is the cell's own test function")
 
 
 def test_slow_first_stream_caps_below_the_shards_floor():
@@ -209,13 +248,26 @@ def test_child_never_up_names_a_child_of_the_nodes_tunnel():
         assert c.fault.kwargs["child"] in kids, f"{r.node}: child {c.fault.kwargs['child']!r} not in {kids}"
 
 
-def test_plan_runs_healthy_first_then_cells_then_healthy():
-    steps = runner.plan_steps(matrix.rows(), healthy_runs=3)
-    for r in matrix.rows():
+def test_plan_runs_healthy_first_then_cells_then_samples_then_healthy():
+    rows = matrix.rows()
+    steps = runner.plan_steps(rows, healthy_runs=2)
+    samples: dict[str, list[str]] = {}
+    for r in rows:
+        for c in r.cells:
+            for g in c.green:
+                samples.setdefault(runner.item_name(g), []).append(runner.green_tag(r, c))
+    for r in rows:
         tags = [s["tag"] for s in steps[r.name]]
-        assert tags == ["healthy1", *(c.fault.label for c in r.cells), "healthy2", "healthy3"], tags
+        after = ["healthy2"] if runner.healthy_runs_of(r, 2) == 2 else []
+        assert tags == ["healthy1", *(c.fault.label for c in r.cells), *samples.get(r.name, []), *after], tags
+        stateless = all(c.fault.name in matrix.STATELESS for c in r.cells) and not r.fresh
+        assert (after == []) == stateless, f"{r.node}: a damage check after its cells iff a fault may leave state"
         for s, c in zip(steps[r.name][1:], r.cells):
             assert s["fresh"] == (r.fresh or c.fault.name in matrix.FRESH)
+    extra = {n for n in samples if n not in {r.name for r in rows}}
+    assert extra == {runner.item_name(g) for g in runner.green_nodes(rows)}
+    for n in extra:  # a sample node that is no row: its sample runs, each with a fault on
+        assert [s["tag"] for s in steps[n]] == samples[n] and all(s["fault"] for s in steps[n])
 
 
 LEDGER = "appliance  counter  before  after  delta"
@@ -322,7 +374,7 @@ def test_split_weighs_an_unmeasured_row_by_its_node_runs():
     from .shard import row_key, row_weights, split_rows
 
     rows = matrix.rows("xgs136")[:3]
-    runs = [3 + len(r.cells) for r in rows]
+    runs = [runner.healthy_runs_of(r, 3) + sum(1 + len(c.green) for c in r.cells) for r in rows]  # green samples run in the row's part
     # the first two measured at 1 and 3 s a run; the third, unmeasured, weighs its runs
     # at their median, 2 s a run
     seconds = {row_key(rows[0]): 1.0 * runs[0], row_key(rows[1]): 3.0 * runs[1]}
@@ -331,7 +383,8 @@ def test_split_weighs_an_unmeasured_row_by_its_node_runs():
     assert row_weights(rows, 3) == {r.name: float(n) for r, n in zip(rows, runs)}  # nothing measured: 1 s a run
     seconds = {row_key(r): float(n) for r, n in zip(rows[:2], runs[:2])}
     parts = split_rows(rows, 2, healthy_runs=3, seconds=seconds)
-    loads = sorted(sum(seconds.get(row_key(r), 3 + len(r.cells)) for r in p) for p in parts)
+    loads = sorted(sum(seconds.get(row_key(r), runner.healthy_runs_of(r, 3) + sum(1 + len(c.green) for c in r.cells))
+                       for r in p) for p in parts)
     assert sum(loads) == sum(runs) and loads[1] - loads[0] <= max(runs)
 
 

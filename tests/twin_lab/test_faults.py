@@ -26,7 +26,9 @@ EXPECTED = {"drop_every", "count_extra", "corrupt_icv", "replay", "wrong_next_he
             # issue 41: page 003's bypass tax (a per-packet cost while the driver is loaded)
             "bypass_tax",
             # issue 43: a NIC that refuses an association (FreeBSD 15's offload framework)
-            "nic_refuses_sa"}
+            "nic_refuses_sa",
+            # issue 42: a driver that forgets its associations when the outer port goes down
+            "sa_forgotten_on_link_down"}
 
 
 def test_registry_complete_and_documented():

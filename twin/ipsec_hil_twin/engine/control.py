@@ -418,8 +418,36 @@ class EngineState:
             p = fault_params(self.faults, "bypass_tax")
             self.bypass.sync(float(p.get("us", 0)) if p is not None and self.driver_loaded else None)
 
+    def op_link(self, req: dict) -> dict:
+        """The appliance's `ifconfig IF down|up` (ipsec_hil_twin.fbsd.ifconfig), as the
+        driver's ioctl sees it. A healthy driver keeps its associations across the flap
+        (traffic stops while the port is down, the link does that); under fault
+        sa_forgotten_on_link_down it forgets those whose local address is on the port: the
+        kernel keeps them (setkey -D, strongSwan's list), its own cipher runs them from
+        now on, so the driver's counters stand still once the port is up again."""
+        ifname, up = req.get("ifname"), req.get("up")
+        if not isinstance(ifname, str) or not isinstance(up, bool):
+            raise ValueError("link: expected ifname (str) and up (bool)")
+        forgotten = []
+        with self.lock:
+            self.faults.refresh(time.monotonic(), force=True)
+            if not up and fault_params(self.faults, "sa_forgotten_on_link_down") is not None:
+                for key, inst in list(self.sas.items()):
+                    local = inst.spec.src if inst.spec.direction == "out" else inst.spec.dst
+                    port = self.host.port_for(local)
+                    if inst.offloaded and port is not None and ifname in (port.ifname, port.name):
+                        new = Installed(inst.spec, inst.slot, False, inst.created, inst.seq_set)
+                        self.sas[key] = new
+                        self._put(new)
+                        forgotten.append(f"{inst.spec.spi:08x}")
+                if forgotten:
+                    print(f"engine {self.host.name}: fault sa_forgotten_on_link_down: {ifname} down, the driver "
+                          f"forgot {', '.join(forgotten)}", file=sys.stderr, flush=True)
+                    self.publish()
+        return {"ok": True, "forgotten": forgotten}
+
     OPS = ("add_sa", "del_sa", "flush", "list_sas", "counters", "status", "set_driver",
-           "reset", "route", "faults", "set_seq")
+           "reset", "route", "faults", "set_seq", "link")
 
     def handle(self, line: bytes) -> dict:
         try:

@@ -148,6 +148,26 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _write_sysctl(path: str, value: str) -> None:
+    try:
+        with open(path, "w") as fh:
+            fh.write(value)
+    except OSError:
+        pass  # no IPv6 on this port: nothing to keep
+
+
+def _tell_engine(ifname: str, up: bool) -> None:
+    """The driver hears of the flag change (its if_ioctl SIOCSIFFLAGS): the engine's link op
+    (fault sa_forgotten_on_link_down acts there). An engine not answering is said on stderr;
+    the port's state changed all the same, as on FreeBSD."""
+    try:
+        from ipsec_hil_twin.engine.client import engine_request
+
+        engine_request(c.host_dir().engine_sock, {"op": "link", "ifname": ifname, "up": up}, timeout=5.0)
+    except Exception as exc:  # noqa: BLE001 -- the interface changed; the driver's view is best effort
+        c.err("ifconfig", f"warning: the driver was not told {ifname} is {'up' if up else 'down'} ({exc})")
+
+
 def configure(args: list[str]) -> int:
     ifname = "lo" if args[0] == "lo0" else args[0]
     rest = args[1:]
@@ -162,10 +182,15 @@ def configure(args: list[str]) -> int:
             return 1
         return 0
     if rest and rest[0] in ("up", "down"):
+        if rest[0] == "down":
+            # FreeBSD keeps an interface's addresses while it is down; Linux drops the IPv6
+            # ones unless told not to (the port would come up without its outer address)
+            _write_sysctl(f"/proc/sys/net/ipv6/conf/{ifname}/keep_addr_on_down", "1")
         r = subprocess.run([IP, "link", "set", ifname, rest[0]], capture_output=True, text=True)
         if r.returncode:
             c.err("ifconfig", f"interface {args[0]} does not exist")
             return 1
+        _tell_engine(ifname, rest[0] == "up")
         return 0
     if rest and rest[0] == "mtu" and len(rest) == 2:
         r = subprocess.run([IP, "link", "set", ifname, "mtu", rest[1]], capture_output=True, text=True)
