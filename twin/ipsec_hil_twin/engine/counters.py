@@ -27,6 +27,14 @@ ESP_KEYS = ("dropped-short-header", "dropped-bad-protocol", "dropped-no-tdb", "d
             "receieve-bytes", "sent-bytes", "dropped-too-large", "dropped-policy-violation",
             "crypto-failures", "tunnel-failures")
 HIST_ALGS = ("aes-cbc", "aes-gcm-16")
+# FreeBSD 14 struct ipsecstat (netstat -s -p ipsec / ipsec6), the counters the engine moves:
+# sys/netipsec/ipsec_output.c ipsec4_allocsa/ipsec6_allocsa count ips_out_nosa when an
+# outbound policy matches and no SA is there (a hard-expired SA whose policy charon has
+# not removed yet), and ipsec4/6_perform_request's `bad:` path counts ips_out_inval for
+# the same packet (key_allocsa_policy returned no SA with error 0: "goto bad"); the packet
+# is freed, the sender sees success (EINPROGRESS: consumed).
+IPSEC_KEYS = ("discarded-no-sa", "discarded-invalid")
+IPSEC_FAMILIES = ("ipsec", "ipsec6")
 ALG_OF_CIPHER = {"aes-gcm-16": "aes-gcm-16", "aes-cbc-hmac-sha256": "aes-cbc"}
 
 # Engine-private facts that no driver counter represents (reported by `status`):
@@ -47,6 +55,7 @@ DRIVER_NAMES = ALL_DRIVER_COUNTERS
 MAX_SA = 1024
 
 _NAMES = DRIVER_NAMES + tuple("esp:" + k for k in ESP_KEYS) + tuple("hist:" + a for a in HIST_ALGS) \
+    + tuple(f"{f}:{k}" for f in IPSEC_FAMILIES for k in IPSEC_KEYS) \
     + tuple("eng:" + k for k in ENGINE_NAMES) + tuple("gen:" + k for k in GEN_NAMES)
 # Each named counter and each SA record has a 64-byte cache line to itself (LINE slots of
 # 8 bytes): the transmit and receive loops are processes on different cores, and counters
@@ -128,6 +137,7 @@ class CounterBlock:
             "driver": {n: a[INDEX[n]] for n in for_driver(driver).counter_names},
             "esp": {k: a[INDEX["esp:" + k]] for k in ESP_KEYS},
             "histogram": {h: a[INDEX["hist:" + h]] for h in HIST_ALGS if a[INDEX["hist:" + h]]},
+            **{f: {k: a[INDEX[f"{f}:{k}"]] for k in IPSEC_KEYS} for f in IPSEC_FAMILIES},
         }
 
     def engine_stats(self) -> dict:

@@ -8,6 +8,7 @@ from ._base import ParseError
 MODULES = (
     "sysctl",
     "netstat_esp",
+    "netstat_ipsec",
     "swanctl_list_sas",
     "swanctl_list_sas_raw",
     "swanctl_initiate",
