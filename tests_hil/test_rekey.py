@@ -12,7 +12,15 @@ reads what strongSwan 5.9.8 does (verified on a real charon pair):
   delete_rekeyed_delay (5 s), the old child listed DELETED meanwhile: its outbound
   counters are read from that listing before it disappears;
 - at life_time (no rekey) the child is closed and RE-CREATED ("scheduling CHILD_SA
-  recreate after hard expire"), not left down.
+  recreate after hard expire"), not left down. Between the expiry and the new child the
+  echoes the appliance's tunnel did not carry are accounted for, exactly: the kernel frees
+  the hard-expired SAs while charon's policy stays until its DELETE exchange ends, and every
+  echo that policy meets then is FreeBSD's "outbound packet with no SA available"
+  (netstat -s -p ipsec, ips_out_nosa; the same packet "invalid outbound packet",
+  ips_out_inval); once the policy is gone and before the new child installs its own, the
+  kernel refuses the echo (no route: ping's `sendto` warning). So every echo ping sent is
+  either encrypted by the appliance (its driver's or the kernel's counters), or counted
+  no-SA, or refused -- nothing vanishes uncounted.
 
 Loss is reported as blocked time: lost packets over the offered rate, as FD.io CSIT
 reports reconfiguration tests, bounded by the profile's ``rekey_blocked_ms``.
@@ -38,8 +46,8 @@ import pytest
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.measuring.measure import expect_equal
 from ipsec_hil.lab.rekey import (OVERLAP_DEADLINE_S, POLL_S, ChildView, EngineSample, children_of, engine_sample,
-                                 flowing, health_of, ike_spis, mbufs_around, offloaded_ends, poll, rekey, sa_count,
-                                 settled_associations)
+                                 flowing, health_of, ike_spis, INVALID_OUT, ipsec_stats, mbufs_around, NO_SA,
+                                 offloaded_ends, poll, rekey, sa_count, settled_associations)
 from ipsec_hil.lab.traffic.ping_stream import ping_stream
 
 
@@ -164,8 +172,9 @@ def test_rekey_no_leak(tunnel, record, traffic_seconds):
 
 
 @pytest.mark.tunnels(lifetimes="expiry")
-def test_life_time_expiry(tunnel, record, traffic_seconds):
-    """No rekey, a short life_time: the child expires and is re-created (5.9.8); the gap is measured."""
+def test_life_time_expiry(tunnel, record, meter, traffic_seconds):
+    """No rekey, a short life_time: the child expires and is re-created (5.9.8); the gap is measured
+    and every echo not carried across it is counted by the reason (no SA, refused)."""
     dut, peer, conn = tunnel.local, tunnel.remote, tunnel.conn
     life = tunnel.plan.lifetimes
     assert life is not None and life.rekey_time == 0 and life.life_time > 0, \
@@ -185,7 +194,11 @@ def test_life_time_expiry(tunnel, record, traffic_seconds):
     carried: dict[str, tuple[int, int]] = {}
     timeline: list[str] = []  # the DUT's listings over the stream, shown when the traffic check fails
     first_out = {k.spi_out for k in first}
-    with ping_stream(tunnel, max(life.life_time + 4, traffic_seconds(life.life_time + 4)), interval=0.02, record=record) as s:
+    family = tunnel.config.inner
+    ipsec_before = ipsec_stats(dut, family)
+    with meter(dut, title="own echoes across the hard expiries") as m, \
+            ping_stream(tunnel, max(2 * life.life_time + 4, traffic_seconds(2 * life.life_time + 4)),
+                        interval=0.01, record=record) as s:
         t0 = time.monotonic()
         while s.running():  # watch every expiry the stream spans
             for app in engines or [dut]:
@@ -201,6 +214,7 @@ def test_life_time_expiry(tunnel, record, traffic_seconds):
                     samples.append(got)
             time.sleep(POLL_S)
         s.finish()
+    ipsec_after = ipsec_stats(dut, family)
     assert carried, (f"the child was not re-created within {s.seconds:g} s of a {life.life_time} s life_time "
                      f"(listed now: {children_of(dut, conn)})")
     for app in (dut, peer):
@@ -232,3 +246,18 @@ def test_life_time_expiry(tunnel, record, traffic_seconds):
     record.figure("children re-created during the stream (both ends re-create)", len(carried))
     record.figure("traffic gap over the stream's expiries (lost / offered rate)", round(s.blocked_ms(), 1), "ms")
     record.figure("stream", f"{s.result.transmitted} sent, {s.lost()} lost at {s.rate_pps:g} pps")
+    # every echo ping sent: encrypted by this end, met the policy with no SA, or refused
+    sent, refused = s.result.transmitted, s.result.send_failures
+    encrypted = m.ledger.value(tunnel.encrypted_refs("local"))
+    no_sa = ipsec_after.get(NO_SA) - ipsec_before.get(NO_SA)
+    invalid = ipsec_after.get(INVALID_OUT) - ipsec_before.get(INVALID_OUT)
+    record.figure(f"{dut.name}: echoes met by the policy with no SA (netstat -s -p "
+                  f"{'ipsec' if family == 'ipv4' else 'ipsec6'}: {NO_SA})", no_sa)
+    record.figure(f"{dut.name}: echoes refused by the kernel (no policy, no route yet)", refused)
+    record.figure(f"{dut.name}: echoes encrypted", encrypted)
+    assert sent - encrypted == no_sa + refused, (
+        f"{dut.name}: {sent} echoes sent, {encrypted} encrypted: {sent - encrypted} not carried, but the counters "
+        f"name {no_sa + refused} ({no_sa} '{NO_SA}' -- a policy with its SA hard-expired --, {refused} refused "
+        f"sends): {sent - encrypted - no_sa - refused:+d} echo(es) vanished uncounted\n\n{m.ledger.table()}")
+    assert invalid == no_sa, (f"{dut.name}: FreeBSD counts each packet freed for want of an SA twice "
+                              f"({NO_SA} and {INVALID_OUT}); read {no_sa} and {invalid}")

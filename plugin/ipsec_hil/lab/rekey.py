@@ -28,15 +28,21 @@ from typing import Any, Protocol, TypeVar
 
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.measuring.health import POLICY, HealthSnapshot, compare, driver_scope, take_snapshots
-from ipsec_hil.lab.parsers import swanctl_list_sas
+from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.parsers import netstat_ipsec, swanctl_list_sas
 from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.tunnel import ActiveTunnel
 
 __all__ = [
     "ASSOCIATIONS_BY_STATE", "CONFIRM_S", "OVERLAP_DEADLINE_S", "POLL_S", "ChildView", "EngineSample",
     "children_of", "engine_sample", "flowing", "health_of", "ike_spis", "mbufs_around", "offloaded_ends",
-    "poll", "rekey", "sa_count", "settled_associations",
+    "poll", "rekey", "sa_count", "settled_associations", "ipsec_stats", "NO_SA", "INVALID_OUT",
 ]
+
+#: FreeBSD's name for a packet an outbound policy met with no SA (netstat -s -p ipsec:
+#: "outbound packets with no SA available", sys/netipsec/ipsec_output.c ipsec4_allocsa's
+#: ips_out_nosa); the same packet also counts INVALID_OUT (ipsec4_perform_request's `bad:`)
+NO_SA, INVALID_OUT = "discarded-no-sa", "discarded-invalid"
 
 T = TypeVar("T")
 
@@ -99,6 +105,20 @@ def ike_spis(app: Appliance, conn: str) -> list[tuple[str, str, str]]:
 def sa_count(app: Appliance) -> int:
     """The associations the engine holds (the profile's ``sa_count``)."""
     return app.snapshot().counters["sa_count"]
+
+
+def ipsec_stats(app: Appliance, family: str) -> netstat_ipsec.IpsecStats:
+    """``netstat -s -p ipsec|ipsec6 --libxo json``: the IPsec statistics of packets of the
+    inner ``family`` (ipv4: ipsec4stat, ipv6: ipsec6stat). ipsec.ko not loaded is a
+    LabError: a test that reads these needs them."""
+    proto = {"ipv4": "ipsec", "ipv6": "ipsec6"}[family]
+    r = app.host.run(argv("netstat", "-s", "-p", proto, "--libxo", "json"), timeout=app.command_timeout)
+    if r.status != 0:
+        raise LabError(f"{app.name}: netstat -s -p {proto} failed ({r.status}): {r.stderr.strip()[-300:]}")
+    stats = netstat_ipsec.parse(r.stdout)
+    if not stats.loaded:
+        raise LabError(f"{app.name}: netstat -s -p {proto} printed no statistics (ipsec.ko not loaded)")
+    return stats
 
 
 def poll(what: str, read: Callable[[], T | None], deadline_s: float) -> T:

@@ -63,6 +63,9 @@ class Installed:
     publish folds N cached lists instead of re-deriving N SAs' routes."""
     outer: str = ""
     """spec.outer, parsed once: publish counts SAs by outer family on every call."""
+    expired: bool = False
+    """Hard-expired (op_expire_sa): gone from the SAD -- setkey -D, sa_count, the datapath's
+    SA lookup -- while its policy (the esp0 routes, the selectors) stays until del_sa."""
 
     def __post_init__(self) -> None:
         self.outer = self.spec.outer
@@ -178,7 +181,7 @@ class EngineState:
         port = self.host.port_for(s.src)
         mtu = port.mtu if port else 1500
         e = s.model_dump()
-        e.update(slot=inst.slot, offloaded=inst.offloaded, path_mtu=mtu,
+        e.update(slot=inst.slot, offloaded=inst.offloaded, path_mtu=mtu, expired=inst.expired,
                  own_limit=max_inner(s.cipher, s.outer, mtu, s.encap),
                  fwd_limit=forwarded_limit(mtu, s.outer),
                  rate_mbit=self._pace_mbit(port, inst.offloaded), seq_set=inst.seq_set)
@@ -221,7 +224,7 @@ class EngineState:
             with os.fdopen(fd, "w") as fh:
                 json.dump(state, fh)
             os.replace(tmp, path)
-            off = [i for i in self.sas.values() if i.offloaded]
+            off = [i for i in self.sas.values() if i.offloaded and not i.expired]
             self.c.set("sa_count", len(off))
             self.c.set("sa_inet", sum(1 for i in off if i.outer == "ipv4"))
             self.c.set("sa_inet6", sum(1 for i in off if i.outer == "ipv6"))
@@ -275,6 +278,39 @@ class EngineState:
             self.publish()
         return {"ok": True}
 
+    def op_expire_sa(self, req: dict) -> dict:
+        """The kernel's hard lifetime reached (sys/netipsec/key.c key_flush_sad: a hard
+        expiry unlinks the SA and sends SADB_EXPIRE): the SA is gone from the SAD, charon's
+        policy is not -- it goes with del_sa when charon's DELETE exchange ends. An inbound
+        SA is simply gone (ESP for it is an unknown SPI); an outbound one leaves its policy
+        matching packets that find no SA (ipsec_hil_twin.engine.datapath: ips_out_nosa).
+        ``{"sas": [{"spi", "dst"}, ...]}``: a child's pair in one publish (one key_timehandler
+        pass frees both)."""
+        try:
+            keys = [(int(x["spi"]), str(ipaddress.ip_address(x["dst"]))) for x in req["sas"]]
+        except (KeyError, ValueError, TypeError):
+            raise ValueError("expire_sa: expected sas: [{spi (int), dst (address)}, ...]") from None
+        missing = []
+        with self.lock:
+            self.faults.refresh(time.monotonic(), force=True)
+            leak = fault_params(self.faults, "leak_sa_on_delete") is not None
+            for key in keys:
+                inst = self.sas.get(key)
+                if inst is None:
+                    missing.append(f"spi={key[0]:#x} dst={key[1]}")
+                elif leak:
+                    self.leaked.add(key)  # the driver keeps what the kernel freed, as on del_sa
+                elif inst.spec.direction == "in":
+                    self.sas.pop(key)
+                    self.free.append(inst.slot)
+                    self._drop(key)
+                else:
+                    inst.expired = True
+                    self._put(inst)
+            if not leak:
+                self.publish()
+        return {"ok": True} if not missing else {"ok": False, "error": f"expire_sa: no SA {', '.join(missing)}"}
+
     def op_flush(self, req: dict) -> dict:
         with self.lock:
             for inst in self.sas.values():
@@ -294,6 +330,8 @@ class EngineState:
         out = []
         with self.lock:
             for inst in self.sas.values():
+                if inst.expired:
+                    continue  # freed by the kernel: setkey -D no longer shows it
                 d = inst.spec.model_dump()  # keys included: setkey -D shows them to root
                 d.update(self.c.sa_record(inst.slot), offloaded=inst.offloaded, created=inst.created)
                 out.append(d)
@@ -446,7 +484,7 @@ class EngineState:
                     self.publish()
         return {"ok": True, "forgotten": forgotten}
 
-    OPS = ("add_sa", "del_sa", "flush", "list_sas", "counters", "status", "set_driver",
+    OPS = ("add_sa", "del_sa", "expire_sa", "flush", "list_sas", "counters", "status", "set_driver",
            "reset", "route", "faults", "set_seq", "link")
 
     def handle(self, line: bytes) -> dict:

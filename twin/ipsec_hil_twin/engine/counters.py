@@ -33,6 +33,14 @@ HIST_ALGS = ("aes-cbc", "aes-gcm-16")
 # read. One slot for both lost an increment whenever the two loops' read-modify-writes
 # met (a loaded CI run read 9 for 10 packets: the single-writer rule above, broken).
 HIST_OUT, HIST_IN = "hist_out:", "hist_in:"
+# FreeBSD 14 struct ipsecstat (netstat -s -p ipsec / ipsec6), the counters the engine moves:
+# sys/netipsec/ipsec_output.c ipsec4_allocsa/ipsec6_allocsa count ips_out_nosa when an
+# outbound policy matches and no SA is there (a hard-expired SA whose policy charon has
+# not removed yet), and ipsec4/6_perform_request's `bad:` path counts ips_out_inval for
+# the same packet (key_allocsa_policy returned no SA with error 0: "goto bad"); the packet
+# is freed, the sender sees success (EINPROGRESS: consumed).
+IPSEC_KEYS = ("discarded-no-sa", "discarded-invalid")
+IPSEC_FAMILIES = ("ipsec", "ipsec6")
 ALG_OF_CIPHER = {"aes-gcm-16": "aes-gcm-16", "aes-cbc-hmac-sha256": "aes-cbc"}
 
 # Engine-private facts that no driver counter represents (reported by `status`):
@@ -54,6 +62,7 @@ MAX_SA = 1024
 
 _NAMES = DRIVER_NAMES + tuple("esp:" + k for k in ESP_KEYS) \
     + tuple(d + a for d in (HIST_OUT, HIST_IN) for a in HIST_ALGS) \
+    + tuple(f"{f}:{k}" for f in IPSEC_FAMILIES for k in IPSEC_KEYS) \
     + tuple("eng:" + k for k in ENGINE_NAMES) + tuple("gen:" + k for k in GEN_NAMES)
 # Each named counter and each SA record has a 64-byte cache line to itself (LINE slots of
 # 8 bytes): the transmit and receive loops are processes on different cores, and counters
@@ -135,6 +144,7 @@ class CounterBlock:
             "driver": {n: a[INDEX[n]] for n in for_driver(driver).counter_names},
             "esp": {k: a[INDEX["esp:" + k]] for k in ESP_KEYS},
             "histogram": {h: n for h in HIST_ALGS if (n := a[INDEX[HIST_OUT + h]] + a[INDEX[HIST_IN + h]])},
+            **{f: {k: a[INDEX[f"{f}:{k}"]] for k in IPSEC_KEYS} for f in IPSEC_FAMILIES},
         }
 
     def engine_stats(self) -> dict:

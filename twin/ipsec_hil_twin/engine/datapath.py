@@ -25,10 +25,17 @@ dropped-bad-length (malformed inner), dropped-policy-violation and the histogram
 count the ESP plaintext (inner + padding + trailer) on both sides, so sent == received.
 A packet that no outbound SA selects is counted only as the engine's `tx_no_sa`: no
 driver counter represents it (FreeBSD would not have handed it to the driver).
+A packet whose policy is still installed but whose SA hard-expired (the SA entry carries
+`expired`: the kernel freed it at its hard lifetime, charon removes the policy when its
+DELETE exchange ends) is FreeBSD's "policy with no SA": ipsec4_allocsa/ipsec6_allocsa count
+ips_out_nosa, the request's `bad:` path ips_out_inval, the packet is freed (netstat -s -p
+ipsec / ipsec6: discarded-no-sa, discarded-invalid). Fault `expired_drops_uncounted` frees
+it without counting.
 """
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 import os
 import select
 import socket
@@ -104,6 +111,10 @@ class _Loop:
         return self.table.load()
 
 
+#: seconds a deleted outbound SA's selectors still match packets already in esp0's queue
+DRAIN_S = 0.5
+
+
 class TxLoop(_Loop):
     """esp0 -> select SA -> FreeBSD gate -> pace -> seal -> raw socket."""
 
@@ -128,6 +139,7 @@ class TxLoop(_Loop):
         self.extra_pending = 0
         self.outer_df = netio.OuterDf()  # outer DF per dfbit (ipsec_output.c ipsec_encap)
         self.leak = ClearLeak()  # fault cleartext_leak
+        self.gone: dict[tuple[int, str], tuple[OutSa, float]] = {}  # deleted SAs draining (reload)
 
     # -- state -------------------------------------------------------------------------
     def reload(self) -> None:
@@ -153,10 +165,28 @@ class TxLoop(_Loop):
                 osa.seq_mark, osa.seq = mark
             new[key] = osa
             order.append(osa)
+        # An SA deleted now leaves packets the kernel already routed into esp0 (its policy
+        # matched them) waiting in the queue: strongSwan deletes a child's SAs before its
+        # policies (child_sa.c destroy), so such a packet is FreeBSD's policy-with-no-SA,
+        # counted as the expired SA's are. Its selectors stay matchable for DRAIN_S only.
+        now = time.monotonic()
+        for key, old in self.sas.items():
+            if key not in new:  # an expired one too: its policy went with it
+                self.gone[key] = (old if old.dead else replace(old, dead=True), now + DRAIN_S)
+        for key in list(self.gone):
+            if key in new or self.gone[key][1] <= now:
+                del self.gone[key]
         self.sas = new
         self.order = order
+        self._pair_up()
+
+    def _pair_up(self) -> None:
+        """The selector pairs of the table's SAs, then of the deleted ones still draining."""
+        order = self.order + [d for d, _ in self.gone.values()]
         self.pairs = policy_pairs(order)
-        self.keyf = addr_key if all(addresses_only(o.local + o.remote) for o in order) else fast_key
+        self.cache.clear()
+        self.keyf = addr_key if all(addresses_only(o.local + o.remote) for o in self.order + [
+            d for d, _ in self.gone.values()]) else fast_key
         self.cache.clear()
         self.faults.refresh(time.monotonic(), force=True)
         self.sysctl.refresh(time.monotonic(), force=True)
@@ -193,6 +223,7 @@ class TxLoop(_Loop):
             ibytes=-1 if off else I["esp:sent-bytes"], fail_idx=fail, esn=bool(e.get("esn")),
             outer_hdr=40 if outer == "ipv6" else 20,
             fixed=FRAMING[e["cipher"]].fixed + encap_header(outer, encap),
+            dead=bool(e.get("expired")),
         )
 
     def _faults_changed(self) -> None:
@@ -216,7 +247,10 @@ class TxLoop(_Loop):
                 break
         own = s in self.own
         incs: tuple[int, ...] = ()
-        if chosen is not None:
+        if chosen is not None and chosen.dead:
+            fam = "ipsec" if v == 4 else "ipsec6"
+            incs = (INDEX[fam + ":discarded-no-sa"], INDEX[fam + ":discarded-invalid"])
+        elif chosen is not None:
             if not own:
                 incs = chosen.inc_fwd
             elif any(da.version == n.version and da in n for n in self.own_step):
@@ -258,6 +292,7 @@ class TxLoop(_Loop):
         fp = fault_params
         next_check = 0.0
         f_drop = f_icv = f_replay = f_nh = f_frag = f_ptb = f_slow = f_esn = f_pad = None
+        f_uncounted = None
         f_padx = f_nonce = False
         f_clear = None
         df = 0
@@ -291,6 +326,9 @@ class TxLoop(_Loop):
                 next_check = now + 0.1
                 wall = int(time.time())
                 flush(wall)
+                if self.gone and min(t for _, t in self.gone.values()) <= now:
+                    self.gone = {k: v for k, v in self.gone.items() if v[1] > now}
+                    self._pair_up()
                 self.faults.refresh(now, force=True)
                 self.sysctl.refresh(now, force=True)
                 self._faults_changed()
@@ -298,6 +336,7 @@ class TxLoop(_Loop):
                 f_drop, f_icv, f_replay = fp(F, "drop_every"), fp(F, "corrupt_icv"), fp(F, "replay")
                 f_nh, f_frag, f_ptb = fp(F, "wrong_next_header"), fp(F, "fragment_instead_of_ptb"), fp(F, "wrong_ptb_mtu")
                 f_slow = fp(F, "slow_first_stream")
+                f_uncounted = fp(F, "expired_drops_uncounted")
                 f_padx, f_nonce = fp(F, "esp_pad_extra") is not None, fp(F, "gcm_nonce_swapped") is not None
                 f_clear = fp(F, "cleartext_leak")
                 f_esn, f_pad = fp(F, "esn_high_bits_lost"), fp(F, "pad_length_lost")
@@ -315,6 +354,11 @@ class TxLoop(_Loop):
             osa, own, incs = hit if hit is not None else pick(pkt, key)
             if osa is None:
                 a[i_nosa] += 1
+                continue
+            if osa.dead:  # policy without SA: FreeBSD's two counts, the packet freed
+                if f_uncounted is None:
+                    for i in incs:
+                        a[i] += 1
                 continue
             n = len(pkt)
             nh = 4 if v == 4 else 41

@@ -45,6 +45,10 @@ class OutSa:
     seq_mark: int = 0  # the set_seq request last applied (control.py op_set_seq)
     outer_hdr: int = 20
     fixed: int = 32  # SPI+seq+IV+ICV: 32 for GCM, 40 for CBC
+    #: hard-expired (control.py op_expire_sa): the kernel freed the SA, its policy is still
+    #: installed until charon's DELETE exchange ends; a packet it selects is counted
+    #: ips_out_nosa + ips_out_inval (FreeBSD ipsec4/6_allocsa, perform_request) and freed
+    dead: bool = False
 
     def record_seq(self) -> int:
         """The sequence number its counter record shows: the last one sent."""

@@ -161,9 +161,12 @@ def policy_pairs(order: list[Any]) -> list[tuple[Any, Selector, Selector]]:
         for ls in osa.local:
             for rs in osa.remote:
                 if ls.net.version == rs.net.version:
-                    pairs.append((-(specificity(ls) + specificity(rs)), len(pairs), osa, ls, rs))
-    pairs.sort(key=lambda p: (p[0], p[1]))
-    return [(p[2], p[3], p[4]) for p in pairs]
+                    pairs.append((-(specificity(ls) + specificity(rs)), bool(getattr(osa, "dead", False)),
+                                  len(pairs), osa, ls, rs))
+    # a live SA before a hard-expired one under the same selectors: the policy's SA lookup
+    # (key_allocsa_policy) finds the live one
+    pairs.sort(key=lambda p: (p[0], p[1], p[2]))
+    return [(p[3], p[4], p[5]) for p in pairs]
 
 
 def sel_match(sels: list[Selector], addr, proto: int, port: int) -> bool:

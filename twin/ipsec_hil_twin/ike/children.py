@@ -199,6 +199,32 @@ class ChildSAs:
             child.out_installed = False
         return last
 
+    async def hard_expire(self, sa: IkeSA, child: ChildSA) -> None:
+        """The kernel's side of a hard expiry, before charon acts: both SAs reach their hard
+        lifetime together (installed together, one life_time) and the kernel frees them
+        (sys/netipsec/key.c key_flush_sad, SADB_EXPIRE); charon's policies stay until its
+        DELETE exchange ends (child_delete.c destroy_and_reestablish -> the child's
+        destroy uninstalls them). Meanwhile a packet meeting the outbound policy finds no
+        SA: FreeBSD counts it (netstat -s -p ipsec: "outbound packets with no SA available")
+        and frees it. The inbound SA is simply gone; the outbound one stays listed as
+        installed here because its policy is what :meth:`uninstall` removes."""
+        listing = await self._engine_sas()
+        pairs = []
+        for direction, installed in (("in", child.in_installed), ("out", child.out_installed)):
+            if not installed:
+                continue
+            spi, dst = (child.spi_in, sa.local) if direction == "in" else (child.spi_out, sa.remote)
+            last = self._entry(listing, spi, direction)
+            if last:
+                child.last_counters[direction] = last
+            pairs.append((spi, dst))
+        if pairs:
+            try:
+                await self.engine.expire_sa(pairs)
+            except EngineError as exc:
+                self.state.log(f"engine expire_sa {', '.join(f'{s:08x}' for s, _ in pairs)}: {exc}")
+        child.in_installed = False  # freed; the outbound one's policy goes with uninstall
+
     async def uninstall(self, sa: IkeSA, child: ChildSA) -> None:
         """Whatever of the child's two associations is still in the engine, out of it.
 
@@ -384,7 +410,9 @@ def _child_entry(c: ChildSA, counters: dict[tuple[int, str], dict], now: float, 
     vici_query.c list_child_stats -- the scheduled second minus now, so a REKEYED or
     DELETED child whose automatic rekey has fired shows it in the past (negative)."""
     def stats(spi: int, d: str, live: bool) -> dict:
-        return counters.get((spi, d), {}) if live else c.last_counters.get(d, {})
+        # a hard-expired outbound SA is gone from the engine's listing while its policy
+        # keeps it installed here: its last reading stands (children.hard_expire)
+        return (counters.get((spi, d)) or c.last_counters.get(d, {})) if live else c.last_counters.get(d, {})
     cin = stats(c.spi_in, "in", c.in_installed)
     cout = stats(c.spi_out, "out", c.out_installed)
     return {

@@ -45,6 +45,10 @@ class EngineClient:
     async def del_sa(self, spi: int, dst: str) -> dict[str, Any]:
         return await self.request({"op": "del_sa", "spi": spi, "dst": dst})
 
+    async def expire_sa(self, sas: list[tuple[int, str]]) -> dict[str, Any]:
+        """The kernel's hard expiry of SAs [(spi, dst)] (an outbound one's policy stays until del_sa)."""
+        return await self.request({"op": "expire_sa", "sas": [{"spi": s, "dst": d} for s, d in sas]})
+
     async def flush(self) -> dict[str, Any]:
         return await self.request({"op": "flush"})
 

@@ -277,10 +277,13 @@ class Rekeys:
         log(f"[IKE] closing expired CHILD_SA {child.name}{{{child.uid}}} with SPIs {child.spi_in:08x}_i "
             f"{child.spi_out:08x}_o")
         child.state, child.expiring = "DELETING", True  # before the first await: a crossing DELETE sees it
-        await self.children.uninstall(sa, child)
+        # the kernel frees the SAs at their hard lifetime; charon's policies go when its
+        # DELETE exchange ends (child_delete.c process_i -> destroy_and_reestablish)
+        await self.children.hard_expire(sa, child)
         async with sa.req_lock, active(sa, "CHILD_DELETE"):
             await self.transport.exchange(
                 sa, {"exchange": "INFORMATIONAL", "delete_child": [child.spi_in]}, log, "D")
+        await self.children.uninstall(sa, child)
         if child in sa.children:
             sa.children.remove(child)
         child.state = "DESTROYING"

@@ -9,6 +9,7 @@ MODULES = (
     "sysctl",
     "netstat_esp",
     "netstat_ip",
+    "netstat_ipsec",
     "swanctl_list_sas",
     "swanctl_list_sas_raw",
     "swanctl_initiate",

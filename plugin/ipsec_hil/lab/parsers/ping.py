@@ -70,6 +70,7 @@ _BODY_LINES = ("reply", "wrote", "new_pmtu", "icmp_err_linux", "icmp_err_bsd", "
 _MTU_IN = re.compile(r"(?:MTU |mtu ?[=:] ?)(?P<mtu>[0-9]+)\)?")  # searched in an ICMP error's text
 _STDERR = LineTable(COMMAND, {
     "emsgsize": r"ping6?: (?:sendto|sendmsg): Message too long",
+    "send_failed": r"ping6?: (?:sendto|sendmsg): .+",
     "local_error": r"ping6?: local error: message too long, mtu[=:] ?(?P<mtu>[0-9]+)",
     "other": r"ping6?: .+",
 })
@@ -94,6 +95,10 @@ class PingResult:
     too_big_mtu: tuple[int, ...] = ()  # MTUs from ICMP too-big / frag-needed / PMTU notices
     local_error_mtu: tuple[int, ...] = ()  # Linux `local error: message too long, mtu=N`
     emsgsize_count: int = 0  # sends that failed with EMSGSIZE
+    # sends the kernel refused, any errno (`ping: sendto: No route to host`, EMSGSIZE too): an
+    # echo the kernel refused still counts as transmitted (ping.c), so transmitted - received
+    # holds these (the hard-expiry test's accounting, tests_hil/test_rekey.py)
+    send_failures: int = 0
     failed_writes: int = 0  # `ping6: wrote ... ret=-1` lines
     host: Optional[str] = None  # the name ping printed for the target (header or statistics title)
     pattern: Optional[str] = None  # `-p`: the fill pattern as hex (`PATTERN: 0x...`)
@@ -129,7 +134,7 @@ def _title_host(r: dict, name: str, no: int, line: str) -> str:
 
 
 def parse(stdout: str, stderr: str = "", status: int = 0) -> PingResult:
-    r: dict = dict(status=status, duplicates=0, replies=0, emsgsize_count=0, failed_writes=0)
+    r: dict = dict(status=status, duplicates=0, replies=0, emsgsize_count=0, failed_writes=0, send_failures=0)
     errors: list[str] = []
     too_big: list[int] = []
     local_mtu: list[int] = []
@@ -140,7 +145,9 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> PingResult:
 
     for no, line in content_lines(stderr):
         kind, m = _STDERR.read(no, line, "stderr: unexpected line")
-        if kind != "other":
+        if kind in ("emsgsize", "send_failed"):
+            r["send_failures"] += 1
+        if kind in ("emsgsize", "local_error"):
             r["emsgsize_count"] += 1
         if kind == "local_error":
             local_mtu.append(int(m["mtu"]))
