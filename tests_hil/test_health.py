@@ -21,8 +21,7 @@ import allure
 import pytest
 
 from ipsec_hil.lab.errors import TransportError
-from ipsec_hil.lab.measuring.health import (HealthReport, HealthSnapshot, compare, driver_scope, policy_for,
-                                           take_snapshot, take_snapshots)
+from ipsec_hil.lab.measuring.health import HealthReport, HealthSnapshot, judge, snapshots_of, take_snapshot
 from ipsec_hil.lab.remote.together import each_at_once
 from ipsec_hil.lab.measuring.timeshare import TRAFFIC, spent
 
@@ -47,7 +46,7 @@ def test_health_around_the_configuration(tunnel, record):
     """Both ends' health before and after traffic through the configuration: no change."""
     ends = (tunnel.local, tunnel.remote)
     with allure.step("health before"):
-        before = dict(zip((app.name for app in ends), take_snapshots([app.host for app in ends])))
+        before = snapshots_of(ends)
     lost = ""
     with allure.step(f"traffic: {PINGS} own pings each way"):
         record.traffic_seconds += PINGS * PING_INTERVAL  # the pings are the traffic asked
@@ -62,9 +61,8 @@ def test_health_around_the_configuration(tunnel, record):
     reports: list[HealthReport] = []
     with allure.step("health after"):
         after = each_at_once(lambda app: snapshot_when_back(app, BACK_S), ends, name="hil-health")
-        for app, snap in zip(ends, after):
-            # each end judged with its own model's tolerances (the XGS 136's pools are smaller)
-            report = compare(before[app.name], snap, policy_for(app.profile), driver=driver_scope(app.profile))
+        # each end judged with its own model's tolerances (the XGS 136's pools are smaller)
+        for app, report in zip(ends, judge(ends, before, {app.name: snap for app, snap in zip(ends, after)})):
             table = report.table()
             record.ledgers.append(table)
             allure.attach(table, name=f"health {app.name}", attachment_type=allure.attachment_type.TEXT)

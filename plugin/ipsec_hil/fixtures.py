@@ -33,7 +33,7 @@ from pathlib import Path
 import allure
 import pytest
 
-from ipsec_hil import places
+from ipsec_hil import config_health, places
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.cases import (FILTER_KEYS, TunnelCase, appliance_groups, as_set, case_marker_names,
                               tunnel_cases)
@@ -81,6 +81,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (first_seen[case], last)
 
     items.sort(key=key)
+    config_health.note_last_items(config, [(item.nodeid, _case_of(item)) for item in items])
 
 
 def _case_of(item: pytest.Item) -> str | None:
@@ -184,6 +185,7 @@ def tunnel(request: pytest.FixtureRequest, lab: Lab, run_id: str) -> Iterator[Ac
         pytest.skip("no tunnel configuration for this test in the topology")
     keep = request.config.getoption("--keep-tunnels", False)
     with bring_up(lab, case, run_id=run_id, keep=keep, announce=_announce_provisioning) as active:
+        config_health.take_baseline(request.config, case.id, (active.local, active.remote))
         yield active
 
 
@@ -226,6 +228,18 @@ def _leases_still_ours(request: pytest.FixtureRequest) -> None:
             active = request.getfixturevalue("tunnel")
             if isinstance(active, ActiveTunnel):  # a project test may stand a fake in for the fixture
                 active.check_leases()
+
+
+@pytest.fixture(autouse=True)
+def _health_around_configuration(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a tunnel test: the configuration's health judged when it was the configuration's
+    last test (ipsec_hil.config_health); autouse, so torn down after the test's own fixtures."""
+    yield
+    if "tunnel" in request.fixturenames:
+        from ipsec_hil import lease_plugin  # as _leases_still_ours: a loss ends the run, sends nothing
+
+        with lease_plugin.stops_the_run(request.config):
+            config_health.after_test(request.node, _case_of(request.node))
 
 
 @pytest.fixture

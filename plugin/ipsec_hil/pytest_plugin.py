@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from ipsec_hil import hookspecs, markers, rootdir
+from ipsec_hil import config_health, hookspecs, markers, rootdir
 from ipsec_hil.context import WORKER_INPUT, Part, run_context
 from ipsec_hil.lab.errors import ProfileError
 from ipsec_hil.lab.expectations.hardware import REGISTRY
@@ -79,6 +79,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="leave tunnels up (and the virtual lab running) after the run, for debugging")
     group.addoption("--traffic-seconds", metavar="FLOAT", type=float, default=1.0,
                     help="scale factor for every traffic duration (1.0 = the pages' durations)")
+    config_health.add_options(parser, group)
     parser.addini("hil_topology", "lab topology YAML (relative to the ini file)", default=None)
     parser.addini("hil_profiles", "extra appliance-model profiles files (relative to the ini file)",
                   type="paths", default=[])

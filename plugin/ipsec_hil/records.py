@@ -21,6 +21,7 @@ from typing import Any
 import allure
 import pytest
 
+from ipsec_hil import config_health
 from ipsec_hil.lab.measuring.measure import Check, Ledger
 from ipsec_hil.lab.reporting.report import Figure, PageEntry
 
@@ -131,6 +132,7 @@ class Entries:
 
     def __init__(self) -> None:
         self.by_nodeid: dict[str, dict[str, Any]] = {}
+        self.config_health: dict[str, dict[str, Any]] = {}  # case id -> its verdict (config_health)
 
     def __bool__(self) -> bool:
         return bool(self.by_nodeid)
@@ -151,6 +153,23 @@ class Entries:
             for name, value in report.user_properties:
                 if name == PROPERTY:
                     e["record"] = TestRecord.from_json(value)
+            for verdict in config_health.findings_of(report.user_properties):
+                self._configuration_health(verdict, report.nodeid)
+
+    def _configuration_health(self, verdict: dict[str, Any], carrier: str) -> None:
+        """A configuration's health verdict (ipsec_hil.config_health), carried by its last
+        test (``carrier``, whose teardown raised on a defect): the tables go to every test of
+        that configuration; a defect fails every one that passed, and the carrier."""
+        case = verdict["case"]
+        self.config_health[case] = verdict
+        first = "appliance health changed around the configuration (driver defect)"
+        for e in self.by_nodeid.values():
+            rec = e.get("record")
+            if not rec or rec.get("tunnel_case") != case:
+                continue
+            rec.setdefault("ledgers", []).extend(verdict["tables"])
+            if not verdict["ok"] and (e.get("outcome") == "passed" or e["nodeid"] == carrier and e.get("outcome") == "broken"):
+                e["outcome"], e["reason"] = "failed", f"{first}: {case}"
 
     def not_run(self) -> list[dict[str, Any]]:
         """The entries of tests that were skipped (not an expected failure): they established nothing."""
@@ -179,6 +198,22 @@ class Entries:
         lines += [f"- **{v.text()}** -- `{nodeid}`" if not v.reproduced else f"- {v.text()} -- `{nodeid}`"
                   for nodeid, v in found]
         return "\n".join(lines) + "\n"
+
+    def config_health_section(self) -> str | None:
+        """The page's "Health around each configuration": one row per configuration judged
+        (ipsec_hil.config_health), each sick end's table in full."""
+        if not self.config_health:
+            return None
+        lines = ["## Health around each configuration", "",
+                 "Both ends after the configuration's bring-up against after its last test, with each "
+                 "model's tolerances (ipsec_hil.config_health).", "",
+                 "| configuration | verdict |", "|---|---|"]
+        sick = []
+        for case, v in sorted(self.config_health.items()):
+            lines.append(f"| {case} | {'healthy' if v['ok'] else '**DEFECT**: every test of it failed'} |")
+            if not v["ok"]:
+                sick += [f"### {case}", "", "```", *(t.rstrip() for t in v["tables"]), "```", ""]
+        return "\n".join(lines + [""] + sick) + "\n"
 
     def traffic_seconds(self) -> float:
         """Seconds of traffic the run's tests asked for (each record's ``traffic_seconds``)."""

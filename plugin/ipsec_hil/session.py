@@ -295,7 +295,8 @@ class HilSession:
             self.entries.add(report)
 
     def pytest_hil_page_sections(self, config: pytest.Config) -> str | None:
-        return self.entries.known_issues_section()
+        parts = [self.entries.known_issues_section(), self.entries.config_health_section()]
+        return "\n".join(p for p in parts if p) or None
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         lines = self.entries.known_issue_lines()

@@ -280,6 +280,9 @@ class Appliance(ShellCommands):
         #: measure.settle_all may start instead of reading and waiting again.
         self.last_read: tuple[float, Snapshot] | None = None
         self._offload_framework: bool | None = None  # offload_framework, once read
+        #: reboots asked of this appliance (reboot()): a health baseline taken before one is
+        #: stale (ipsec_hil.config_health takes a new one)
+        self.reboots = 0
 
     def __repr__(self) -> str:
         return f"Appliance({self.name!r}, model={getattr(self.profile, 'model', '?')!r})"
@@ -500,6 +503,7 @@ class Appliance(ShellCommands):
     def reboot(self, wait: bool = True, timeout: float = 600, poll: float = 2.0) -> None:
         """``shutdown -r now``; with ``wait`` poll until the appliance answers with a new boot time."""
         before = self._boottime()
+        self.reboots += 1
         try:
             self._run("shutdown -r now", timeout=30)
         except TransportError as e:  # expected: the session drops as the machine goes down

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable, Mapping, Optional, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar
 
 from ipsec_hil.lab.errors import LabError, ParseError
 from ipsec_hil.lab.parsers import boottime, dmesg, kldstat, netstat_m, vmstat_m, vmstat_z
@@ -280,6 +280,20 @@ def take_snapshots(hosts: Sequence[Host], *, libxo_json: bool = True,
     ends' health in one end's round trip."""
     return each_at_once(lambda h: take_snapshot(h, libxo_json=libxo_json, timeout=timeout), hosts,
                         name="hil-health")
+
+
+def snapshots_of(apps: Sequence[Any]) -> dict[str, HealthSnapshot]:
+    """Every appliance's snapshot at once (:func:`take_snapshots`), by appliance name."""
+    apps = list(apps)
+    return dict(zip((app.name for app in apps), take_snapshots([app.host for app in apps])))
+
+
+def judge(apps: Sequence[Any], before: Mapping[str, HealthSnapshot],
+          after: Mapping[str, HealthSnapshot]) -> list[HealthReport]:
+    """Each appliance's before/after diff judged with its own model's tolerances
+    (:func:`policy_for`: the XGS 136's pools are smaller than the 3300's) and its driver's scope."""
+    return [compare(before[app.name], after[app.name], policy_for(app.profile), driver=driver_scope(app.profile))
+            for app in apps]
 
 
 # --------------------------------------------------------------------------- compare
