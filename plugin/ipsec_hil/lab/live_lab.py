@@ -15,7 +15,6 @@ from typing import Any
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.expectations.hardware import host_profile
-from ipsec_hil.lab.files import recover
 from ipsec_hil.lab.remote import host_from_mgmt
 from ipsec_hil.lab.reporting.report import HardwareInfo, hardware_info
 from ipsec_hil.lab.topology import Port, Topology
@@ -85,10 +84,12 @@ class Lab:
         only when nobody holds the lock -- recovering a live run's journal would undo its
         tunnel mid-test.
         """
+        from ipsec_hil.lab.provision.recovery import recover  # files, SAs, charon (issue 40)
+
         if app.name in self._checked:
             return
         self._checked.add(app.name)
-        restored = recover(app.host)
+        restored = recover(app)
         if restored:
             self.recovered[app.name] = restored
             log.warning("%s: restored what a dead run left: %s", app.name, "; ".join(restored))
