@@ -396,6 +396,7 @@ class TunnelProvisioner:
             return self._keep()
         td = Teardown()
         self._changes.revert_all(self.apps, td)
+        kept = False  # the SA undo entries stay: the next run's recovery ends what is left
         if self._txs:
             with self._phase("terminate"):
                 initiator = self._app(self.initiator).name
@@ -403,8 +404,7 @@ class TunnelProvisioner:
                 gone = td.step(f"checking that no SA of {self.conn} is left", self._check_gone)
                 gone &= td.step(f"checking that no SPD entry of {self.conn} is left",
                                 lambda: check_spd_gone(self.conn, spd_ends(self.tunnel, self.config, self._app)))
-                if gone:  # else the entries stay: the next run's recovery ends what is left
-                    self._forget_sa_undo(td)
+                kept = not gone
         with self._phase("restore"):
             for kind, what in (("conf", self.path), ("main", SWANCTL_CONF)):
                 for name, tx, _ in reversed([t for t in self._txs if t[2] == kind]):
@@ -413,6 +413,11 @@ class TunnelProvisioner:
                     if restored and kind == "conf":
                         td.step(f"{name}: reload", lambda: self._reload(name))
         self._txs.clear()
+        # last: until the files are restored and charon loaded them, the entry also makes
+        # the next run's recovery load them (a run killed between the restore and the
+        # reload left its connection loaded: tests/safety/test_every_step_sigkill.py)
+        if self._sa_undo and not (kept or td.errors):
+            self._forget_sa_undo(td)
         for d in td.done:
             self._note(d)
         return td.finish(self.conn, self._note)

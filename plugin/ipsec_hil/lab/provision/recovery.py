@@ -50,3 +50,33 @@ def recover(app: Any, journal_dir: str = files.DEFAULT_JOURNAL_DIR, timeout: flo
             res = app.swanctl_load()
             done.append(f"{app.name}: swanctl --load-all after the recovery (status {res.status})")
     return done
+
+
+def recover_ends(apps: Any, journal_dir: str = files.DEFAULT_JOURNAL_DIR, timeout: float = 60) -> dict[str, list[str]]:
+    """:func:`recover` on the two (or more) ends of a tunnel, in the order that works: first
+    every end's route and interface undos, then each end's SA undos, files and reload.
+
+    Why both ends at once: ending one end's SAs sends its peer a DELETE, which removes the
+    peer's half too; a route the peer added inside the tunnel's selectors lives with the
+    engine's association (the twin models the engine's table so), and a ``route delete`` run
+    after the association is gone no longer reaches it -- the route stayed, hidden, and the
+    next bring-up's ``route add`` was refused as existing (found by
+    tests/safety/test_every_step_sigkill.py). Call it holding every end's lock.
+    Returns appliance -> report lines."""
+    done: dict[str, list[str]] = {a.name: [] for a in apps}
+    failed: list[str] = []
+    for app in apps:
+        for u in reversed(files.pending_undos(app.host, journal_dir, timeout)):
+            if SA_UNDO_MARK in u.what:
+                continue
+            try:
+                app.host.run(u.script, timeout=timeout).check(f"undo {u.what}")
+                files.forget_undo(app.host, u, timeout)
+                done[app.name].append(f"undone: {u.describe()}")
+            except Exception as e:  # noqa: BLE001 -- its entry stays; recover() below tries it again
+                failed.append(f"{app.name}: {u.what}: {e}")
+    for app in apps:
+        done[app.name] += recover(app, journal_dir, timeout)
+    if failed:
+        log.warning("recovery: undone at the second try (after the first failed): %s", "; ".join(failed))
+    return done
