@@ -1,5 +1,9 @@
-"""The safety modules' shared fixture ``vlab``: one virtual lab per module (the project's
-lab factory, tests/lab_factory.py), seeded with an operator's files (_lab.seed)."""
+"""The safety modules' shared fixtures: ``vlab``, one virtual lab per module (the
+project's lab factory, tests/lab_factory.py), seeded with an operator's files (_lab.seed);
+``ends``; ``every`` (the every-step scenarios' objects on that lab, _every_step.Run).
+
+The marker ``safety_exhaustive`` (registered here) marks the every-step set: its own CI
+stage (tools/run-safety), deselected from tools/run-selftests."""
 
 import pytest
 
@@ -11,6 +15,12 @@ from ipsec_hil.fixtures import build_appliances
 vlab = lab_fixture(name="vlab", prepare=seed)
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "safety_exhaustive: interruption at every step (tests/safety/test_every_step*.py): "
+        "the CI stage tools/run-safety runs it, tools/run-selftests deselects it")
+
+
 @pytest.fixture
 def ends(vlab):
     """Both ends' Appliance objects (fresh SSH) and their snapshot before the test."""
@@ -19,3 +29,15 @@ def ends(vlab):
     yield apps, before
     for h in hosts.values():
         h.close()
+
+
+@pytest.fixture(scope="module")
+def every(vlab, tmp_path_factory):
+    """The every-step scenarios' objects on the module's lab (_every_step.Run)."""
+    from safety._every_step import Run
+
+    r = Run.open(vlab, str(tmp_path_factory.mktemp("every-step")))
+    try:
+        yield r
+    finally:
+        r.close()
