@@ -33,11 +33,6 @@ GROUPS = {"lab1-dut": ("dut3300", 2201), "lab1-peer": ("peer3300", 2202),
           "lab2-dut": ("dut3300", 2211), "lab2-peer": ("peer3300", 2212)}
 
 
-def pytest_configure(config):
-    # also registered by tests/safety/conftest.py: this directory's -n 2 runs are in that stage
-    config.addinivalue_line("markers", "safety_exhaustive: the safety stage's tests (tools/run-safety)")
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

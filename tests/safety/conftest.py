@@ -2,7 +2,7 @@
 project's lab factory, tests/lab_factory.py), seeded with an operator's files (_lab.seed);
 ``ends``; ``every`` (the every-step scenarios' objects on that lab, _every_step.Run).
 
-The marker ``safety_exhaustive`` (registered here) marks the every-step set: its own CI
+The marker ``safety_exhaustive`` (registered in tests/conftest.py) marks the every-step set: its own CI
 stage (tools/run-safety), deselected from tools/run-selftests."""
 
 import pytest
@@ -13,12 +13,6 @@ from safety._lab import seed, snapshot
 from ipsec_hil.fixtures import build_appliances
 
 vlab = lab_fixture(name="vlab", prepare=seed)
-
-
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "safety_exhaustive: interruption at every step (tests/safety/test_every_step*.py): "
-        "the CI stage tools/run-safety runs it, tools/run-selftests deselects it")
 
 
 @pytest.fixture
