@@ -43,6 +43,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "needs_root: needs root (network namespaces, veth, TUN); skipped otherwise"
     )
+    # here, not in tests/safety/conftest.py: tools/run-selftests deselects it on any selection
+    # (`-m "not safety_exhaustive"`), and the suite's marker check refuses an unknown one
+    config.addinivalue_line(
+        "markers", "safety_exhaustive: the safety stage's tests (tools/run-safety): interruption at every "
+        "step (tests/safety/test_every_step*.py), labgrid under -n 2; tools/run-selftests deselects them"
+    )
     cpu_by_file.register(config)
 
 

@@ -65,7 +65,10 @@ def order_longest_first(items: list, times: dict[str, float]) -> None:
 #: time, not as one file: the fault matrix, one shard per registry model in one file
 #: (tests/teeth/test_fault_matrix.py). Each shard is ~4-5 minutes of one worker; kept as
 #: one unit the file would run its shards one after the other on one worker.
-SHARDED_FILES = ("teeth/test_fault_matrix.py",)
+SHARDED_FILES = ("teeth/test_fault_matrix.py",
+                 # interruption at every step: one unit per part of a kind's steps (tools/run-safety)
+                 "safety/test_every_step.py", "safety/test_every_step_cut.py",
+                 "safety/test_every_step_cut_running.py", "safety/test_every_step_sigkill.py")
 
 
 def shard_scope(nodeid: str) -> str:

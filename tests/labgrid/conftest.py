@@ -17,12 +17,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import json
+import secrets
+
 import pytest
 import yaml
 
 from ipsec_hil.lab.sharing.labgrid_session import LabgridLab
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
 EXPORTER = "exp"
 #: group -> (the appliance it stands for, its SSH port): two labs of two appliances each
 GROUPS = {"lab1-dut": ("dut3300", 2201), "lab1-peer": ("peer3300", 2202),
@@ -121,3 +125,38 @@ def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _twin(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ipsec_hil_twin", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _virtual_lab() -> Iterator[Path]:
+    """A virtual lab of topologies/virtual.yaml; yields its resolved lab file."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the virtual lab: network namespaces)")
+    prefix = "tw" + secrets.token_hex(2)
+    # the default run dir (/run/ipsec-twin/PREFIX): a unix socket's path must stay under 108
+    # bytes, which a pytest basetemp does not promise
+    up = _twin("up", str(REPO / "topologies/virtual.yaml"), "--prefix", prefix, "--owner-pid", str(os.getpid()))
+    try:
+        assert up.returncode == 0, up.stderr[-800:]
+        yield Path(json.loads(up.stdout.strip().splitlines()[-1])["resolved"])
+    finally:
+        down = _twin("down", "--prefix", prefix)
+        left = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+                if ns.startswith(prefix)]
+        assert down.returncode == 0 and not left, f"twin down: {down.stderr[-300:]}; namespaces left: {left}"
+
+
+@pytest.fixture
+def virtual_lab():
+    """A virtual lab for one test (its resolved lab file)."""
+    yield from _virtual_lab()
+
+
+@pytest.fixture(scope="module")
+def module_virtual_lab():
+    """A virtual lab shared by a module's tests (its resolved lab file)."""
+    yield from _virtual_lab()

@@ -4,11 +4,6 @@ lease through that connection (both layers together)."""
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,28 +17,6 @@ from ipsec_hil.lab.expectations.hardware import REGISTRY
 from lab_factory import suite_run
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _twin(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ipsec_hil_twin", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
-
-
-@pytest.fixture
-def virtual_lab(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the virtual lab: network namespaces)")
-    prefix = "tw" + secrets.token_hex(2)
-    # the default run dir (/run/ipsec-twin/PREFIX): a unix socket's path must stay under 108
-    # bytes, which a pytest basetemp does not promise
-    up = _twin("up", str(REPO / "topologies/virtual.yaml"), "--prefix", prefix, "--owner-pid", str(os.getpid()))
-    try:
-        assert up.returncode == 0, up.stderr[-800:]
-        yield Path(json.loads(up.stdout.strip().splitlines()[-1])["resolved"])
-    finally:
-        down = _twin("down", "--prefix", prefix)
-        left = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-                if ns.startswith(prefix)]
-        assert down.returncode == 0 and not left, f"twin down: {down.stderr[-300:]}; namespaces left: {left}"
 
 
 def _shared_lab_file(coordinator, virtual_lab: Path, tmp_path: Path) -> tuple[Path, dict, list[str]]:

@@ -5,9 +5,12 @@ IPv6) with the appliance lock held, like the ``tunnel`` fixture; at STEP (see _i
 lets the command run, prints ``AT STEP`` and sleeps, so the parent can deliver SIGINT or
 SIGKILL at a known point. Without a signal it tears down and prints ``DONE``.
 
-``python tests/safety/_driver.py pause-at RESOLVED RUN_ID STEP``: the same, at the step
-named STEP (``repr`` of an _inject.Step tuple, from a recording with run id RUN_ID), and
-with RUN_ID as its own run id so the names match (test_every_step.py).
+``python tests/safety/_driver.py pause-at RESOLVED RUN_ID STEP CONFIG MODULE RUN_DIR``: a
+whole run as _lab.scenario makes it (leases, the DUT's driver swapped for MODULE, the
+tunnel of configuration CONFIG -- its id, e.g. ``v6in4-gcm`` -- a test body under the twin
+fault of the lab in RUN_DIR), paused at the step named STEP (``repr`` of an _inject.Step
+tuple, from a recording with run id RUN_ID; RUN_ID is its own run id so the names match:
+_every_step.py).
 
 ``python tests/safety/_driver.py hold RESOLVED WAIT SECONDS``: lock both ends (waiting up
 to WAIT s), bring the tunnel up, print ``UP <epoch>``, hold it SECONDS, tear down, print
@@ -24,9 +27,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: safety._lab, lab_factory
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import ast  # noqa: E402
 
 from _inject import TEST_COMMAND, Armed, InterruptingHost, at_step, describe, trigger  # noqa: E402
 
@@ -43,21 +45,53 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
+def pause_at(resolved: str, run_id: str, named: str, config_id: str, module: str, run_dir: str) -> int:
+    """The SIGKILL scenarios' run (see the module's doc): says ``AT <step>`` and sleeps there."""
+    from safety._every_step import config_from_id, parse_step
+    from safety._lab import FAULT, bench_host, scenario
+
+    from ipsec_hil_twin.machinery.lab import Lab
+
+    topo = load_topology(resolved, models=REGISTRY)
+    apps, _ = build_appliances(topo)
+    plan = TunnelPlan.from_topology(topo, "lab")
+    twin = Lab.attach(run_dir=run_dir)
+    step = parse_step(named)
+
+    def fault(on: bool) -> None:
+        if on:
+            twin.fault(plan.local.host, FAULT[0], **FAULT[1])
+        else:
+            twin.clear_fault(plan.local.host, FAULT[0])
+
+    def pause(host, call, script):
+        r = call()
+        say(f"AT {describe(step)}")
+        time.sleep(60)
+        return r
+
+    armed = Armed(at_step(run_id, step), pause)
+    for a in apps.values():
+        a.host = InterruptingHost(a.host, armed)
+    bench = InterruptingHost(bench_host(topo), armed)
+    scenario(apps, bench, plan, config_from_id(config_id), os.environ["HIL_SAFETY_PSK"], run_id, module, fault)
+    say("DONE (the step was never reached)")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     mode, resolved = argv[0], argv[1]
+    if mode == "pause-at":
+        return pause_at(resolved, *argv[2:7])
     topo = load_topology(resolved, models=REGISTRY)
     apps, _ = build_appliances(topo)
     plan = TunnelPlan.from_topology(topo, "lab")
     psk = os.environ["HIL_SAFETY_PSK"]
-    run_id = argv[2] if mode == "pause-at" else f"drv{os.getpid()}"
+    run_id = f"drv{os.getpid()}"
     ends = [apps[plan.local.host], apps[plan.remote.host]]
-    if mode in ("pause", "pause-at"):
-        if mode == "pause":
-            step = argv[2]
-            match = trigger(step, plan.local.host, plan.remote.host)
-        else:
-            named = ast.literal_eval(argv[3])
-            step, match = describe(named), at_step(run_id, named)
+    if mode == "pause":
+        step = argv[2]
+        match = trigger(step, plan.local.host, plan.remote.host)
 
         def pause(host, call, script):
             r = call()

@@ -127,9 +127,10 @@ Step = tuple[str, str, str, int]  # (host, operation, normalised text, n-th iden
 #: a made-up token: a clock reading (seconds since the epoch with a fraction; first, or its
 #: digits would be taken for hex and a short fraction left), or 6+ hex digits with at least
 #: one decimal digit (no word of the scripts), or any random hex where the library puts it
-#: (after the run id in a journal name, in a restore's temp name) -- digits or not
+#: (after the run id in a journal name, in a restore's temp name, a lease's nonce) -- digits
+#: or not; and a lease record's pid (the recording's process is not the killed run's)
 _TOKEN = re.compile(r"\b\d{9,}\.\d+\b|\b(?=[0-9a-f]*[0-9])[0-9a-f]{6,}\b|(?<=<run>-)[0-9a-f]{6}\b"
-                    r"|(?<=\.restore-)[0-9a-f]{8}\b")
+                    r"|(?<=\.restore-)[0-9a-f]{8}\b|(?<=\"pid\": )\d+|(?<=\"nonce\": \")[0-9a-f]+")
 
 
 class StepNames:
@@ -214,12 +215,35 @@ def after_then_raise(exc_factory: Callable[[], BaseException]):
     return act
 
 
+def cut_before():
+    """The connection is cut just before the step's command is sent: the command never
+    reaches the host. Over SSH the transport is really closed (the library reconnects once,
+    as it would after a link flap); a host without a connection of its own (the bench in
+    its namespace, ``LocalHost``) gets the TransportError the library would see."""
+
+    def act(host: InterruptingHost, call: Callable[..., Any], script: str | None) -> Any:
+        inner = host.inner
+        if not hasattr(inner, "transport"):
+            from ipsec_hil.lab.errors import TransportError
+
+            raise TransportError(f"{host.name}: connection cut before the command (injected)")
+        inner.transport().close()
+        return call()
+
+    return act
+
+
 def cut_mid_command(delay: float = 0.4, hold: float = 1.5):
     """Run the command, keep its channel open ``hold`` s, and close the SSH transport from
     another thread ``delay`` s in: the connection dies mid-command after the change."""
 
     def act(host: InterruptingHost, call: Callable[..., Any], script: str | None) -> Any:
         inner = host.inner
+        if not hasattr(inner, "transport"):  # no connection to cut (LocalHost): done, answer lost
+            from ipsec_hil.lab.errors import TransportError
+
+            call()
+            raise TransportError(f"{host.name}: connection cut while the command ran (injected)")
 
         def cut() -> None:
             t = inner.transport()

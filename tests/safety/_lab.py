@@ -47,14 +47,48 @@ def seed(lab: TestLab) -> None:
 # ------------------------------------------------------------------ the compared state
 
 
-def file_hashes(lab: TestLab, host: str) -> dict[str, str]:
-    """sha256 of every file under the appliance's swanctl directory (mode included)."""
-    base = lab.root(host) / "usr/local/etc"
+#: what the twin itself writes under an appliance's root as it runs (its logs, its
+#: scratch): not the suite's files, so not compared. Everything else is: /usr/local/etc, the
+#: module under /boot, the journals and leases under /var/db/ipsec-hil, whatever else the
+#: suite might write (a file it should not have left shows up as new).
+TWIN_OWN = ("var/log/", "tmp/", "var/run/", "root/")
+
+
+def file_hashes(lab: TestLab, host: str) -> dict[str, tuple[str, str]]:
+    """sha256 and mode of every file (and the mode of every directory) under the
+    appliance's root but the twin's own (:data:`TWIN_OWN`)."""
+    root = lab.root(host)
     out = {}
-    for p in sorted(base.rglob("*")):
-        if p.is_file() or p.is_symlink():
-            out[str(p.relative_to(lab.root(host)))] = (hashlib.sha256(p.read_bytes()).hexdigest(),
-                                                       oct(p.stat().st_mode & 0o7777))
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        if any((rel + "/").startswith(t) for t in TWIN_OWN):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            out[rel + "/"] = ("dir", oct(p.stat().st_mode & 0o7777))
+        elif p.is_file() or p.is_symlink():
+            out[rel] = (hashlib.sha256(p.read_bytes()).hexdigest(), oct(p.stat().st_mode & 0o7777))
+    return out
+
+
+def file_differences(before: dict, after: dict) -> list[str]:
+    """Named: which file is new, gone, or changed in content or mode; which directory
+    changed its mode (a directory a run made and left empty -- the journal's -- is no file
+    left behind)."""
+    out = []
+    for k in sorted(set(before) | set(after)):
+        b, a = before.get(k), after.get(k)
+        if b == a:
+            continue
+        if k.endswith("/") and (a is None or b is None):
+            continue  # a directory made or removed: its files say whether anything is left
+        if b is None:
+            out.append(f"new {k}")
+        elif a is None:
+            out.append(f"gone {k}")
+        elif b[0] != a[0]:
+            out.append(f"changed {k}")
+        else:
+            out.append(f"mode of {k} {b[1]} -> {a[1]}")
     return out
 
 
@@ -99,31 +133,100 @@ def loaded_conns(app) -> str:
     return r.stdout
 
 
+def spd(app) -> list[str]:
+    """``setkey -DP`` through its parser (parsers.setkey_spd): every policy, in setkey's words."""
+    from ipsec_hil.lab.provision.spd import describe
+
+    return sorted(describe(p) for p in app.setkey_policies().policies)
+
+
+def sad(app) -> list[str]:
+    """``setkey -D`` through its parser: every kernel SA by addresses, SPI and state (never
+    its keys)."""
+    return sorted(f"{e.src}->{e.dst} {e.satype} spi 0x{e.spi:08x} reqid {e.reqid} {e.state}"
+                  for e in app.setkey_sas().entries)
+
+
+def module(app) -> tuple:
+    """The driver module: md5, size, loaded (kldstat and md5 -q in one round trip)."""
+    m = app.module_info()
+    return (m.md5, m.size, m.loaded)
+
+
+def bench_state(lab: TestLab) -> dict[str, object]:
+    """The bench as the suite may leave it: its namespace's routes and addresses, the lab's
+    namespaces (none added or gone), and its lease file (none left)."""
+    from ipsec_hil.lab.sharing.lock import BENCH_LOCK_PATH
+
+    from lab_factory import namespaces_of
+
+    ns = lab.namespaces["bench"]
+    out: dict[str, object] = dict(net_state_ns(ns))
+    out["namespaces"] = sorted(namespaces_of(lab.prefix))
+    d, name = os.path.split(BENCH_LOCK_PATH)
+    stem, _, ext = name.rpartition(".")
+    out["lease"] = os.path.exists(os.path.join(d, f"{stem}.{ns}.{ext}"))
+    return out
+
+
+def net_state_ns(ns: str) -> dict[str, str]:
+    out = {}
+    for what, cmd in {"routes4": ["-4", "route", "show", "table", "all"],
+                      "routes6": ["-6", "route", "show", "table", "all"],
+                      "addrs": ["-br", "addr", "show"], "rules": ["rule", "show"]}.items():
+        r = subprocess.run(["ip", "-n", ns, *cmd], capture_output=True, text=True, timeout=10)
+        out[what] = "\n".join(sorted(line for line in r.stdout.splitlines() if "cache" not in line))
+    return out
+
+
+#: what :func:`snapshot` holds per appliance, and how a difference is named
+COMPARED = (("net", "routes/addresses"), ("route_get", "route get answers"), ("ifdisabled", "wan10g ifdisabled flag"),
+            ("conns", "loaded connections (swanctl --list-conns)"), ("ike", "IKE/CHILD SAs (swanctl --list-sas)"),
+            ("sad", "kernel SAs (setkey -D)"), ("spd", "SPD entries (setkey -DP)"),
+            ("module", "driver module (md5, size, loaded)"))
+
+
 def snapshot(lab: TestLab, apps: dict) -> dict:
-    """Everything a run may change on the two ends of the lab tunnel."""
-    snap = {}
+    """Everything a run may change: on the two ends of the lab tunnel every file under their
+    roots with its mode, routes, addresses, ``route get`` answers, the port's ifdisabled flag,
+    loaded connections, IKE/CHILD SAs, kernel SAs, SPD entries, the driver module and its
+    md5; and the bench (:func:`bench_state`)."""
+    snap: dict = {"bench": bench_state(lab)}
     for h in ("dut3300", "peer3300"):
+        a = apps[h]
         snap[h] = {"files": file_hashes(lab, h), "net": net_state(lab, h),
-                   "route_get": suite_routes(apps[h], PEER_INNER[h]),
-                   "ifdisabled": ifdisabled(apps[h], "wan10g"), "conns": loaded_conns(apps[h])}
+                   "route_get": suite_routes(a, PEER_INNER[h]),
+                   "ifdisabled": ifdisabled(a, "wan10g"), "conns": loaded_conns(a),
+                   "ike": sorted(f"{i.name} {i.state} " + ",".join(sorted(f"{c.name}:{c.state}" for c in i.children))
+                                 for i in a.list_sas().ike_sas),
+                   "sad": sad(a), "spd": spd(a), "module": module(a)}
     return snap
 
 
 def restored_differences(lab: TestLab, apps: dict, before: dict, *, check_sas: bool = True) -> list[str]:
-    """What differs on either end from ``before`` (a :func:`snapshot`): files (sha256 and
-    mode), routes and addresses, ``route get`` answers, the port's ifdisabled flag, loaded
-    connections, a journal or lock left, SAs left. Empty when both ends are as they were."""
+    """What differs from ``before`` (a :func:`snapshot`), each named: files (sha256 and mode,
+    by path), routes and addresses, ``route get`` answers, the ifdisabled flag, loaded
+    connections, SAs, SPD entries, the module; the bench's routes, addresses, namespaces and
+    lease. Empty when everything is as it was."""
     after = snapshot(lab, apps)
     out = []
     for h in ("dut3300", "peer3300"):
-        for what, label in (("files", "files"), ("net", "routes/addresses"), ("route_get", "route get answers"),
-                            ("ifdisabled", "wan10g ifdisabled flag"), ("conns", "loaded connections")):
+        fd = file_differences(before[h]["files"], after[h]["files"])
+        if fd:
+            out.append(f"{h}: files: {', '.join(fd[:6])}{' ...' if len(fd) > 6 else ''}")
+        for what, label in COMPARED:
+            if what in ("ike", "sad") and not check_sas:
+                continue
             if after[h][what] != before[h][what]:
-                out.append(f"{h}: {label} differ after the run")
-        if journal_files(lab, h):
-            out.append(f"{h}: journal or lock left: {journal_files(lab, h)}")
-        if check_sas and apps[h].list_sas().ike_sas != ():
-            out.append(f"{h}: SAs left")
+                extra = ""
+                if isinstance(after[h][what], list):
+                    extra = f": now {after[h][what][:4]}, before {before[h][what][:4]}"
+                elif what == "module":
+                    extra = f": now {after[h][what]}, before {before[h][what]}"
+                out.append(f"{h}: {label} differ{extra}")
+    for what, b in before["bench"].items():
+        if after["bench"][what] != b:
+            out.append(f"bench: {what} differ: now {str(after['bench'][what])[:160]!r}, before {str(b)[:160]!r}")
     return out
 
 
@@ -190,3 +293,107 @@ def reaped(*procs: subprocess.Popen) -> Iterator[None]:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+# ------------------------------------------------------------------ a run's real changes
+
+#: the build the scenario swaps in for the DUT's driver: fixed bytes, so every scenario's
+#: upload is the same step (an ELF header and a marker; the twin loads any file, and its
+#: kernel log names the md5)
+SWAP_BUILD = b"\x7fELF safety build under test\n" + bytes(range(256)) * 16
+#: the twin fault the scenario sets while its test body runs (an engine's data-path fault:
+#: on while the tunnel carries nothing, so the body's readings are the same either way)
+FAULT = ("drop_every", {"n": 50})
+
+
+def swap_build(directory: str | os.PathLike) -> str:
+    """Write :data:`SWAP_BUILD` as ``safety-build.ko`` into ``directory``; its path."""
+    p = os.path.join(directory, "safety-build.ko")
+    with open(p, "wb") as f:
+        f.write(SWAP_BUILD)
+    return p
+
+
+def bench_host(topo: Any):
+    """The bench's Host, as the run's bench lease reaches it (lease_cli.connect)."""
+    from ipsec_hil.lab.sharing.lease_cli import connect
+
+    return connect(topo, "bench")
+
+
+def scenario(apps: dict, bench: Any, plan: Any, config: Any, psk: str, run_id: str, module: str,
+             fault: Any = None, log: list[str] | None = None, at_up: Any = None) -> None:
+    """One run's changes, as the suite makes them: the bench's lease and both appliances'
+    (lease_plugin.LeaseHold, tunnel.bring_up), the DUT's driver swapped for ``module``
+    (DriverDeployment, as ``--driver``), the tunnel brought up (TunnelProvisioner), the test
+    body -- both ends' SAs and SPD read while the twin's :data:`FAULT` is on (``fault(on)``
+    switches it) -- and everything undone in reverse. ``at_up()`` is called once the tunnel
+    is up (the driver's "UP" line)."""
+    from contextlib import ExitStack
+
+    from ipsec_hil.lab.driver import DriverDeployment
+    from ipsec_hil.lab.provision import TunnelProvisioner
+    from ipsec_hil.lab.sharing.lock import ApplianceLock, bench_lock_path
+
+    local, remote = apps[plan.local.host], apps[plan.remote.host]
+    prov = None
+    try:
+        with ExitStack() as stack:
+            lk = ApplianceLock(bench, "safety: a run (bench)", run_id=run_id, path=bench_lock_path(bench),
+                               wait=10, poll=0.2)
+            lk.acquire()
+            stack.callback(lk.release)
+            for app in (local, remote):
+                lk = ApplianceLock(app.host, "safety: a run", run_id=run_id, wait=10, poll=0.2)
+                lk.acquire()
+                stack.callback(lk.release)
+            dep = DriverDeployment(local, module, run_id=run_id)
+            dep.deploy()
+            stack.callback(dep.restore)
+            prov = TunnelProvisioner({local.name: local, remote.name: remote}, plan, config, psk, run_id=run_id,
+                                     initiate_timeout=10)
+            prov.up()
+            stack.callback(prov.down)
+            if at_up is not None:
+                at_up()
+            if fault is not None:
+                fault(True)
+                stack.callback(fault, False)
+            for app in (local, remote):
+                app.list_sas()
+                app.setkey_policies()
+    finally:
+        if prov is not None and log is not None:
+            log.extend(prov.log)
+
+
+def next_run(topo: Any, dut: str = "dut3300") -> list[str]:
+    """What the suite's next run does before anything of its own, and nothing else: the
+    bench's lease (lease_plugin), then -- both appliances' leases held, as tunnel.bring_up
+    holds them (a dead holder of this machine is taken over) -- the ``--driver`` run's
+    recovery on the DUT (driver_plugin: ``recover_driver``) and the tunnel's
+    (``Lab.recover_once`` of both ends). Returns the recovery's report lines. No test-side
+    cleanup: what this leaves is what the suite leaves."""
+    from contextlib import ExitStack
+
+    from ipsec_hil.lab.driver import recover_driver
+    from ipsec_hil.lab.live_lab import Lab
+    from ipsec_hil.lab.sharing.lock import ApplianceLock, bench_lock_path
+
+    report: list[str] = []
+    lab = Lab.connect(topo)
+    try:
+        bench = lab.hosts["bench"]
+        with ExitStack() as stack:
+            stack.enter_context(ApplianceLock(bench, "safety: next run (bench)", path=bench_lock_path(bench),
+                                              wait=10, poll=0.2))
+            ends = [lab.appliances[n] for n in ("dut3300", "peer3300")]
+            for app in ends:
+                stack.enter_context(ApplianceLock(app.host, "safety: next run", wait=10, poll=0.2))
+            report += recover_driver(lab.appliances[dut])
+            lab.recover_once(*ends)
+            for app in ends:
+                report += lab.recovered.get(app.name, [])
+    finally:
+        lab.close()
+    return report

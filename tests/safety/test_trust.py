@@ -28,7 +28,7 @@ from ipsec_hil.lab.provision import Secret, TunnelPlan, TunnelProvisioner, rende
 from ipsec_hil.lab.remote import SshHost, argv
 from ipsec_hil.lab.topology import TunnelConfig, load_topology, parse_topology
 from ipsec_hil.lab.expectations.hardware import REGISTRY
-from safety._lab import snapshot
+from safety._lab import restored_differences, snapshot
 
 pytestmark = pytest.mark.needs_root
 
@@ -223,7 +223,7 @@ def test_hostile_identities_provisioned_as_data(vlab, apps, tmp_path, canary):
     finally:
         prov.down()
     assert not canary.exists()
-    assert snapshot(vlab, apps) == before
+    assert restored_differences(vlab, apps, before) == []
 
 
 def test_hostile_ifname_provisioned_as_data(vlab, apps, tmp_path, canary):
@@ -238,4 +238,4 @@ def test_hostile_ifname_provisioned_as_data(vlab, apps, tmp_path, canary):
         prov.up()
     assert bad in str(ei.value) and not SHELL_ERRORS.search(str(ei.value)), str(ei.value)
     assert not canary.exists()
-    assert snapshot(vlab, apps) == before
+    assert restored_differences(vlab, apps, before) == []

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_hil.lab import files
-from ipsec_hil.lab.errors import LabError, TransportError
+from ipsec_hil.lab.errors import LabError, ProvisionError, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -258,14 +258,30 @@ class DriverDeployment:
 
     def restore(self) -> ModuleBuild | None:
         """Put the previous module file back (byte-identical, sha256-checked) and reload it
-        if it was loaded; forget the journal entry. No-op if nothing was backed up."""
+        if it was loaded; forget the journal entry. No-op if nothing was backed up.
+
+        Finishes through an interrupt or a lost connection: every step is idempotent
+        (unload of a module not loaded, restore of a file that has its sha256 already, load
+        only if not loaded, discard of a gone entry), so the whole restore is done once
+        more and the interrupt re-raised after. Else a Ctrl-C between the unload and the
+        load left the appliance without a driver until the next ``--driver`` run (found by
+        tests/safety/test_every_step.py: Ctrl-C at each of the restore's remote steps)."""
         if self.backup is None:
             return None
-        b = self.backup
+        try:
+            return self._restore(self.backup)
+        except (DriverError, ProvisionError):  # a real failure, not an interrupt: said as it is
+            raise
+        except BaseException:
+            if self.backup is not None:
+                self._restore(self.backup)
+            raise
+
+    def _restore(self, b: files.Backup) -> ModuleBuild:
         self.unload()
         files.restore(self.host, b, self.timeout)
         self.steps.append(f"restored {b.path}")
-        if self.previous is not None and self.previous.loaded:
+        if self.previous is not None and self.previous.loaded and not self.loaded():
             self.load()
         files.discard(self.host, b, self.timeout)
         self.backup = None

@@ -15,7 +15,6 @@ from typing import Any
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.expectations.hardware import host_profile
-from ipsec_hil.lab.files import recover
 from ipsec_hil.lab.remote import host_from_mgmt
 from ipsec_hil.lab.reporting.report import HardwareInfo, hardware_info
 from ipsec_hil.lab.topology import Port, Topology
@@ -78,20 +77,24 @@ class Lab:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def recover_once(self, app: Appliance) -> None:
-        """Restore what a dead run left on ``app`` (its journal), once per process.
+    def recover_once(self, *apps: Appliance) -> None:
+        """Restore what a dead run left on ``apps`` (their journals), once per process each.
 
-        Call it only while holding ``app``'s ApplianceLock: a journal belongs to a dead run
+        Call it only while holding every one's ApplianceLock: a journal belongs to a dead run
         only when nobody holds the lock -- recovering a live run's journal would undo its
-        tunnel mid-test.
+        tunnel mid-test. Give a tunnel's two ends in one call: their routes are undone before
+        either end's SAs are ended (provision.recovery.recover_ends says why).
         """
-        if app.name in self._checked:
+        from ipsec_hil.lab.provision.recovery import recover_ends  # files, routes, SAs, charon (issue 40)
+
+        todo = [a for a in apps if a.name not in self._checked]
+        if not todo:
             return
-        self._checked.add(app.name)
-        restored = recover(app.host)
-        if restored:
-            self.recovered[app.name] = restored
-            log.warning("%s: restored what a dead run left: %s", app.name, "; ".join(restored))
+        self._checked.update(a.name for a in todo)
+        for name, restored in recover_ends(todo).items():
+            if restored:
+                self.recovered[name] = restored
+                log.warning("%s: restored what a dead run left: %s", name, "; ".join(restored))
 
     def bench_port_facing(self, host: str, port: str) -> tuple[str, Port] | None:
         """The bench's port wired to ``host.port`` (name, Port), if the bench has one."""

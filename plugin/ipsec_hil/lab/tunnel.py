@@ -356,8 +356,7 @@ def bring_up(lab: Lab, case: TunnelCase, *, run_id: str, keep: bool = False, loc
             lock.acquire()
             stack.callback(lock.release)
             locks.append(lock)
-        for app in (local, remote):
-            lab.recover_once(app)
+        lab.recover_once(local, remote)  # both ends at once: routes before SAs
         prov = TunnelProvisioner({local.name: local, remote.name: remote}, plan, case.config, psk,
                                  run_id=run_id, keep=keep)
         if announce is not None:

@@ -21,7 +21,7 @@ from ipsec_hil.lab import files
 from ipsec_hil.lab.errors import LabError, ProvisionError
 from ipsec_hil.lab.provision import verify
 from ipsec_hil.lab.provision.changes import HostChanges, Teardown, prepare_inner_v6
-from ipsec_hil.lab.provision import spd, terminate
+from ipsec_hil.lab.provision import recovery, spd, terminate
 from ipsec_hil.lab.provision.commands import initiate_children
 from ipsec_hil.lab.provision.plan import CONF_DIR, TunnelPlan, child_plans, conf_path, conn_name
 from ipsec_hil.lab.provision.render import render_swanctl
@@ -158,6 +158,10 @@ class TunnelProvisioner:
         self._txs: list[tuple[str, Any, str]] = []
         self.journal_dir = files.DEFAULT_JOURNAL_DIR  # where undo entries of routes/flags go
         self._changes = HostChanges(self.journal_dir, run_id)
+        # appliance -> the undo entry that ends this tunnel's SAs there (journalled before the
+        # load; dropped once the teardown saw no SA and no policy left): a killed run's SAs,
+        # kernel SAs and policies are ended by the next run's recovery (provision.recovery)
+        self._sa_undo: dict[str, files.UndoEntry] = {}
         self.bringup: BringUp | None = None
         self._initiated: dict[str, Any] = {}  # child -> InitiateResult, kept as they arrive (for down())
         self.log: list[str] = []  # what was done, in order (no secrets) -- for the report
@@ -281,6 +285,10 @@ class TunnelProvisioner:
 
     def _load(self, end: str) -> None:
         app = self._app(end)
+        if app.name not in self._sa_undo:
+            self._sa_undo[app.name] = files.journal_undo(
+                app.host, recovery.sa_undo_what(app.name, self.conn), recovery.sa_undo_script(self.conn),
+                self.journal_dir, self.run_id)
         res = app.swanctl_load()
         if not res.ok or self.conn not in res.connections:
             errs = list(res.config_errors) + [f"{f.kind} {f.name}: {f.message}" for f in res.failures]
@@ -357,6 +365,15 @@ class TunnelProvisioner:
         self._changes.clear()
         return [msg]
 
+    def _forget_sa_undo(self, td: Teardown) -> None:
+        for name, entry in list(self._sa_undo.items()):
+            def forget(name: str = name, entry: files.UndoEntry = entry) -> str:
+                files.forget_undo(self.apps[name].host, entry)
+                self._sa_undo.pop(name, None)
+                return f"{name}: dropped the journal entry that would end {self.conn}'s SAs"
+
+            td.step(f"{name}: dropping the SA undo entry", forget, kept=" (the next run's recovery runs it: harmless)")
+
     def _terminate(self) -> str:
         return terminate.terminate_on_initiator(self._app(self.initiator), self.conn, self._initiated)
 
@@ -379,13 +396,15 @@ class TunnelProvisioner:
             return self._keep()
         td = Teardown()
         self._changes.revert_all(self.apps, td)
+        kept = False  # the SA undo entries stay: the next run's recovery ends what is left
         if self._txs:
             with self._phase("terminate"):
                 initiator = self._app(self.initiator).name
                 td.step(f"{initiator}: terminate {self.conn}", self._terminate)
-                td.step(f"checking that no SA of {self.conn} is left", self._check_gone)
-                td.step(f"checking that no SPD entry of {self.conn} is left",
-                        lambda: check_spd_gone(self.conn, spd_ends(self.tunnel, self.config, self._app)))
+                gone = td.step(f"checking that no SA of {self.conn} is left", self._check_gone)
+                gone &= td.step(f"checking that no SPD entry of {self.conn} is left",
+                                lambda: check_spd_gone(self.conn, spd_ends(self.tunnel, self.config, self._app)))
+                kept = not gone
         with self._phase("restore"):
             for kind, what in (("conf", self.path), ("main", SWANCTL_CONF)):
                 for name, tx, _ in reversed([t for t in self._txs if t[2] == kind]):
@@ -394,6 +413,11 @@ class TunnelProvisioner:
                     if restored and kind == "conf":
                         td.step(f"{name}: reload", lambda: self._reload(name))
         self._txs.clear()
+        # last: until the files are restored and charon loaded them, the entry also makes
+        # the next run's recovery load them (a run killed between the restore and the
+        # reload left its connection loaded: tests/safety/test_every_step_sigkill.py)
+        if self._sa_undo and not (kept or td.errors):
+            self._forget_sa_undo(td)
         for d in td.done:
             self._note(d)
         return td.finish(self.conn, self._note)

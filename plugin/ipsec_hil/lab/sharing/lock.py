@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.errors import LabError, TransportError
 from ipsec_hil.lab.sharing.lease import DEFAULT_LEASE_S, LeaseKeeper, LeaseLost, Patience
 from ipsec_hil.lab.remote import Host, fence
 
@@ -323,7 +323,16 @@ class ApplianceLock:
         self.patience.start()
         vanished = 0
         while True:
-            ok, content, age, now = self._try()
+            try:
+                ok, content, age, now = self._try()
+            except BaseException:
+                # Interrupted (Ctrl-C, a connection cut while the command ran) with our
+                # record perhaps written and its answer lost: left, it would hold the host
+                # for a run that never knew it had it -- every next run on this machine
+                # waits out the lease while this process lives, from another machine always
+                # (found by tests/safety/test_every_step.py, Ctrl-C at the bench's lease).
+                self._drop_if_ours()
+                raise
             if ok:
                 self.held = True
                 log.info("%s: lease %s acquired by %s", self.host.name, self.path, self.info.describe())
@@ -434,15 +443,36 @@ class ApplianceLock:
             # lost): not even a look at its lock file; the new holder's takes its place
             log.warning("%s: not released: the host is lost to this run (%s); nothing sent", self.where, why)
             return
-        f = self._run(
-            'cur=$(cat "$l" 2>/dev/null) || { echo result=gone; exit 0; }\n' + _OURS
-            + 'if [ "$ours" = 1 ]; then rm -f "$l" && echo result=removed; else echo result=other; fi\n',
-            "release lock")
-        if f.get("result") == "removed":
+        try:
+            result = self._remove_ours()
+        except TransportError:
+            # the connection was lost around the removal (it may have run, its answer lost):
+            # once more on a new connection -- idempotent; left, the lease would hold the host
+            # until it expires (found by tests/safety/test_every_step_cut.py at the bench's release)
+            result = self._remove_ours()
+            result = "removed" if result == "gone" else result  # most likely our first removal
+        if result == "removed":
             log.info("%s: lease %s released", self.host.name, self.path)
         else:
             log.warning("%s: lock %s was no longer ours (broken or taken over by another run); left alone",
                         self.host.name, self.path)
+
+    def _remove_ours(self) -> str:
+        """Remove the lock file if it holds our record (our nonce): removed | gone | other."""
+        f = self._run(
+            'cur=$(cat "$l" 2>/dev/null) || { echo result=gone; exit 0; }\n' + _OURS
+            + 'if [ "$ours" = 1 ]; then rm -f "$l" && echo result=removed; else echo result=other; fi\n',
+            "release lock")
+        return f.get("result", "")
+
+    def _drop_if_ours(self) -> None:
+        """After an interrupted acquire: our record, if it got written, removed (best effort:
+        a failure is logged, and the lease then expires on its own)."""
+        try:
+            if self._remove_ours() == "removed":
+                log.warning("%s: an interrupted acquire had written our record; removed", self.where)
+        except Exception as exc:  # noqa: BLE001 -- the interrupt is the error to report
+            log.warning("%s: after an interrupted acquire, our record could not be checked: %s", self.where, exc)
 
     def current(self) -> LockInfo | None:
         """Who holds the lock now (None if free or unreadable)."""
