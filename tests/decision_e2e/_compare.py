@@ -30,15 +30,14 @@ def build(path: Path, tag: str, marker: bytes = b"") -> Path:
     return path
 
 
-def compare(lab: TestLab, rootdir: Path, parent: Path, candidate: Path, *extra: str, pairs: int = PAIRS,
-            seconds: float = SECONDS):
+def compare(lab: TestLab, rootdir: Path, parent: Path, candidate: Path, *extra: str, pairs: int = PAIRS):
     """One suite run on ``lab``: the functional test on the candidate, then the comparison
-    phase of ``pairs`` pairs of ``seconds``-long trials; (the completed process,
-    reports/comparison.json's results, wall seconds)."""
+    phase of ``pairs`` pairs; (the completed process, reports/comparison.json's results,
+    wall seconds)."""
     t0 = time.monotonic()
     r = suite_run([TEST, "--traffic-seconds", "0.1", "--driver", f"xgs3300={candidate}",
                    "--parent-driver", f"xgs3300={parent}", "--compare-pairs", str(pairs),
-                   "--compare-seconds", str(seconds), *extra],
+                   "--compare-seconds", str(SECONDS), *extra],
                   rootdir, lab=lab)
     wall = time.monotonic() - t0
     path = rootdir / "reports" / "comparison.json"

@@ -27,13 +27,6 @@ PDR_PAIRS = Rule().min_pairs
 of trials, and at 40 Mbit/s every search of a build found the same figure (12-04: parent
 44.0 x4, slow candidate 33.935 x4, x0.771 [0.771, 0.771]), so a fourth pair adds 50 s
 and no information. A stalled search is what the one re-measurement below is for."""
-PDR_SECONDS = 1
-"""Final trials of 1 s, not the stream module's 2 (issue 39: this module was 182 of the own
-tests' 2,354 worker-seconds, the twin's engines encrypting every datagram). Measured both
-ways: before the twin's esp0 ring held the link's stated queue (issue 41), 1 s trials hid
-the slow build's excess in ~700 kB of ring and read it x0.921 (12-06, under load 10): the
-queue, not the build. With the ring at the topology's 128 KiB, 1 s trials read x0.796
-[0.773, 0.811] (parent 37.8/37.4/37.4, candidate 30.4/28.9/30.3 Mbit/s, load 15)."""
 
 
 def test_a_20_percent_slower_candidate_is_a_pdr_regression(lab, tmp_path):
@@ -42,8 +35,7 @@ def test_a_20_percent_slower_candidate_is_a_pdr_regression(lab, tmp_path):
     DUT's offloaded SA falls by about a fifth and the verdict says so with its interval."""
     parent = build(tmp_path / "octep-parent.ko", "parent")
     slow = build(tmp_path / "octep-slow.ko", "candidate", SLOW_MARKER)
-    r, results, wall = compare(lab, tmp_path / "run", parent, slow, "--compare-figures", "pdr", pairs=PDR_PAIRS,
-                                 seconds=PDR_SECONDS)
+    r, results, wall = compare(lab, tmp_path / "run", parent, slow, "--compare-figures", "pdr", pairs=PDR_PAIRS)
     first = results[0]["comparisons"][0] if results and results[0]["comparisons"] else None
     if (r.returncode == 0 and first and first["verdict"] == "no change" and not first["equivalence_proved"]
             and first["ratio"] < 0.9):
@@ -53,8 +45,7 @@ def test_a_20_percent_slower_candidate_is_a_pdr_regression(lab, tmp_path):
         # is measured once more; both attempts are printed, and the second must be the verdict.
         print(f"\nfirst attempt unresolved: x{first['ratio']:.3f} [{first['ci_low']:.3f}, {first['ci_high']:.3f}], "
               f"trials {[t['mbit'] for t in results[0]['trials']]} Mbit/s; measuring again")
-        r, results, wall = compare(lab, tmp_path / "run2", parent, slow, "--compare-figures", "pdr", pairs=PDR_PAIRS,
-                                 seconds=PDR_SECONDS)
+        r, results, wall = compare(lab, tmp_path / "run2", parent, slow, "--compare-figures", "pdr", pairs=PDR_PAIRS)
     out = r.stdout
     assert r.returncode == HilExitCode.CANDIDATE_REGRESSION, f"exit {r.returncode}:\n{out[-5000:]}\n{r.stderr[-2000:]}"
     (pdr,) = results[0]["comparisons"]
