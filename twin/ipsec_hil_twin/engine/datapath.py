@@ -48,17 +48,17 @@ from ipsec_hil_twin.faults import JsonWatch, dfbit, fault_params
 from ipsec_hil_twin.personality import for_driver
 
 from . import netio
-from .counters import ALG_OF_CIPHER, HIST_ALGS, HIST_IN, HIST_OUT, INDEX, SA_BYTES, SA_PACKETS, CounterBlock, PendingCounts, RxCounters
+from .counters import ALG_OF_CIPHER, HIST_ALGS, HIST_IN, HIST_OUT, INDEX, SA_BYTES, SA_PACKETS, PendingCounts, RxCounters
 from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
-from .pacer import FirstStreamPacer, PortPacer
+from .pacer import PortPacer
+from .loop_base import IGEN_ANY, Loop as _Loop
+from .out_build import counter_indexes as _idx
+from .out_build import out_sa_of
 from .sa_state import InSa, OutSa
-from .satable import SaJournalReader
 from .selectors import ADDR4, ADDR6, addr_key, addresses_only, fast_key, flow, parse_selector, policy_pairs, sel_match
 from .txfaults import ClearLeak
-from .sizes import FRAMING, encap_header, forwarded_gate, gate_checks, outer_df
+from .sizes import FRAMING, forwarded_gate, gate_checks, outer_df
 
-IGEN_RESET = INDEX["gen:gen_reset"]
-IGEN_ANY = INDEX["gen:gen_any"]  # moves on every change, after gen_reset (CounterBlock.bump)
 # receive-side kernel/engine counter indexes (the layout is static; driver ones: RxCounters)
 X_NOT_ESP, X_FRAMES, X_RECEIVED = (INDEX[k] for k in ("eng:rx_not_esp", "eng:rx_frames", "esp:received-packets"))
 X_POSSIBLE_REPLAY, X_BAD_LENGTH, X_POLICY = (INDEX[k] for k in (
@@ -70,49 +70,12 @@ ESPSTAT = {k[4:]: i for k, i in INDEX.items() if k.startswith("esp:")}
 SPI_SEQ = struct.Struct("!II").unpack_from  # (SPI, 32-bit sequence number) of an ESP header
 
 
-def _idx(names: tuple[str, ...]) -> tuple[int, ...]:
-    return tuple(INDEX[n] for n in names)
-
-
-class _Loop:
-    """What the two loops share: the host's counter block, its faults, the SA journal, the
-    first-stream pacer, and the generations they last loaded (see the module docstring)."""
-
-    sas: dict  # this direction's SAs, by the key its packets are looked up with
-    pend: PendingCounts  # the per-packet counts not yet stored (set by each loop)
-
-    def __init__(self, host_dir: Path, tun_fd: int, driver: str) -> None:
-        self.dir = Path(host_dir)
-        self.tun = tun_fd
-        self.driver = driver
-        self.c = CounterBlock(self.dir / "engine.counters")
-        self.a = self.c.a
-        self.faults = JsonWatch(self.dir / "faults.json")
-        self.slow = FirstStreamPacer()
-        self.table = SaJournalReader(self.dir)
-        self.gen_reset = -1
-        self.gen_any = -1
-
-    def _take_generations(self) -> dict:
-        """Note the control process's current generations and return its state (the SA
-        journal applied).  After a reset (gen_reset moved: the control process dropped
-        every SA and zeroed the counters) the loop forgets its SAs and the first stream's
-        pace too, so none of them outlives the reset."""
-        a = self.a
-        self.gen_any = a[IGEN_ANY]  # read first: a bump after this read is seen next time
-        gen_reset = a[IGEN_RESET]
-        if gen_reset != self.gen_reset:
-            self.pend.discard()  # counts of before the reset
-            self.slow.reset()
-            self.sas.clear()
-        else:
-            self.pend.flush(int(time.time()))  # stored before the SAs they count are replaced
-        self.gen_reset = gen_reset
-        return self.table.load()
-
-
 #: seconds a deleted outbound SA's selectors still match packets already in esp0's queue
 DRAIN_S = 0.5
+#: how long the idle transmit loop waits for a packet before it looks at the control's
+#: generation again: without it a delete was applied at the next packet, and a packet sent
+#: long after the delete still met the deleted SA's drain (tests/engine: the 256-child test)
+IDLE_POLL_MS = 100
 
 
 class TxLoop(_Loop):
@@ -154,7 +117,7 @@ class TxLoop(_Loop):
             key = (e["spi"], e["dst"])
             old = self.sas.get(key)
             try:
-                osa = self._build(e)
+                osa = out_sa_of(e, self.counting, self.socks, self.c)
             except (OSError, ValueError, KeyError) as exc:  # e.g. src not an address here
                 print(f"engine tx: SA spi={e.get('spi', 0):#x} not usable: {exc}", file=sys.stderr)
                 continue
@@ -191,40 +154,6 @@ class TxLoop(_Loop):
         self.faults.refresh(time.monotonic(), force=True)
         self.sysctl.refresh(time.monotonic(), force=True)
         self._faults_changed()
-
-    def _build(self, e: dict) -> OutSa:
-        I = INDEX
-        src = e["src"]
-        encap = bool(e.get("encap"))  # NAT-T: ESP in UDP 4500 (RFC 3948), IPv4 outer only
-        sock_key = src + ("/udp" if encap else "")
-        sock = self.socks.get(sock_key)
-        if sock is None:
-            sock = self.socks[sock_key] = netio.tx_socket(src, socket.IPPROTO_UDP if encap else netio.IPPROTO_ESP)
-        outer = "ipv6" if ":" in e["dst"] else "ipv4"
-        off = e["offloaded"]
-        if off:
-            cnt = self.counting
-            inc_fwd, inc_own = _idx(cnt.tx_forwarded), _idx(cnt.tx_own)
-            inc_own_step, fail = _idx(cnt.tx_own_output_step), I[cnt.tx_fail]
-        else:
-            inc_fwd = inc_own = inc_own_step = (I["esp:sent-packets"], I[HIST_OUT + ALG_OF_CIPHER[e["cipher"]]])
-            fail = I["eng:tx_sendfail"]
-        suite = make_suite(e["cipher"], e["spi"], bytes.fromhex(e["enc_key"]),
-                           bytes.fromhex(e["auth_key"]) if e.get("auth_key") else None, bool(e.get("esn")))
-        return OutSa(
-            spi=e["spi"], dst=e["dst"], src=src, outer=outer, cipher=e["cipher"],
-            local=[parse_selector(t) for t in e.get("local_ts", [])],
-            remote=[parse_selector(t) for t in e.get("remote_ts", [])],
-            seal=netio.sealed_in_udp(suite.seal) if encap else suite.seal, sock=sock,
-            addr=(e["dst"], 0, 0, 0) if outer == "ipv6" else (e["dst"], 0),
-            slot=e["slot"], base=self.c.sa_slot(e["slot"]), path_mtu=e["path_mtu"], own_limit=e["own_limit"],
-            fwd_limit=e["fwd_limit"], rate_Bps=(e.get("rate_mbit") or 0) * 125000.0,
-            inc_own=inc_own, inc_own_step=inc_own_step, inc_fwd=inc_fwd,
-            ibytes=-1 if off else I["esp:sent-bytes"], fail_idx=fail, esn=bool(e.get("esn")),
-            outer_hdr=40 if outer == "ipv6" else 20,
-            fixed=FRAMING[e["cipher"]].fixed + encap_header(outer, encap),
-            dead=bool(e.get("expired")),
-        )
 
     def _faults_changed(self) -> None:
         if self.faults.version != self.faults_ver:
@@ -311,16 +240,16 @@ class TxLoop(_Loop):
                 pkt = read(tun, 65536)
             except BlockingIOError:
                 flush(wall)
-                wait()
-                continue
-            if not pkt:
-                continue
+                wait(IDLE_POLL_MS)  # an idle loop still sees a delete soon: its drain starts then
+                pkt = b""
             if a[ig_any] != g_any:
                 self.reload()
                 g_any = self.gen_any
                 keyf = self.keyf
                 addr_only = keyf is addr_key
                 next_check = 0.0
+            if not pkt:
+                continue
             now = mono()
             if now >= next_check:
                 next_check = now + 0.1
