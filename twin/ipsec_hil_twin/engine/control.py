@@ -41,6 +41,7 @@ from pyroute2 import IPRoute
 from ipsec_hil_twin.faults import JsonWatch, fault_params
 from ipsec_hil_twin.jsonl import JsonlServer
 
+from . import sa_events
 from .bypass import BypassCost
 from .counters import MAX_SA, CounterBlock
 from .hostcfg import HostConfig
@@ -279,37 +280,7 @@ class EngineState:
         return {"ok": True}
 
     def op_expire_sa(self, req: dict) -> dict:
-        """The kernel's hard lifetime reached (sys/netipsec/key.c key_flush_sad: a hard
-        expiry unlinks the SA and sends SADB_EXPIRE): the SA is gone from the SAD, charon's
-        policy is not -- it goes with del_sa when charon's DELETE exchange ends. An inbound
-        SA is simply gone (ESP for it is an unknown SPI); an outbound one leaves its policy
-        matching packets that find no SA (ipsec_hil_twin.engine.datapath: ips_out_nosa).
-        ``{"sas": [{"spi", "dst"}, ...]}``: a child's pair in one publish (one key_timehandler
-        pass frees both)."""
-        try:
-            keys = [(int(x["spi"]), str(ipaddress.ip_address(x["dst"]))) for x in req["sas"]]
-        except (KeyError, ValueError, TypeError):
-            raise ValueError("expire_sa: expected sas: [{spi (int), dst (address)}, ...]") from None
-        missing = []
-        with self.lock:
-            self.faults.refresh(time.monotonic(), force=True)
-            leak = fault_params(self.faults, "leak_sa_on_delete") is not None
-            for key in keys:
-                inst = self.sas.get(key)
-                if inst is None:
-                    missing.append(f"spi={key[0]:#x} dst={key[1]}")
-                elif leak:
-                    self.leaked.add(key)  # the driver keeps what the kernel freed, as on del_sa
-                elif inst.spec.direction == "in":
-                    self.sas.pop(key)
-                    self.free.append(inst.slot)
-                    self._drop(key)
-                else:
-                    inst.expired = True
-                    self._put(inst)
-            if not leak:
-                self.publish()
-        return {"ok": True} if not missing else {"ok": False, "error": f"expire_sa: no SA {', '.join(missing)}"}
+        return sa_events.expire_sa(self, req)
 
     def op_flush(self, req: dict) -> dict:
         with self.lock:
@@ -424,30 +395,7 @@ class EngineState:
         return {"ok": True, "faults": sorted(self.faults.data)}
 
     def check_faults(self, force: bool = False) -> None:
-        """Route-affecting faults (own_too_big_fragmented) are applied here, and SAs kept
-        by leak_sa_on_delete are dropped once that fault is off."""
-        with self.lock:
-            if self.faults.refresh(time.monotonic(), force=force):
-                print(f"engine {self.host.name}: faults now {sorted(self.faults.data) or 'none'}",
-                      file=sys.stderr, flush=True)
-            refuse = fault_params(self.faults, "nic_refuses_sa")
-            refuse_key = None if refuse is None else str(refuse.get("cipher") or "any")
-            if refuse_key != self.refusing:
-                self.refusing = refuse_key
-                self._redecide()
-            big = fault_params(self.faults, "own_too_big_fragmented") is not None
-            if big != self.own_big:
-                self.own_big = big
-                self.publish()
-            if self.leaked and fault_params(self.faults, "leak_sa_on_delete") is None:
-                for key in self.leaked:
-                    inst = self.sas.pop(key, None)
-                    if inst is not None:
-                        self.free.append(inst.slot)
-                        self._drop(key)
-                self.leaked.clear()
-                self.publish()
-            self._sync_bypass()
+        sa_events.refresh_faults(self, force)
 
     def _sync_bypass(self) -> None:
         """Fault bypass_tax costs per packet only while the driver is loaded: its hooks
@@ -457,32 +405,7 @@ class EngineState:
             self.bypass.sync(float(p.get("us", 0)) if p is not None and self.driver_loaded else None)
 
     def op_link(self, req: dict) -> dict:
-        """The appliance's `ifconfig IF down|up` (ipsec_hil_twin.fbsd.ifconfig), as the
-        driver's ioctl sees it. A healthy driver keeps its associations across the flap
-        (traffic stops while the port is down, the link does that); under fault
-        sa_forgotten_on_link_down it forgets those whose local address is on the port: the
-        kernel keeps them (setkey -D, strongSwan's list), its own cipher runs them from
-        now on, so the driver's counters stand still once the port is up again."""
-        ifname, up = req.get("ifname"), req.get("up")
-        if not isinstance(ifname, str) or not isinstance(up, bool):
-            raise ValueError("link: expected ifname (str) and up (bool)")
-        forgotten = []
-        with self.lock:
-            self.faults.refresh(time.monotonic(), force=True)
-            if not up and fault_params(self.faults, "sa_forgotten_on_link_down") is not None:
-                for key, inst in list(self.sas.items()):
-                    local = inst.spec.src if inst.spec.direction == "out" else inst.spec.dst
-                    port = self.host.port_for(local)
-                    if inst.offloaded and port is not None and ifname in (port.ifname, port.name):
-                        new = Installed(inst.spec, inst.slot, False, inst.created, inst.seq_set)
-                        self.sas[key] = new
-                        self._put(new)
-                        forgotten.append(f"{inst.spec.spi:08x}")
-                if forgotten:
-                    print(f"engine {self.host.name}: fault sa_forgotten_on_link_down: {ifname} down, the driver "
-                          f"forgot {', '.join(forgotten)}", file=sys.stderr, flush=True)
-                    self.publish()
-        return {"ok": True, "forgotten": forgotten}
+        return sa_events.link(self, req)
 
     OPS = ("add_sa", "del_sa", "expire_sa", "flush", "list_sas", "counters", "status", "set_driver",
            "reset", "route", "faults", "set_seq", "link")

@@ -200,30 +200,8 @@ class ChildSAs:
         return last
 
     async def hard_expire(self, sa: IkeSA, child: ChildSA) -> None:
-        """The kernel's side of a hard expiry, before charon acts: both SAs reach their hard
-        lifetime together (installed together, one life_time) and the kernel frees them
-        (sys/netipsec/key.c key_flush_sad, SADB_EXPIRE); charon's policies stay until its
-        DELETE exchange ends (child_delete.c destroy_and_reestablish -> the child's
-        destroy uninstalls them). Meanwhile a packet meeting the outbound policy finds no
-        SA: FreeBSD counts it (netstat -s -p ipsec: "outbound packets with no SA available")
-        and frees it. The inbound SA is simply gone; the outbound one stays listed as
-        installed here because its policy is what :meth:`uninstall` removes."""
-        listing = await self._engine_sas()
-        pairs = []
-        for direction, installed in (("in", child.in_installed), ("out", child.out_installed)):
-            if not installed:
-                continue
-            spi, dst = (child.spi_in, sa.local) if direction == "in" else (child.spi_out, sa.remote)
-            last = self._entry(listing, spi, direction)
-            if last:
-                child.last_counters[direction] = last
-            pairs.append((spi, dst))
-        if pairs:
-            try:
-                await self.engine.expire_sa(pairs)
-            except EngineError as exc:
-                self.state.log(f"engine expire_sa {', '.join(f'{s:08x}' for s, _ in pairs)}: {exc}")
-        child.in_installed = False  # freed; the outbound one's policy goes with uninstall
+        """The kernel's side of a hard expiry, before charon acts (:func:`hard_expire`)."""
+        await hard_expire(self, sa, child)
 
     async def uninstall(self, sa: IkeSA, child: ChildSA) -> None:
         """Whatever of the child's two associations is still in the engine, out of it.
@@ -371,24 +349,8 @@ class ChildSAs:
                         k["state"] = "REKEYED"
             if child and not kids:
                 continue
-            out.append(self._ike_entry(sa, kids, now, now_s))
+            out.append(_ike_entry(sa, kids, now, now_s, self.state.port))
         return out
-
-    def _ike_entry(self, sa: IkeSA, kids: list[dict], now: float, now_s: int) -> dict[str, Any]:
-        p = sa.proposal
-        return {
-            "name": sa.name, "uniqueid": sa.uid, "version": 2, "state": sa.state,
-            "local_host": sa.local, "local_port": ike_port(sa, self.state.port), "local_id": sa.local_id,
-            "remote_host": sa.remote,
-            "remote_port": ike_port(sa, sa.conn.remote_port if sa.initiator else sa.remote_port),
-            "remote_id": sa.remote_id, "initiator": sa.initiator, "initiator_spi": sa.spi_i,
-            "responder_spi": sa.spi_r, "encr_alg": p.encr if p else "", "encr_keysize": p.keysize if p else 0,
-            "integ_alg": p.integ if p else None, "prf_alg": p.prf if p else "", "dh_group": p.dh if p else "",
-            "listing": p.listing() if p else "", "established": int(now - sa.established_at),
-            "rekey_time": sa.rekey_at - now_s if sa.rekey_at else None,
-            "tasks_active": list(sa.tasks_active),
-            "children": kids,
-        }
 
 
 LISTED_IKE_STATES = ("ESTABLISHED", "REKEYING", "REKEYED", "DELETING")
@@ -403,6 +365,51 @@ async def active(sa: IkeSA, task: str) -> AsyncIterator[None]:
         yield
     finally:
         sa.tasks_active.remove(task)
+
+
+async def hard_expire(children: ChildSAs, sa: IkeSA, child: ChildSA) -> None:
+    """The kernel's side of a hard expiry, before charon acts: both SAs reach their hard
+    lifetime together (installed together, one life_time) and the kernel frees them
+    (sys/netipsec/key.c key_flush_sad, SADB_EXPIRE); charon's policies stay until its
+    DELETE exchange ends (child_delete.c destroy_and_reestablish -> the child's
+    destroy uninstalls them). Meanwhile a packet meeting the outbound policy finds no
+    SA: FreeBSD counts it (netstat -s -p ipsec: "outbound packets with no SA available")
+    and frees it. The inbound SA is simply gone; the outbound one stays listed as
+    installed here because its policy is what :meth:`uninstall` removes."""
+    listing = await children._engine_sas()
+    pairs = []
+    for direction, installed in (("in", child.in_installed), ("out", child.out_installed)):
+        if not installed:
+            continue
+        spi, dst = (child.spi_in, sa.local) if direction == "in" else (child.spi_out, sa.remote)
+        last = children._entry(listing, spi, direction)
+        if last:
+            child.last_counters[direction] = last
+        pairs.append((spi, dst))
+    if pairs:
+        try:
+            await children.engine.expire_sa(pairs)
+        except EngineError as exc:
+            children.state.log(f"engine expire_sa {', '.join(f'{s:08x}' for s, _ in pairs)}: {exc}")
+    child.in_installed = False  # freed; the outbound one's policy goes with uninstall
+
+
+def _ike_entry(sa: IkeSA, kids: list[dict], now: float, now_s: int, own_port: int) -> dict[str, Any]:
+    """One IKE_SA as vici lists it (``own_port``: the daemon's; MOBIKE's float: model.ike_port)."""
+    p = sa.proposal
+    return {
+        "name": sa.name, "uniqueid": sa.uid, "version": 2, "state": sa.state,
+        "local_host": sa.local, "local_port": ike_port(sa, own_port), "local_id": sa.local_id,
+        "remote_host": sa.remote,
+        "remote_port": ike_port(sa, sa.conn.remote_port if sa.initiator else sa.remote_port),
+        "remote_id": sa.remote_id, "initiator": sa.initiator, "initiator_spi": sa.spi_i,
+        "responder_spi": sa.spi_r, "encr_alg": p.encr if p else "", "encr_keysize": p.keysize if p else 0,
+        "integ_alg": p.integ if p else None, "prf_alg": p.prf if p else "", "dh_group": p.dh if p else "",
+        "listing": p.listing() if p else "", "established": int(now - sa.established_at),
+        "rekey_time": sa.rekey_at - now_s if sa.rekey_at else None,
+        "tasks_active": list(sa.tasks_active),
+        "children": kids,
+    }
 
 
 def _child_entry(c: ChildSA, counters: dict[tuple[int, str], dict], now: float, now_s: int) -> dict[str, Any]:

@@ -342,38 +342,6 @@ class TunnelProvisioner:
             log.error("teardown after a failed bring-up also failed: %s", e)
             self.log.append(f"teardown after failure also failed: {e}")
 
-    def _reload(self, name: str) -> str:
-        """charon forgets the connection whose file is gone. Not best effort: a reload that
-        fails leaves the run's connection (and its PSK) loaded in charon, so its LabError
-        fails the teardown step (a lost connection: done once more, :class:`Teardown`);
-        found by tests/safety/test_every_step.py, which compares ``--list-conns``."""
-        app = self.apps[name]
-        if not app.host.exists(SWANCTL_CONF):
-            return f"{name}: WARNING no {SWANCTL_CONF}; charon keeps {self.conn} loaded (no SAs)"
-        res = app.swanctl_load()
-        return f"{name}: swanctl --load-all (status {res.status})"
-
-    def _keep(self) -> list[str]:
-        msg = (
-            f"KEEPING tunnel {self.tunnel.name} ({self.conn}) as asked (--keep-tunnels): "
-            f"{self.path} stays on {', '.join(sorted({t[0] for t in self._txs}))}, "
-            f"{len(self._changes)} route/interface change(s) stay; the journal restores them on the next run"
-        )
-        log.warning("%s", msg)
-        self.log.append(msg)
-        self._txs.clear()
-        self._changes.clear()
-        return [msg]
-
-    def _forget_sa_undo(self, td: Teardown) -> None:
-        for name, entry in list(self._sa_undo.items()):
-            def forget(name: str = name, entry: files.UndoEntry = entry) -> str:
-                files.forget_undo(self.apps[name].host, entry)
-                self._sa_undo.pop(name, None)
-                return f"{name}: dropped the journal entry that would end {self.conn}'s SAs"
-
-            td.step(f"{name}: dropping the SA undo entry", forget, kept=" (the next run's recovery runs it: harmless)")
-
     def _terminate(self) -> str:
         return terminate.terminate_on_initiator(self._app(self.initiator), self.conn, self._initiated)
 
@@ -393,7 +361,7 @@ class TunnelProvisioner:
         if we had to touch it.
         """
         if self.keep:
-            return self._keep()
+            return _keep(self)
         td = Teardown()
         self._changes.revert_all(self.apps, td)
         kept = False  # the SA undo entries stay: the next run's recovery ends what is left
@@ -411,13 +379,13 @@ class TunnelProvisioner:
                     restored = td.step(f"{name}: restoring {what}", lambda: _restore(tx, name, what),
                                        kept=" (journal kept for the next run)")
                     if restored and kind == "conf":
-                        td.step(f"{name}: reload", lambda: self._reload(name))
+                        td.step(f"{name}: reload", lambda: _reload(self, name))
         self._txs.clear()
         # last: until the files are restored and charon loaded them, the entry also makes
         # the next run's recovery load them (a run killed between the restore and the
         # reload left its connection loaded: tests/safety/test_every_step_sigkill.py)
         if self._sa_undo and not (kept or td.errors):
-            self._forget_sa_undo(td)
+            _forget_sa_undo(self, td)
         for d in td.done:
             self._note(d)
         return td.finish(self.conn, self._note)
@@ -459,3 +427,40 @@ def check_spd_gone(conn: str, ends: list[tuple[Any, spd.EndPolicies]]) -> str:
 def _restore(tx: Any, name: str, what: str) -> str:
     tx.__exit__(None, None, None)
     return f"{name}: restored {what} (sha256 verified)"
+
+
+def _reload(prov: TunnelProvisioner, name: str) -> str:
+    """charon forgets the connection whose file is gone. Not best effort: a reload that
+    fails leaves the run's connection (and its PSK) loaded in charon, so its LabError
+    fails the teardown step (a lost connection: done once more, :class:`Teardown`);
+    found by tests/safety/test_every_step.py, which compares ``--list-conns``."""
+    app = prov.apps[name]
+    if not app.host.exists(SWANCTL_CONF):
+        return f"{name}: WARNING no {SWANCTL_CONF}; charon keeps {prov.conn} loaded (no SAs)"
+    res = app.swanctl_load()
+    return f"{name}: swanctl --load-all (status {res.status})"
+
+
+def _keep(prov: TunnelProvisioner) -> list[str]:
+    """--keep-tunnels: nothing undone, the journal keeps what the next run restores."""
+    msg = (
+        f"KEEPING tunnel {prov.tunnel.name} ({prov.conn}) as asked (--keep-tunnels): "
+        f"{prov.path} stays on {', '.join(sorted({t[0] for t in prov._txs}))}, "
+        f"{len(prov._changes)} route/interface change(s) stay; the journal restores them on the next run"
+    )
+    log.warning("%s", msg)
+    prov.log.append(msg)
+    prov._txs.clear()
+    prov._changes.clear()
+    return [msg]
+
+
+def _forget_sa_undo(prov: TunnelProvisioner, td: Teardown) -> None:
+    """The teardown's last step: the journal entry that would end this tunnel's SAs, dropped."""
+    for name, entry in list(prov._sa_undo.items()):
+        def forget(name: str = name, entry: files.UndoEntry = entry) -> str:
+            files.forget_undo(prov.apps[name].host, entry)
+            prov._sa_undo.pop(name, None)
+            return f"{name}: dropped the journal entry that would end {prov.conn}'s SAs"
+
+        td.step(f"{name}: dropping the SA undo entry", forget, kept=" (the next run's recovery runs it: harmless)")
