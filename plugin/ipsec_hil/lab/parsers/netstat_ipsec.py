@@ -45,6 +45,8 @@ class IpsecStats:
 
 def parse(text: str) -> IpsecStats:
     stripped = text.strip()
+    if not stripped:
+        fail(COMMAND, 0, text, "empty output (netstat prints the ipsec statistics, or an empty container without IPsec)")
     if not stripped.startswith("{"):
         line = stripped.splitlines()[0] if stripped else text
         fail(COMMAND, 1, line, "expected `--libxo json` output (the text form is not read)")
