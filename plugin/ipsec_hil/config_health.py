@@ -37,6 +37,7 @@ import allure
 import pytest
 
 from ipsec_hil.lab.measuring.health import HealthReport, HealthSnapshot, judge, snapshots_of
+from ipsec_hil.lab.sharing.holds import HOLDS
 
 PROPERTY = "hil_config_health"
 """The user property a configuration's last test carries: {"case", "ok", "tables"}."""
@@ -59,12 +60,12 @@ class _Baseline:
 
 
 @dataclass
-class _State:
+class HealthAround:
+    """This process's part of the judgement (kept in its RunContext, ipsec_hil.context):
+    which test closes each configuration, and each configuration's baseline."""
+
     last_of_case: dict[str, str] = field(default_factory=dict)  # nodeid -> case id
     baselines: dict[str, _Baseline] = field(default_factory=dict)  # case id -> baseline
-
-
-_STATE = pytest.StashKey[_State]()
 
 
 def add_options(parser: pytest.Parser, group: Any) -> None:
@@ -78,29 +79,23 @@ def enabled(config: pytest.Config) -> bool:
     return bool(config.getini(INI)) and not config.getoption(OPTION, False)
 
 
-def _state(config: pytest.Config) -> _State:
-    if _STATE not in config.stash:
-        config.stash[_STATE] = _State()
-    return config.stash[_STATE]
-
-
-def note_last_items(config: pytest.Config, cases: Sequence[tuple[str, str | None]]) -> None:
+def note_last_items(state: HealthAround, cases: Sequence[tuple[str, str | None]]) -> None:
     """``cases``: (nodeid, case id or None) in the run's final order; the last nodeid of each case."""
     last = {case: nodeid for nodeid, case in cases if case is not None}
-    _state(config).last_of_case = {nodeid: case for case, nodeid in last.items()}
+    state.last_of_case = {nodeid: case for case, nodeid in last.items()}
 
 
 def _reboots(apps: Sequence[Any]) -> dict[str, int]:
     return {app.name: int(getattr(app, "reboots", 0)) for app in apps}
 
 
-def take_baseline(config: pytest.Config, case_id: str, apps: Sequence[Any]) -> None:
+def take_baseline(config: pytest.Config, state: HealthAround, case_id: str, apps: Sequence[Any]) -> None:
     """Right after the configuration's bring-up: both ends' health, the baseline."""
     if not enabled(config):
         return
     apps = tuple(apps)
     with allure.step(f"health before {case_id}"):
-        _state(config).baselines[case_id] = _Baseline(apps, snapshots_of(apps), _reboots(apps))
+        state.baselines[case_id] = _Baseline(apps, snapshots_of(apps), _reboots(apps))
 
 
 def _rebaseline_after_reboot(b: _Baseline) -> None:
@@ -108,11 +103,12 @@ def _rebaseline_after_reboot(b: _Baseline) -> None:
         b.before, b.reboots = snapshots_of(b.apps), _reboots(b.apps)
 
 
-def after_test(item: pytest.Item, case_id: str | None) -> None:
+def after_test(item: pytest.Item, case_id: str | None, state: HealthAround) -> None:
     """After a tunnel test: a new baseline when it rebooted an end on purpose; after the
-    configuration's last test, the judgement (raises ConfigurationHealthDefect)."""
-    state = _state(item.config)
-    if case_id is None or case_id not in state.baselines:
+    configuration's last test, the judgement (raises ConfigurationHealthDefect). Nothing
+    once this run has lost a lease or place (HOLDS): no command goes to an appliance the
+    run no longer holds, and the new holder's recovery owns what is there."""
+    if case_id is None or case_id not in state.baselines or HOLDS.losses:
         return
     b = state.baselines[case_id]
     if state.last_of_case.get(item.nodeid) != case_id:

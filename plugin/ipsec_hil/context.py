@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from ipsec_hil import records
+from ipsec_hil import config_health, records
 from ipsec_hil.lab import topology as topology_files
 from ipsec_hil.lab.expectations.hardware import REGISTRY
 from ipsec_hil.lab.sharing.labgrid_claim import PlaceClaim
@@ -111,6 +111,8 @@ class RunContext:
     #: every acceptance test's outcome and record (the controller's; a worker's stays empty)
     entries: records.Entries = field(default_factory=records.Entries)
     parts: tuple[Part, ...] = ()
+    #: the appliances' health around each configuration: baselines and closing tests (config_health)
+    health_around: config_health.HealthAround = field(default_factory=config_health.HealthAround)
     #: set once the tests may start (:meth:`seal`): the active lab no longer changes
     sealed: bool = False
 

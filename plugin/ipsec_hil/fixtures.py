@@ -81,7 +81,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (first_seen[case], last)
 
     items.sort(key=key)
-    config_health.note_last_items(config, [(item.nodeid, _case_of(item)) for item in items])
+    config_health.note_last_items(run_context(config).health_around, [(item.nodeid, _case_of(item)) for item in items])
 
 
 def _case_of(item: pytest.Item) -> str | None:
@@ -185,7 +185,8 @@ def tunnel(request: pytest.FixtureRequest, lab: Lab, run_id: str) -> Iterator[Ac
         pytest.skip("no tunnel configuration for this test in the topology")
     keep = request.config.getoption("--keep-tunnels", False)
     with bring_up(lab, case, run_id=run_id, keep=keep, announce=_announce_provisioning) as active:
-        config_health.take_baseline(request.config, case.id, (active.local, active.remote))
+        config_health.take_baseline(request.config, run_context(request.config).health_around, case.id,
+                                    (active.local, active.remote))
         yield active
 
 
@@ -239,7 +240,7 @@ def _health_around_configuration(request: pytest.FixtureRequest) -> Iterator[Non
         from ipsec_hil import lease_plugin  # as _leases_still_ours: a loss ends the run, sends nothing
 
         with lease_plugin.stops_the_run(request.config):
-            config_health.after_test(request.node, _case_of(request.node))
+            config_health.after_test(request.node, _case_of(request.node), run_context(request.config).health_around)
 
 
 @pytest.fixture
