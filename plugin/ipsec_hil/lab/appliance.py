@@ -280,9 +280,10 @@ class Appliance(ShellCommands):
         #: measure.settle_all may start instead of reading and waiting again.
         self.last_read: tuple[float, Snapshot] | None = None
         self._offload_framework: bool | None = None  # offload_framework, once read
-        #: reboots asked of this appliance (reboot()): a health baseline taken before one is
-        #: stale (ipsec_hil.config_health takes a new one)
+        #: reboots asked of this appliance (reboot()), and what to call once one is back: a
+        #: health baseline taken before a reboot is stale (ipsec_hil.config_health retakes it)
         self.reboots = 0
+        self.after_reboot: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"Appliance({self.name!r}, model={getattr(self.profile, 'model', '?')!r})"
@@ -516,6 +517,8 @@ class Appliance(ShellCommands):
             return (now or "answering") if before is None or (now is not None and now != before) else None
 
         self.when_back(rebooted, timeout=timeout, poll=poll, first_wait=True, what="shutdown -r now")
+        for call in list(self.after_reboot):
+            call()
 
     def when_back(self, read: Callable[[], T | None], *, timeout: float = 600, poll: float = 2.0,
                   first_wait: bool = False, what: str = "losing its session") -> T:
