@@ -28,6 +28,12 @@ class Outcome(str, enum.Enum):
     TIMEOUT = "TIMEOUT"
     CONFIG_NOT_FOUND = "CONFIG_NOT_FOUND"
     CHARON_DOWN = "CHARON_DOWN"
+    #: this end's kernel (the offload driver's add_sa / policy install) refused the child
+    #: (child_create.c: "unable to install ... IPsec SA (SAD) in kernel" / "... policies (SPD)")
+    KERNEL_REFUSED = "KERNEL_REFUSED"
+    #: the peer answered the child's request with an error notify not named above
+    #: (child_create.c: "received <NOTIFY> notify, no CHILD_SA built"; `error` keeps its name)
+    PEER_REFUSED = "PEER_REFUSED"
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,10 @@ _CAUSES: tuple[tuple[re.Pattern[str], Outcome], ...] = (
     (re.compile(r"received AUTHENTICATION_FAILED notify.*"), Outcome.AUTHENTICATION_FAILED),
     (re.compile(r"tried [0-9]+ shared keys? for .* but MAC mismatched"), Outcome.AUTHENTICATION_FAILED),
     (re.compile(r"giving up after [0-9]+ retransmits"), Outcome.TIMEOUT),
+    (re.compile(r"unable to install (?:inbound and outbound |inbound |outbound )?IPsec SA \(SAD\) in kernel"),
+     Outcome.KERNEL_REFUSED),
+    (re.compile(r"unable to install IPsec policies \(SPD\) in kernel"), Outcome.KERNEL_REFUSED),
+    (re.compile(r"received [A-Z0-9_]+ notify, no CHILD_SA built"), Outcome.PEER_REFUSED),
 )
 
 
@@ -151,6 +161,11 @@ def parse(stdout: str, stderr: str = "", status: int = 0) -> InitiateResult:
     if kind == "timeout":
         return InitiateResult(outcome=Outcome.TIMEOUT, child=m["child"], timeout_ms=int(m["ms"]), **common)  # type: ignore[arg-type]
     for rx, outcome in _CAUSES:
-        if any(rx.fullmatch(l.message) for l in log):
+        hit = next((l.message for l in log if rx.fullmatch(l.message)), None)
+        if hit is not None:
+            if outcome in (Outcome.KERNEL_REFUSED, Outcome.PEER_REFUSED):
+                common["error"] = f"{err}: {hit}"  # which install, which notify
             return InitiateResult(outcome=outcome, child=m["child"], **common)  # type: ignore[arg-type]
-    fail(COMMAND, no, line, "CHILD_SA failed but the log names no known cause")
+    # the whole log in the error: it is the only record of why (a lab's daemon log may be gone)
+    fail(COMMAND, no, line, "CHILD_SA failed but the log names no known cause; the log:\n"
+         + "\n".join(f"  [{l.group}] {l.message}" for l in log))
