@@ -540,6 +540,17 @@ class Appliance(ShellCommands):
             if time.monotonic() >= deadline:
                 raise CommandTimeout(f"{self.name}: not back {timeout:g} s after {what}")
 
+    def wait_charon(self, timeout: float = 300, poll: float = 1.0) -> None:
+        """Until charon answers on its VICI socket (``swanctl --list-sas`` exits 0).
+
+        Why: a boot ends for SSH before it ends for IPsec. A rebooted OPNsense may accept a
+        login before its IKE daemon listens; a load or initiate sent then fails with
+        "connecting to 'default' URI failed", which is the boot still going, not a defect."""
+        def answers() -> bool | None:
+            return True if self._run("swanctl --list-sas", timeout=20).status == 0 else None
+
+        self.when_back(answers, timeout=timeout, poll=poll, what="its boot (charon not answering)")
+
     def _boottime(self) -> str | None:
         r = self._run("sysctl -n kern.boottime", timeout=20)
         return r.stdout.strip() if r.status == 0 and r.stdout.strip() else None

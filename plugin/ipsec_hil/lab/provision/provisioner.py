@@ -319,6 +319,7 @@ class TunnelProvisioner:
         up again (a rebooted OPNsense keeps swanctl.conf and conf.d, but no SA; the peer
         replaces its stale SAs when the rebooted end initiates with INITIAL_CONTACT)."""
         for end in ("local", "remote"):
+            self._app(end).wait_charon()
             self._load(end)
         bu = self._initiate()
         self._verify(bu)
