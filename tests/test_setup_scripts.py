@@ -30,7 +30,7 @@ def test_setup_second_run_is_a_fast_no_op():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Debian packages: all" in r.stdout
     assert "venv up to date" in r.stdout
-    assert "pip install" not in r.stdout and "installing" not in r.stdout
+    assert "pip install" not in r.stdout and "installing" not in r.stdout  # neither uv nor pip ran
     assert took < 60, f"second setup took {took:.1f} s"  # ~1 s idle; generous for a loaded CI machine
 
 
