@@ -13,8 +13,9 @@ tuple, from a recording with run id RUN_ID; RUN_ID is its own run id so the name
 _every_step.py).
 
 ``python tests/safety/_driver.py hold RESOLVED WAIT SECONDS``: lock both ends (waiting up
-to WAIT s), bring the tunnel up, print ``UP <epoch>``, hold it SECONDS, tear down, print
-``DOWN <epoch>``; a refused lock prints ``REFUSED <message>`` and exits 3.
+to WAIT s), bring the tunnel up, print ``UP <epoch>``, hold it SECONDS (``stdin``: until a
+line or end of file on stdin, so a test decides when, whatever the machine's load), tear
+down, print ``DOWN <epoch>``; a refused lock prints ``REFUSED <message>`` and exits 3.
 
 The PSK comes from $HIL_SAFETY_PSK and is never printed.
 """
@@ -104,7 +105,7 @@ def main(argv: list[str]) -> int:
             a.host = InterruptingHost(a.host, armed)
         wait, hold = 30.0, 0.0
     else:
-        wait, hold = float(argv[2]), float(argv[3])
+        wait, hold = float(argv[2]), (None if argv[3] == "stdin" else float(argv[3]))
     locks = [ApplianceLock(a.host, f"safety driver {mode}", run_id=run_id, wait=wait, poll=0.3) for a in ends]
     try:
         for lk in locks:
@@ -122,7 +123,10 @@ def main(argv: list[str]) -> int:
         try:
             say(f"UP {time.time():.3f}")
             ends[0].host.run(TEST_COMMAND).check("test body")
-            time.sleep(hold)
+            if hold is None:
+                sys.stdin.readline()
+            else:
+                time.sleep(hold)
         finally:
             prov.down()
         say(f"DOWN {time.time():.3f}")

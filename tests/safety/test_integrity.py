@@ -17,6 +17,7 @@ import os
 import secrets
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -148,17 +149,19 @@ def test_appliance_rebooted_mid_test(vlab, ends, who):
     assert_restored(vlab, apps, before)
 
 
-def _hold(vlab, wait: float, seconds: float, psk: str) -> subprocess.Popen:
+def _hold(vlab, wait: float, seconds: float | str, psk: str) -> subprocess.Popen:
     env = dict(os.environ, HIL_SAFETY_PSK=psk)
     return subprocess.Popen([PY, str(DRIVER), "hold", str(vlab.resolved), str(wait), str(seconds)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def test_two_runs_never_interleave(vlab, ends):
     """A second run on the same appliances refuses naming the holder, or waits its turn."""
     apps, before = ends
     psk = secrets.token_hex(16)
-    first = _hold(vlab, 0, 3, psk)
+    # the first holds until told: a fixed hold (3 s) ended before the second run had even
+    # started on a machine at load 8, and the "refused" run took the lock (CI, 12-06)
+    first = _hold(vlab, 0, "stdin", psk)
     procs = [first]
     try:
         up_a, _ = wait_for_line(first, "UP ", 60)
@@ -176,6 +179,9 @@ def test_two_runs_never_interleave(vlab, ends):
         # waits, and only starts once the first is down
         waiter = _hold(vlab, 60, 0, psk)
         procs.append(waiter)
+        time.sleep(0.5)  # the waiter is waiting now, or soon: either way it must start after the first is down
+        first.stdin.write("release\n")
+        first.stdin.flush()
         up_b, _ = wait_for_line(waiter, "UP ", 90)
         down_a, _ = wait_for_line(first, "DOWN ", 60)
         assert float(up_b.split()[1]) > float(down_a.split()[1]), (down_a, up_b)
