@@ -114,6 +114,20 @@ def test_esn_and_window_reach_the_child_as_the_twin_reads_them(topo):
     assert "-esn" not in plain and "replay_window" not in plain
 
 
+def test_each_end_gets_its_own_life_time_as_the_twin_reads_it(topo):
+    """``remote_life_time`` goes to the remote end's swanctl.conf only (the local end, the
+    DUT, expires first: the path test_life_time_expiry accounts for)."""
+    from ipsec_hil_twin.ike import conf
+    plan = TunnelPlan.from_topology(topo, "expire3300")
+    config = TunnelConfig("ipv4", "ipv4", "aes-gcm-16", 1)
+    lives = {}
+    for end in ("local", "remote"):
+        (conn,) = conf.loads(render_swanctl(plan, config, end, PSK), file=f"{end}.conf").connections
+        (child,) = conn.children.values()
+        lives[end] = (child.rekey_time, child.life_time, child.rand_time)
+    assert lives == {"local": (0, 6, 0), "remote": (0, 9, 0)}, lives
+
+
 def test_six_children_ports_and_sides(topo):
     plan = TunnelPlan.from_topology(topo, "many")
     kids = child_plans(plan, TunnelConfig("ipv4", "ipv4", "aes-gcm-16", 6))

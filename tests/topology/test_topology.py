@@ -53,6 +53,7 @@ EXPECTED = {
     "children_too_many": "32: tunnels.t.children.count: expected 1..1024 children, found 1025",
     "children_by_udp": "32: tunnels.t.children.by: expected 'tcp_port', found 'udp_port'",
     "lifetimes_past_rekey": "33: tunnels.t.lifetimes: expected rand_time: 0 with rekey_time: 0 (5.9.8 would list a rekey in the past that never fires), found rand_time: 3",
+    "lifetimes_remote_never_expires": "33: tunnels.t.lifetimes: expected remote_life_time 0 exactly when life_time is 0 (both ends expire or neither), found life_time 20, remote_life_time 0",
     "replay_window_not_bytes": "33: tunnels.t.replay_window: expected a multiple of 8 from 8 to 2040 packets (FreeBSD keeps the window in bytes: setkey -D's replay= is the window / 8, at most 255), found 100",
     "children_without_split": "32: tunnels.t.children: expected by: tcp_port and first_port for 6 children",
     "unknown_cipher": "31: tunnels.t.ciphers[0]: expected 'aes-gcm-16' or 'aes-cbc-hmac-sha256', found 'aes-ccm-16'",

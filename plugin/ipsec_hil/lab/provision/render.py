@@ -94,8 +94,8 @@ def render_swanctl(tunnel: TunnelPlan, config: TunnelConfig, end: str, psk: Secr
         if tunnel.replay_window is not None:
             w(f"                replay_window = {tunnel.replay_window}")
         if tunnel.lifetimes is not None:  # the topology's, for the rekey tests (seconds)
-            for key in ("rekey_time", "life_time", "rand_time"):
-                w(f"                {key} = {getattr(tunnel.lifetimes, key)}s")
+            for key, seconds in tunnel.lifetimes.for_end(end).items():
+                w(f"                {key} = {seconds}s")
         w("            }")
     w("        }")
     w("    }")

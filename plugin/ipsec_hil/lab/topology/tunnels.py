@@ -161,11 +161,25 @@ class Lifetimes(_Model):
     ``rekey_time`` or ``life_time``; ``rekey_time: 0`` with a ``life_time`` needs
     ``rand_time: 0`` too (5.9.8 otherwise schedules the rekey in the past, lists
     ``rekeying in -Ns`` and never fires it), and a rekey must come before the hard expiry.
+
+    ``remote_life_time`` (default: ``life_time``) is the remote end's, rendered into its
+    swanctl.conf only. Why: each end's kernel expires its own SAs; with one life_time for
+    both, which end expires first is a race of milliseconds (the responder installs first,
+    FreeBSD's key_timehandler ticks once a second on each). The end that loses the race
+    only receives a DELETE and never meets its outbound policy without an SA, the path the
+    expiry test accounts for. A longer remote life makes the local end (the DUT) expire
+    first at every expiry.
     """
 
     rekey_time: int = Field(ge=0)
     life_time: int = Field(ge=0)
     rand_time: int = Field(0, ge=0)
+    remote_life_time: int | None = Field(None, ge=0)
+
+    def for_end(self, end: str) -> dict[str, int]:
+        """swanctl.conf's CHILD_SA lifetime keys for ``end`` ("local" or "remote")."""
+        life = self.remote_life_time if end == "remote" and self.remote_life_time is not None else self.life_time
+        return {"rekey_time": self.rekey_time, "life_time": life, "rand_time": self.rand_time}
 
     @model_validator(mode="after")
     def _order(self) -> Lifetimes:
@@ -175,6 +189,12 @@ class Lifetimes(_Model):
         if self.rekey_time and self.life_time and self.rekey_time + self.rand_time >= self.life_time:
             raise ValueError(f"expected rekey_time + rand_time < life_time (the rekey before the hard expiry), "
                              f"found {self.rekey_time} + {self.rand_time} >= {self.life_time}")
+        if self.remote_life_time is not None and (self.life_time == 0) != (self.remote_life_time == 0):
+            raise ValueError(f"expected remote_life_time 0 exactly when life_time is 0 (both ends expire or neither), "
+                             f"found life_time {self.life_time}, remote_life_time {self.remote_life_time}")
+        if self.remote_life_time is not None and self.rekey_time and self.rekey_time + self.rand_time >= self.remote_life_time:
+            raise ValueError(f"expected rekey_time + rand_time < remote_life_time (the rekey before the hard expiry), "
+                             f"found {self.rekey_time} + {self.rand_time} >= {self.remote_life_time}")
         return self
 
 
