@@ -277,6 +277,39 @@ def test_a_loss_rechecks_every_other_lease_at_once(tmp_path):
     assert not Path(other.path).exists() and not Path(slow.path).exists()
 
 
+def test_after_a_loss_a_host_broken_after_the_recheck_is_fenced_before_the_next_command(tmp_path, monkeypatch):
+    """A break takes hosts one by one; the recheck can fall between two of them (a CI run:
+    the bench renewed early, broken a moment later, never fenced before the run ended).
+    From the first loss on, each command renews its host's lease first: the host broken
+    after the recheck is fenced before the command, which is refused unsent."""
+    from ipsec_hil.lab.remote import fence
+    from ipsec_hil.lab.sharing.holds import HOLDS
+
+    monkeypatch.setenv(fence.COMMAND_LOG_ENV, str(tmp_path / "log"))
+    first = ApplianceLock(LocalHost("dut-first"), "alice", path=str(tmp_path / "f.lock"), lease=60, renew_every=20)
+    late = ApplianceLock(LocalHost("dut-late"), "alice", path=str(tmp_path / "l.lock"), lease=60, renew_every=20)
+    target = tmp_path / "touched"
+    try:
+        for lk in (first, late):
+            lk.acquire()
+        ApplianceLock(LocalHost("breaker"), "carol", path=first.path).break_("taken for a test", "carol@ws7")
+        with pytest.raises(LeaseLost):
+            first.renew()
+        assert HOLDS.wait_settled(10) and fence.fenced("dut-first")
+        assert fence.fenced("dut-late") is None and late.lost is None  # the recheck renewed it: still ours
+        LocalHost("dut-late").run(f"echo still-ours > {target}")  # renewed before use, and sent
+        ApplianceLock(LocalHost("breaker"), "carol", path=late.path).break_("taken a moment later", "carol@ws7")
+        with pytest.raises(fence.HostFenced, match="dut-late: no command sent.*taken a moment later"):
+            LocalHost("dut-late").run(f"echo after-the-break > {target}")
+        assert target.read_text() == "still-ours\n"
+        log = [e.get("outcome") or e.get("event") for e in fence.read_log(tmp_path / "log", "dut-late")
+               if e.get("what", "").startswith("echo") or e.get("event")]
+        assert log == ["sent", "fenced", "refused"], log
+    finally:
+        for lk in (first, late):
+            lk.release()
+
+
 def test_a_bench_in_a_namespace_has_a_lease_file_of_its_own():
     """Virtual labs side by side share this machine's /var/lib: one file per bench netns."""
     from ipsec_hil.lab.sharing.lock import BENCH_LOCK_PATH, bench_lock_path

@@ -20,6 +20,14 @@ what it sent. With ``HIL_COMMAND_LOG=DIR`` in the environment, every call is app
 a path: never a script's stdin or a file's content, which carry pre-shared keys.
 :func:`read_log` reads one back.
 
+Why a check before use once anything is lost (:func:`verify_before_use`): a break takes
+the hosts one by one, and the run's recheck of its other leases can fall between two of
+them (a CI run renewed the bench's lease early, the break took the bench a moment later,
+and the stopping run would have gone on to the bench until its next renewal, 4 s on). From
+the first loss on, every command to a host not fenced yet is preceded by a renewal of
+that host's lease in the caller's thread; a lease found taken fences the host before the
+command, which is then refused.
+
 Library code: no pytest import.
 """
 
@@ -49,6 +57,8 @@ class HostFenced(TransportError):
 
 _lock = threading.Lock()
 _fenced: dict[str, str] = {}  # host name -> why
+_verify: Callable[[str], None] | None = None  # renew host's lease before use (after a loss)
+_verifying = threading.local()  # the renewal's own command must not verify again
 
 
 def fence(name: str, reason: str) -> None:
@@ -66,9 +76,35 @@ def fenced(name: str) -> str | None:
 
 
 def reset() -> None:
-    """Lift every fence (for tests that fence many LocalHosts in one process)."""
+    """Lift every fence and the check before use (for tests that fence many LocalHosts in
+    one process)."""
+    global _verify
     with _lock:
         _fenced.clear()
+        _verify = None
+
+
+def verify_before_use(renew: Callable[[str], None]) -> None:
+    """From now on call ``renew(host)`` before each command to a host that is not fenced:
+    it renews that host's lease and fences the host when the lease was taken (the caller,
+    :class:`~ipsec_hil.lab.sharing.holds.Holds`, does both); its exceptions are its own
+    business and never reach the command's caller."""
+    global _verify
+    with _lock:
+        _verify = renew
+
+
+def _verified(host: str) -> None:
+    renew = _verify
+    if renew is None or getattr(_verifying, "on", False):
+        return
+    _verifying.on = True
+    try:
+        renew(host)
+    except Exception:  # noqa: BLE001 -- a loss shows as the fence below; anything else is the keeper's to retry
+        pass
+    finally:
+        _verifying.on = False
 
 
 def _describe(op: str, arg: object) -> str:
@@ -96,6 +132,8 @@ def _append(host: str, entry: dict[str, Any]) -> None:
 def admit(host: str, op: str, arg: object = "") -> None:
     """Called by a transport before ``op`` on ``host``: raises :class:`HostFenced` when the
     host is fenced (nothing is sent), records the call when a recording is on."""
+    if host not in _fenced:
+        _verified(host)
     why = _fenced.get(host)
     if why is not None:
         _append(host, {"op": op, "what": _describe(op, arg), "outcome": "refused"})

@@ -90,6 +90,7 @@ class Holds:
         for name in hosts:
             fence.fence(name, f"lease lost ({what}): {exc}")
         loss = Loss(what, hosts, str(exc), time.time())
+        fence.verify_before_use(self._renew_before_use)
         with self._lock:
             self.losses.append(loss)
             listeners = list(self._listeners)
@@ -139,6 +140,17 @@ class Holds:
             except Exception as exc:  # noqa: BLE001 -- its own thread retries and decides
                 log.warning("%s: early renewal after another loss failed: %s: %s", lease.host.name,
                             type(exc).__name__, exc)
+
+    def _renew_before_use(self, host: str) -> None:
+        """After a loss: renew ``host``'s lease before a command goes there (the fence's
+        check before use); a lease found taken is fenced through its keeper's report."""
+        with self._lock:
+            held = [lease for lease in self._held if lease.host.name == host and lease.keeper.lost is None]
+        for lease in held:
+            try:
+                lease.keeper.renew_now()
+            except LeaseLost:
+                pass  # its keeper reported it: the host is fenced now
 
     @property
     def lost_hosts(self) -> tuple[str, ...]:
