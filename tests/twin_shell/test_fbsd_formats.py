@@ -320,7 +320,11 @@ def test_a_stream_that_loses_echoes_waits_as_freebsd_then_stops(appliance):
     assert 19 * 0.01 + 0.4 <= took < 9, f"{took:.2f} s: -W 400 is the wait after the last echo"
     r = appliance.run("ping -c 500 -i 0.01 -t 1 10.77.0.2")
     m = re.search(r"(\d+) packets transmitted, (\d+) packets received", r.out)
-    assert r.status == 0 and m and 50 <= int(m.group(1)) <= 101 and m.group(1) == m.group(2), r.out
+    # -t ends the run at once, as ping.c's SIGALRM does: an echo sent just before the cut may
+    # still be on its way back (a loaded CI run read 98 sent, 97 received), never more than
+    # the couple a 10 ms interval has in flight
+    sent, got = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    assert r.status == 0 and m and 50 <= sent <= 101 and 0 <= sent - got <= 2, r.out
     r = appliance.run("ping -c 20 -i 0.01 -t 1 10.250.0.1")  # no route
     assert r.status == 2 and r.err == "ping: sendto: No route to host\n" * 20, r.err
     assert "20 packets transmitted, 0 packets received, 100.0% packet loss" in r.out
