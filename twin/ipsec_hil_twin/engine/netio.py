@@ -50,35 +50,22 @@ def _sysctl(path: str, value: str) -> None:
         print(f"engine: sysctl {path}: {exc}", file=sys.stderr)
 
 
-#: A full-size frame: what a stated queue in bytes holds in packets (the ring counts packets).
-FULL_FRAME = 1500
-#: The fewest packets the engine's input ring holds (a scheduling hiccup of the engine's
-#: loop on a busy machine must not drop a TCP window's burst).
-RING_MIN = 16
-#: The ring without a stated queue (a host dir used by hand, the floor's probe): Linux's default.
-RING_DEFAULT = 1000
+#: esp0's ring: Linux's default. The port's queue is the engine's model (pacer.PortQueue);
+#: the ring only absorbs the engine's own stalls on a busy machine, so it never drops a
+#: load the model admits.
+RING_PACKETS = 1000
 
 
-def ring_packets(queue_bytes: list[int | None]) -> int:
-    """esp0's txqueuelen -- the engine's input ring, packets the kernel hands the engine
-    before it drops -- from the stated egress queues of the ports the engine paces to.
-
-    Why (issue 41): the engine paces an SA to its port's rate, so when the offered load is
-    above that rate the queue builds HERE, not in the port's tbf. At Linux's 1,000 packets
-    it held ~1.2 MB of 1,228-byte packets, 100 ms at 100 Mbit/s: a 1 s trial 9 % over the
-    rate lost nothing (NDR 98.5 Mbit/s measured over a path whose ESP line rate carries
-    92.4). The ring holds the smallest stated queue in full-size frames (128 KiB: 87
-    packets), so the path's buffer is the one the topology states. A ring counts packets,
-    as a NIC's descriptor ring does: small packets get less room in bytes."""
+def port_queue_bytes(queue_bytes: list[int | None]) -> int | None:
+    """The queue the engine's port model holds: the smallest stated egress queue of the
+    ports it paces to (None when none is stated: no model)."""
     stated = [q for q in queue_bytes if q]
-    if not stated:
-        return RING_DEFAULT
-    return max(RING_MIN, min(stated) // FULL_FRAME)
+    return min(stated) if stated else None
 
 
-def open_tun_up(name: str = "esp0", txqlen: int = RING_DEFAULT) -> int:
+def open_tun_up(name: str = "esp0", txqlen: int = RING_PACKETS) -> int:
     """:func:`open_tun`, then the device as a datapath needs it: up, MTU 65000 (the
-    routes carry the ESP limits), txqueuelen ``txqlen`` (:func:`ring_packets`), no IPv6
+    routes carry the ESP limits), txqueuelen ``txqlen`` (:data:`RING_PACKETS`), no IPv6
     link-local (no MLD/RS noise) and no reverse-path filter (decrypted packets arrive from
     a source routed elsewhere). One home for the engine (ipsec_hil_twin.engine.__main__)
     and its floor (ipsec_hil_twin.engine.floor)."""

@@ -164,7 +164,7 @@ def host_json(run: RunDir, prefix: str, topo: Topology, name: str) -> dict[str, 
     ports = [{"name": n, "ifname": n, "ipv4": _text(p.ipv4), "ipv6": _text(p.ipv6),
               "addresses": [str(a) for a in (p.ipv4, p.ipv6) if a is not None],
               "mtu": p.mtu, "rate_mbit": _rate(p.rate_mbit),
-              # the engine sizes its input ring from it (ipsec_hil_twin.engine.netio.ring_packets)
+              # the queue the engine's port model holds (ipsec_hil_twin.engine.pacer.PortQueue)
               "queue_bytes": topo.queue_bytes(name, n)} for n, p in host.ports.items()]
     return {
         "name": name, "model": host.model, "driver": hp.base.driver, "hw_model": hp.base.hw_model,
