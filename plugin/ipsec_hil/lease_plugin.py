@@ -61,12 +61,23 @@ def _acceptance(config: pytest.Config) -> bool:
     return wants_lab(config)
 
 
-def stop_if_lost(config: pytest.Config) -> None:
+#: How long the stop signal's handler waits for the recheck of the other leases. Short: the
+#: handler runs on top of whatever the main thread was doing, and a CI run's main thread
+#: was inside a command to peer3300 when the signal came -- the recheck's renewal of
+#: peer3300 waited for that connection, the handler for the recheck, 20 s. Nothing depends
+#: on the wait any more: from the first loss on, every command renews its host's lease
+#: before it goes (ipsec_hil.lab.remote.fence.verify_before_use), and a worker waits again
+#: at its session's end, holding nothing, before it tells the controller what it lost.
+HANDLER_SETTLE_S = 2.0
+#: The same wait where the main thread holds no connection (a hook, the session's end).
+SETTLE_S = 20.0
+
+
+def stop_if_lost(config: pytest.Config, settle: float = SETTLE_S) -> None:
     """End the run now (LEASE_LOST) when any of its leases or places was lost."""
     if HOLDS.losses and _acceptance(config):
-        # every lease the same break took is known (and fenced) first; bounded: a recheck
-        # can wait on a connection the interrupted main thread was holding
-        HOLDS.wait_settled(20)
+        # every lease the same break took is known (and fenced) first, within ``settle``
+        HOLDS.wait_settled(settle)
         message = HOLDS.stop_message()
         hold = run_context(config).part(LeaseHold)
         session = hold.session
@@ -133,7 +144,7 @@ class _Stopper:
     def _handler(self, signum: int, frame: object) -> None:  # the main thread
         if self.armed and HOLDS.losses:
             self.armed = False  # once: the teardowns that follow are not interrupted again
-            stop_if_lost(self.config)
+            stop_if_lost(self.config, HANDLER_SETTLE_S)
 
     def arm(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -247,6 +258,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
         if HOLDS.losses and _acceptance(session.config):
             session.exitstatus = HilExitCode.LEASE_LOST
             if run_context(session.config).worker:
+                HOLDS.wait_settled(SETTLE_S)  # every loss of the break known: the controller fences them all
                 _tell_controller(session.config)  # with what the teardowns left
             else:
                 _say(session.config)
