@@ -370,25 +370,30 @@ class TxLoop(_Loop):
                     esp = esp[:-1] + bytes((esp[-1] ^ 0x01,))
                     a[i_faulted] += 1
                 if f_replay is not None and k % max(1, int(f_replay.get("every", 50))) == 0:
-                    self._send(osa, esp)
+                    _send(a, osa, esp)
                     a[i_faulted] += 1
             try:
                 osa.sock.sendto(esp, osa.addr)
             except OSError as exc:
-                self._send_failed(osa, exc)
+                _send_failed(a, osa, exc)
 
-    def _send(self, osa: OutSa, esp: bytes) -> None:
-        try:
-            osa.sock.sendto(esp, osa.addr)
-        except OSError as exc:
-            self._send_failed(osa, exc)
 
-    def _send_failed(self, osa: OutSa, exc: OSError) -> None:
-        self.a[osa.fail_idx] += 1
-        if osa.fail_idx != INDEX["eng:tx_sendfail"]:
-            self.a[INDEX["eng:tx_sendfail"]] += 1
-        if exc.errno not in (105, 11, 90):  # ENOBUFS, EAGAIN, EMSGSIZE
-            print(f"engine tx: send failed: {exc}", file=sys.stderr)
+
+def _send(a, osa: OutSa, esp: bytes) -> None:
+    """One more copy of a sealed frame (fault replay): sent, or counted as a failed send."""
+    try:
+        osa.sock.sendto(esp, osa.addr)
+    except OSError as exc:
+        _send_failed(a, osa, exc)
+
+
+def _send_failed(a, osa: OutSa, exc: OSError) -> None:
+    """A send the kernel refused, counted on the SA's index and the engine's."""
+    a[osa.fail_idx] += 1
+    if osa.fail_idx != INDEX["eng:tx_sendfail"]:
+        a[INDEX["eng:tx_sendfail"]] += 1
+    if exc.errno not in (105, 11, 90):  # ENOBUFS, EAGAIN, EMSGSIZE
+        print(f"engine tx: send failed: {exc}", file=sys.stderr)
 
 
 class RxLoop(_Loop):
