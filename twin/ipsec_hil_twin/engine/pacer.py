@@ -32,14 +32,15 @@ class PortQueue:
       esp0 into the queue meanwhile).
 
     A load at the rate loses nothing; a 1 s trial 10 % over it loses all but the stated
-    queue's worth of its excess. ``queue_bytes`` None: no model (the ring's 1,000 packets
-    are then the queue, the state before issue 41). A frame costs what the wire carries:
+    queue's worth of its excess. ``queue_bytes`` None: no model, the queue holds RING
+    packets as esp0's ring did (the state before issue 41; fault queue_hidden). A frame costs what the wire carries:
     its ESP packet, outer header and Ethernet's 38 bytes (the tbf of the twin's shaped
     links counts the same); before issue 41 the pacer counted 80 a packet, less than
     the wire, so a shaped link's queue filled behind a line-rate stream."""
 
     OVERHEAD = 96  # ESP in IPv4 (~58 with GCM) and Ethernet's 38, until a frame is paced
     BATCH = 1024  # packets read in one look at esp0 (the ring holds 1,000)
+    RING = 1000  # packets the queue holds at most, model or not: esp0's ring (fault queue_hidden's queue)
     BURST = 65536  # bytes the port may send at once after a stall (the token bucket's depth)
 
     def __init__(self, tun: int, queue_bytes: int | None, clock=time.monotonic) -> None:
@@ -86,8 +87,11 @@ class PortQueue:
         k = len(got)
         if k:
             start, span = self.seen, now - self.seen
-            admit, put = self.admit, self.ahead.append
+            admit, put, ahead, ring = self.admit, self.ahead.append, self.ahead, self.RING
             for i, pkt in enumerate(got, 1):
+                if len(ahead) >= ring:  # the ring's limit, what esp0 itself would drop: not queued, not modelled
+                    self.dropped += 1
+                    continue
                 dep = admit(len(pkt), start + span * i / k)
                 if dep is not None:
                     put((pkt, dep))
