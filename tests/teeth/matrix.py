@@ -248,8 +248,7 @@ STATELESS: dict[str, str] = {
     "replay_duplicates_accepted": "one window check", "tampered_icv_delivered": "delivers failed frames",
     "esn_high_bits_lost": "seals outbound ESN frames (its test renews the association after each run)",
     "esn_rx_high_bits_lost": "infers inbound high bits (its test renews the association after each run)",
-    "slow_first_stream": "caps a stream's rate", "queue_hidden": "the port model's queue size",
-    "dmesg_error_under_traffic": "appends log lines (tests read the lines added)",
+    "slow_first_stream": "caps a stream's rate", "dmesg_error_under_traffic": "appends log lines (tests read the lines added)",
 }
 
 

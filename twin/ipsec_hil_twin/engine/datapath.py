@@ -275,7 +275,6 @@ class TxLoop(_Loop):
                 f_nh, f_frag, f_ptb = fp(F, "wrong_next_header"), fp(F, "fragment_instead_of_ptb"), fp(F, "wrong_ptb_mtu")
                 f_slow = fp(F, "slow_first_stream")
                 f_uncounted = fp(F, "expired_drops_uncounted")
-                port.q = None if fp(F, "queue_hidden") is not None else port.stated  # fault: the ring is the queue
                 f_padx, f_nonce = fp(F, "esp_pad_extra") is not None, fp(F, "gcm_nonce_swapped") is not None
                 f_clear = fp(F, "cleartext_leak")
                 f_esn, f_pad = fp(F, "esn_high_bits_lost"), fp(F, "pad_length_lost")

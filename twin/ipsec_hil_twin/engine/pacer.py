@@ -46,7 +46,6 @@ class PortQueue:
     def __init__(self, tun: int, queue_bytes: int | None, clock=time.monotonic) -> None:
         from collections import deque
         self.tun, self.q, self.clock = tun, queue_bytes, clock
-        self.stated = queue_bytes  # the topology's; ``q`` is None under fault queue_hidden
         self.ahead: deque = deque()  # (packet, departure time)
         self.rate = 0.0  # bytes a second the port drains at: the last paced SA's
         self.backlog = 0.0  # the model's queue in bytes at time self.t
