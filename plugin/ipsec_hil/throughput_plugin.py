@@ -24,6 +24,8 @@ class SearchSettings:
     final_duration: float
     initial_duration: float
     latency_fractions: tuple[float, ...]
+    ceiling_margin: float = 0.1
+    width: float = 0.02
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,7 +37,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--search-width", type=float, default=0.02, metavar="RATIO",
                     help="goal relative width (upper - lower) / upper of the NDR/PDR search (default 0.02)")
     group.addoption("--search-trial-seconds", type=float, default=1.0, metavar="S",
-                    help="final trial duration of the NDR/PDR search (default 1 s; initial trials a quarter)")
+                    help="final trial duration of the NDR/PDR search (default 1 s; initial trials a quarter); "
+                         "longer when the path's stated queue needs it (topologies/README.md, Queues)")
+    group.addoption("--search-margin", type=float, default=0.1, metavar="RATIO",
+                    help="the search's ceiling above the path's bottleneck line rate (default 0.1 = 1.1 x)")
 
 
 @pytest.fixture(scope="session")
@@ -50,4 +55,7 @@ def search_settings(pytestconfig: pytest.Config) -> SearchSettings:
     final = opt("--search-trial-seconds")
     if not final > 0:
         raise pytest.UsageError(f"--search-trial-seconds {final}: expected a duration > 0")
-    return SearchSettings(goals, final, final / 4, (0.1, 0.5, 0.9))
+    margin = opt("--search-margin")
+    if not 0 < margin <= 1:
+        raise pytest.UsageError(f"--search-margin {margin}: expected a ratio in (0, 1], e.g. 0.1")
+    return SearchSettings(goals, final, final / 4, (0.1, 0.5, 0.9), margin, width)

@@ -192,3 +192,107 @@ def test_search_stays_within_its_trial_budget(name):
     result, _ = run_case(_case(name))
     print(f"{name}: {result.trial_count} trials, {result.trial_time:.1f} s of traffic")
     assert result.trial_count <= TRIAL_BUDGET[name]
+
+
+# --------------------------------------------------------------- issue 41: a trial knows what it offered
+
+
+def _bench_and_path(bench_limit: float, capacity: float, queue: float = 0.0):
+    """Trials through a path of ``capacity`` (units/s) whose FIFO holds ``queue`` units and
+    delivers it within the trial (iperf3's end message queues behind it), fed by a bench
+    that offers at most ``bench_limit``; each trial reports what it achieved."""
+    asked: list[tuple[float, float]] = []
+
+    def trial(load: float, duration: float) -> TrialResult:
+        offered = min(load, bench_limit)
+        asked.append((load, offered))
+        sent = int(offered * duration * 1000)  # 1,000 packets a unit of load
+        passed = min(sent, int((capacity * duration + queue) * 1000))
+        return TrialResult(load, sent, passed, duration, achieved=offered)
+
+    return trial, asked
+
+
+def test_a_trial_short_of_its_load_is_the_benchs_limit_never_a_result_at_the_load():
+    """The bench can offer 96.6, the path carries 200: nothing above ~96.6 may be a bound,
+    and each goal ends "at least X, not bracketed: the bench's limit"."""
+    trial, asked = _bench_and_path(bench_limit=96.6, capacity=200.0)
+    result = search(trial, max_rate=110.0, min_rate=2.0, goals=GOALS)
+    short = [t for t in result.trials if t.bench_short]
+    assert short and all(t.load > 96.6 * 1.02 for t in short), result.trials
+    for g in result.goals:
+        assert g.upper_bound is None and g.bench_limit == pytest.approx(96.6), g
+        assert g.lower_bound is not None and 96.6 * 0.97 <= g.lower_bound <= 96.6, g
+        assert g.verdict("Mbit/s").startswith(f"at least {g.lower_bound:.1f} Mbit/s, not bracketed: the bench's limit")
+        assert not g.bracketed
+    assert all(t.load <= 96.6 or t.bench_short for t in result.trials)
+
+
+def test_with_the_bottleneck_under_the_benchs_limit_the_search_brackets_it():
+    """Path 92.4 under a bench of 96.6, a ceiling of 1.1 x 92.4: both bounds, around 92.4."""
+    trial, _ = _bench_and_path(bench_limit=96.6, capacity=92.4)
+    result = search(trial, max_rate=1.1 * 92.4, min_rate=2.0, goals=GOALS)
+    ndr, pdr = result.goal("NDR"), result.goal("PDR")
+    assert ndr.bracketed and pdr.bracketed, result.summary()
+    assert ndr.lower_bound <= 92.4 < ndr.upper_bound
+    assert pdr.lower_bound <= 92.4 / (1 - 0.005) < pdr.upper_bound
+    assert ndr.verdict() == f"{ndr.lower_bound:.1f}"
+
+
+def test_a_queue_that_delivers_inside_the_trial_hides_an_overload_of_queue_over_trial():
+    """The physics the trial length answers: capacity C, queue Q, trial T reads loss-free up
+    to C + Q/T (here 92.4 + 4.6 at 1 s trials), and 4x longer trials cut that to a quarter."""
+    trial, _ = _bench_and_path(bench_limit=1e9, capacity=92.4, queue=4.6)
+    short_trials = search(trial, max_rate=110.0, min_rate=2.0, goals=GOALS, final_duration=1.0)
+    long_trials = search(trial, max_rate=110.0, min_rate=2.0, goals=GOALS, final_duration=4.0)
+    assert short_trials.goal("NDR").lower_bound > 92.4 * 1.03
+    assert 92.4 * 0.97 < long_trials.goal("NDR").lower_bound <= 92.4 + 4.6 / 4 + 0.01
+
+
+def test_a_bad_achieved_load_names_the_trial():
+    with pytest.raises(DecisionError, match=r"trial #0 at load 100: achieved: expected a measured load"):
+        search(lambda load, d: TrialResult(load, 10, 10, d, achieved=float("nan")), max_rate=100.0, min_rate=1.0)
+
+
+def test_a_stall_below_a_load_the_bench_offered_is_measured_again_not_a_new_limit():
+    """The bench offered 101.6 in full; a later trial under 100 comes out short once (a busy CPU):
+    the ceiling stays, that load is measured again, and the bounds are the path's."""
+    trial, asked = _bench_and_path(bench_limit=200.0, capacity=92.4)
+    stalls = {"left": 1}
+
+    def stalling(load: float, duration: float) -> TrialResult:
+        r = trial(load, duration)
+        if load < 100 and stalls["left"]:
+            stalls["left"] -= 1
+            return TrialResult(r.offered, r.sent, r.received, duration, achieved=0.8 * load)
+        return r
+
+    result = search(stalling, max_rate=1.1 * 92.4, min_rate=2.0, goals=GOALS)
+    ndr = result.goal("NDR")
+    assert sum(t.bench_short for t in result.trials) == 1 and stalls["left"] == 0
+    assert ndr.bracketed and ndr.bench_limit is None and ndr.lower_bound <= 92.4 + 1e-9 < ndr.upper_bound, ndr
+
+
+def test_under_cpu_load_two_stalls_above_every_offered_load_do_not_walk_the_ceiling_down():
+    """The first rule's failure on CI (4 workers on 2 cores): every short trial above the loads
+    offered in full lowered the ceiling, and a busy bench walked it to 0.7 of the bottleneck.
+    Now a load is the bench's limit only when SHORT_REPEATS attempts at it all fell short:
+    two stalls in a row at the ceiling, then a full trial, leave the search bracketing the path."""
+    from ipsec_hil.lab.decision.search import SHORT_REPEATS
+
+    trial, _ = _bench_and_path(bench_limit=200.0, capacity=92.4)
+    assert SHORT_REPEATS > 2
+    stalls = {"left": 2}
+
+    def busy(load: float, duration: float) -> TrialResult:
+        r = trial(load, duration)
+        if stalls["left"] and load > 92.4:  # trials above the path's rate, none offered in full yet
+            stalls["left"] -= 1
+            return TrialResult(r.offered, r.sent, r.received, duration, achieved=0.7 * load)
+        return r
+
+    result = search(busy, max_rate=1.1 * 92.4, min_rate=2.0, goals=GOALS, warmup_duration=0)
+    ndr, pdr = result.goal("NDR"), result.goal("PDR")
+    assert sum(t.bench_short for t in result.trials) == 2 and not stalls["left"]
+    assert ndr.bracketed and pdr.bracketed and ndr.bench_limit is None, result.summary()
+    assert ndr.lower_bound <= 92.4 + 1e-9 < ndr.upper_bound

@@ -48,9 +48,9 @@ def two_sets_topology(path: Path, *, hardware: bool) -> Path:
     """
     s = VIRTUAL.read_text(encoding="utf-8")
     s = s.replace("  bench:  ", PEER136 + "  bench:  ", 1)
-    old_link = "  - {a: xgs136.port8, b: peer3300.port8, rate_mbit: 100}"
+    old_link = "  - {a: xgs136.port8, b: peer3300.port8, rate_mbit: 100, queue_kib: 128}"
     assert old_link in s, "topologies/virtual.yaml changed: update this test's edit"
-    s = s.replace(old_link, "  - {a: xgs136.port8, b: peer136.port8, rate_mbit: 100}  #")
+    s = s.replace(old_link, "  - {a: xgs136.port8, b: peer136.port8, rate_mbit: 100, queue_kib: 128}  #")
     s = s.replace("remote: {host: peer3300, port: port8,", "remote: {host: peer136, port: port8,")
     if hardware:
         s = s.replace("virtual: true", "virtual: false", 1)

@@ -56,11 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     d: Path = args.host_dir
     host = load_host(d / "host.json")
     counters = CounterBlock(d / "engine.counters", create=True)
+    queue = netio.port_queue_bytes([p.queue_bytes for p in host.ports if p.rate_mbit])
+    # $TWIN_ENGINE_QUEUE=off: no queue model, esp0's 1,000-packet ring is the queue -- the
+    # state before issue 41, whose hidden queue the NDR/PDR test's physical-limit check catches
+    if os.environ.get("TWIN_ENGINE_QUEUE") == "off":
+        queue = None
     tun = netio.open_tun_up(args.tun)
     state = EngineState(d, host, counters, None)
     state.publish()  # empty state file before the workers read it
     pids = {
-        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver), d / "profile-tx"), "twin-engine-tx"),
+        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver, queue), d / "profile-tx"), "twin-engine-tx"),
         "rx": fork_worker(lambda: _run(RxLoop(d, tun, host.driver), d / "profile-rx"), "twin-engine-rx"),
     }
     state.pids = pids

@@ -50,7 +50,7 @@ from ipsec_hil_twin.personality import for_driver
 from . import netio
 from .counters import ALG_OF_CIPHER, HIST_ALGS, HIST_IN, HIST_OUT, INDEX, SA_BYTES, SA_PACKETS, PendingCounts, RxCounters
 from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
-from .pacer import PortPacer
+from .pacer import PortQueue
 from .loop_base import IGEN_ANY, Loop as _Loop
 from .out_build import counter_indexes as _idx
 from .out_build import out_sa_of
@@ -76,12 +76,15 @@ DRAIN_S = 0.5
 #: generation again: without it a delete was applied at the next packet, and a packet sent
 #: long after the delete still met the deleted SA's drain (tests/engine: the 256-child test)
 IDLE_POLL_MS = 100
+#: What an Ethernet frame adds on the wire to its IP packet: header 14, preamble 8, FCS 4,
+#: gap 12 (the shaped links' tbf counts the same: machinery.netns.ETHERNET_WIRE_OVERHEAD)
+WIRE_EXTRA = 14 + 24
 
 
 class TxLoop(_Loop):
     """esp0 -> select SA -> FreeBSD gate -> pace -> seal -> raw socket."""
 
-    def __init__(self, host_dir: Path, tun_fd: int, driver: str) -> None:
+    def __init__(self, host_dir: Path, tun_fd: int, driver: str, queue_bytes: int | None = None) -> None:
         super().__init__(host_dir, tun_fd, driver)
         self.counting = cnt = for_driver(driver).counting
         self.pend = PendingCounts(self.a, _idx(cnt.tx_forwarded + cnt.tx_own + cnt.tx_own_output_step) + _idx(
@@ -97,7 +100,7 @@ class TxLoop(_Loop):
         self.own: set[bytes] = set()
         self.own_step: list = []
         self.faults_ver = -1
-        self.port = PortPacer()
+        self.port = PortQueue(tun_fd, queue_bytes)  # the paced port and its stated queue
         self.fault_n = 0
         self.extra_pending = 0
         self.outer_df = netio.OuterDf()  # outer DF per dfbit (ipsec_output.c ipsec_encap)
@@ -235,10 +238,16 @@ class TxLoop(_Loop):
         keyf = self.keyf
         addr_only = keyf is addr_key  # then the key is one slice of the header, no call
         wall = int(time.time())
+        port = self.port
+        ahead, fill = port.ahead, port.fill
+        popleft = ahead.popleft
+        dep = 0.0
         while True:
-            try:
-                pkt = read(tun, 65536)
-            except BlockingIOError:
+            # esp0 is drained into the port's queue (pacer.PortQueue), a packet's departure
+            # time set as it is admitted
+            if ahead or fill():
+                pkt, dep = popleft() if ahead else (b"", 0.0)  # (a batch all dropped: nothing)
+            else:
                 flush(wall)
                 wait(IDLE_POLL_MS)  # an idle loop still sees a delete soon: its drain starts then
                 pkt = b""
@@ -310,9 +319,6 @@ class TxLoop(_Loop):
                     continue
                 if verdict.action == "drop":
                     continue  # pmtu <= hlen: FreeBSD frees the packet without an error
-            # pacing: the port is the bottleneck, so wait here and let esp0's queue drop
-            if osa.rate_Bps:
-                self.port.pace(osa.rate_Bps, n, now)
             if f_slow is not None and pkt[9 if v == 4 else 6] == 6:
                 self.slow.pace(f_slow, n)
             if df_work and osa.outer_hdr == 20:
@@ -330,6 +336,13 @@ class TxLoop(_Loop):
             osa.seq = seq
             # fault esn_high_bits_lost: the ICV/AAD covers 0 as the high half
             esp = osa.seal(pkt, nh, seq if f_esn is None else seq & seq_low, f_padx, f_nonce)
+            # pacing: the port is the bottleneck; the frame leaves when the port's model sends
+            # it (its stated queue full: dropped as it was admitted), costed as the wire does:
+            # ESP, the outer header, Ethernet's header and its 24 bytes of preamble, FCS, gap
+            if osa.rate_Bps:
+                port.wait(dep, osa.rate_Bps, len(esp) + osa.outer_hdr + WIRE_EXTRA, n)
+            else:
+                port.rate = 0.0  # an unpaced SA's packets model no port queue
             for i in incs:
                 p[i] += 1
             if self.extra_pending:
@@ -357,25 +370,30 @@ class TxLoop(_Loop):
                     esp = esp[:-1] + bytes((esp[-1] ^ 0x01,))
                     a[i_faulted] += 1
                 if f_replay is not None and k % max(1, int(f_replay.get("every", 50))) == 0:
-                    self._send(osa, esp)
+                    _send(a, osa, esp)
                     a[i_faulted] += 1
             try:
                 osa.sock.sendto(esp, osa.addr)
             except OSError as exc:
-                self._send_failed(osa, exc)
+                _send_failed(a, osa, exc)
 
-    def _send(self, osa: OutSa, esp: bytes) -> None:
-        try:
-            osa.sock.sendto(esp, osa.addr)
-        except OSError as exc:
-            self._send_failed(osa, exc)
 
-    def _send_failed(self, osa: OutSa, exc: OSError) -> None:
-        self.a[osa.fail_idx] += 1
-        if osa.fail_idx != INDEX["eng:tx_sendfail"]:
-            self.a[INDEX["eng:tx_sendfail"]] += 1
-        if exc.errno not in (105, 11, 90):  # ENOBUFS, EAGAIN, EMSGSIZE
-            print(f"engine tx: send failed: {exc}", file=sys.stderr)
+
+def _send(a, osa: OutSa, esp: bytes) -> None:
+    """One more copy of a sealed frame (fault replay): sent, or counted as a failed send."""
+    try:
+        osa.sock.sendto(esp, osa.addr)
+    except OSError as exc:
+        _send_failed(a, osa, exc)
+
+
+def _send_failed(a, osa: OutSa, exc: OSError) -> None:
+    """A send the kernel refused, counted on the SA's index and the engine's."""
+    a[osa.fail_idx] += 1
+    if osa.fail_idx != INDEX["eng:tx_sendfail"]:
+        a[INDEX["eng:tx_sendfail"]] += 1
+    if exc.errno not in (105, 11, 90):  # ENOBUFS, EAGAIN, EMSGSIZE
+        print(f"engine tx: send failed: {exc}", file=sys.stderr)
 
 
 class RxLoop(_Loop):

@@ -24,6 +24,7 @@ class PortCfg:
     addresses: tuple[str, ...]  # CIDR strings
     mtu: int = 1500
     rate_mbit: float | None = None
+    queue_bytes: int | None = None  # the port's stated egress buffer (topology queue_kib)
 
     def has(self, addr: str) -> bool:
         a = ipaddress.ip_address(addr)
@@ -86,7 +87,8 @@ def load_host(path: Path) -> HostConfig:
                 raise ValueError(f"{path}: {where}addresses: expected CIDR, found {a!r}") from None
         ports.append(PortCfg(name=str(pname), ifname=str(need(p, "ifname", where)),
                              addresses=tuple(addrs), mtu=int(p.get("mtu", 1500)),
-                             rate_mbit=(float(p["rate_mbit"]) if p.get("rate_mbit") else None)))
+                             rate_mbit=(float(p["rate_mbit"]) if p.get("rate_mbit") else None),
+                             queue_bytes=(int(p["queue_bytes"]) if p.get("queue_bytes") else None)))
     counters = data.get("counters") or {}
     if not isinstance(counters, dict):
         raise ValueError(f"{path}: counters: expected a mapping logical name -> oid")

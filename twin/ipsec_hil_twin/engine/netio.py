@@ -50,18 +50,32 @@ def _sysctl(path: str, value: str) -> None:
         print(f"engine: sysctl {path}: {exc}", file=sys.stderr)
 
 
-def open_tun_up(name: str = "esp0") -> int:
+#: esp0's ring: Linux's default. The port's queue is the engine's model (pacer.PortQueue);
+#: the ring only absorbs the engine's own stalls on a busy machine, so it never drops a
+#: load the model admits.
+RING_PACKETS = 1000
+
+
+def port_queue_bytes(queue_bytes: list[int | None]) -> int | None:
+    """The queue the engine's port model holds: the smallest stated egress queue of the
+    ports it paces to (None when none is stated: no model)."""
+    stated = [q for q in queue_bytes if q]
+    return min(stated) if stated else None
+
+
+def open_tun_up(name: str = "esp0", txqlen: int = RING_PACKETS) -> int:
     """:func:`open_tun`, then the device as a datapath needs it: up, MTU 65000 (the
-    routes carry the ESP limits), txqueuelen 1000, no IPv6 link-local (no MLD/RS noise)
-    and no reverse-path filter (decrypted packets arrive from a source routed elsewhere).
-    One home for the engine (ipsec_hil_twin.engine.__main__) and its floor (ipsec_hil_twin.engine.floor)."""
+    routes carry the ESP limits), txqueuelen ``txqlen`` (:data:`RING_PACKETS`), no IPv6
+    link-local (no MLD/RS noise) and no reverse-path filter (decrypted packets arrive from
+    a source routed elsewhere). One home for the engine (ipsec_hil_twin.engine.__main__)
+    and its floor (ipsec_hil_twin.engine.floor)."""
     from pyroute2 import IPRoute
 
     tun = open_tun(name)
     _sysctl(f"net/ipv6/conf/{name}/addr_gen_mode", "1")
     with IPRoute() as ipr:
         idx = ipr.link_lookup(ifname=name)[0]
-        ipr.link("set", index=idx, mtu=65000, txqlen=1000, state="up")
+        ipr.link("set", index=idx, mtu=65000, txqlen=int(txqlen), state="up")
     _sysctl(f"net/ipv4/conf/{name}/rp_filter", "0")
     _sysctl("net/ipv4/conf/all/rp_filter", "0")
     return tun

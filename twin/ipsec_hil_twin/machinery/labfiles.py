@@ -55,9 +55,9 @@ def load_lab_topology(path: Path) -> Topology:
         raise LabBuildError(f"{path}: topology file not found") from None
 
 
-def port_spec(host: str, name: str, port: Port) -> tn.PortSpec:
+def port_spec(host: str, name: str, port: Port, queue_bytes: int | None = None) -> tn.PortSpec:
     return tn.PortSpec(host=host, name=name, ipv4=_text(port.ipv4), ipv6=_text(port.ipv6),
-                       mtu=port.mtu, rate_mbit=_rate(port.rate_mbit))
+                       mtu=port.mtu, rate_mbit=_rate(port.rate_mbit), queue_bytes=queue_bytes)
 
 
 def _rate(mbit: float | None) -> Any:
@@ -81,8 +81,10 @@ def network_spec(topo: Topology, prefix: str) -> tn.NetworkSpec:
     links: list[tn.LinkSpec] = []
     for link in topo.links:
         (ha, pa), (hb, pb) = link.ends
-        links.append(tn.LinkSpec(port_spec(ha, pa, topo.port(ha, pa)),
-                                 port_spec(hb, pb, topo.port(hb, pb)), _rate(link.rate_mbit)))
+        # each end's egress queue by the rule the NDR/PDR search sizes its trials with
+        links.append(tn.LinkSpec(port_spec(ha, pa, topo.port(ha, pa), topo.queue_bytes(ha, pa)),
+                                 port_spec(hb, pb, topo.port(hb, pb), topo.queue_bytes(hb, pb)),
+                                 _rate(link.rate_mbit)))
     n = 0
     for hname, host in topo.hosts.items():
         for pname, port in host.ports.items():
@@ -161,7 +163,9 @@ def host_json(run: RunDir, prefix: str, topo: Topology, name: str) -> dict[str, 
     tunnels, kernel_cipher = tunnels_of(topo, name)
     ports = [{"name": n, "ifname": n, "ipv4": _text(p.ipv4), "ipv6": _text(p.ipv6),
               "addresses": [str(a) for a in (p.ipv4, p.ipv6) if a is not None],
-              "mtu": p.mtu, "rate_mbit": _rate(p.rate_mbit)} for n, p in host.ports.items()]
+              "mtu": p.mtu, "rate_mbit": _rate(p.rate_mbit),
+              # the queue the engine's port model holds (ipsec_hil_twin.engine.pacer.PortQueue)
+              "queue_bytes": topo.queue_bytes(name, n)} for n, p in host.ports.items()]
     return {
         "name": name, "model": host.model, "driver": hp.base.driver, "hw_model": hp.base.hw_model,
         "module_file": hp.module_file, "counters": hp.counters, "replay_window": hp.replay_window,

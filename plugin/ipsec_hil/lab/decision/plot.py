@@ -94,11 +94,17 @@ def plot_search(result: SearchResult, path: Path | str | None = None, *, unit: s
 
     cmap = matplotlib.colormaps["Blues"]
     for i, phase in enumerate(phases):
-        ts = [t for t in result.trials if t.phase == phase and t.role != WARMUP]
+        ts = [t for t in result.trials if t.phase == phase and t.role != WARMUP and not t.bench_short]
         colour = cmap(0.35 + 0.65 * i / max(1, len(phases) - 1))  # darker = longer trials
+        if not ts:
+            continue
         ax.scatter([t.load for t in ts], [t.loss_ratio for t in ts], color=colour, s=36, zorder=3,
                    label=f"phase {phase}: {ts[0].result.duration:.3g} s trials")
-    warm = [t for t in result.trials if t.role == WARMUP]
+    short = [t for t in result.trials if t.bench_short]
+    if short:  # no result at the load asked: drawn at the load that left
+        ax.scatter([t.result.achieved for t in short], [t.loss_ratio for t in short], marker="x", color="#c0392b",
+                   s=50, zorder=4, label="the bench could not offer the load (at what left)")
+    warm = [t for t in result.trials if t.role == WARMUP and not t.bench_short]
     if warm:
         ax.scatter([t.load for t in warm], [t.loss_ratio for t in warm], facecolors="none",
                    edgecolors="grey", s=60, label="warm-up (discarded)")
@@ -111,6 +117,9 @@ def plot_search(result: SearchResult, path: Path | str | None = None, *, unit: s
         if g.upper_bound is not None:
             ax.axvline(g.upper_bound, color=colour, linewidth=1.2, linestyle="--",
                        label=f"{g.goal.name} upper {g.upper_bound:.4g}")
+        elif g.lower_bound is not None:
+            ax.text(g.lower_bound, 1e-4, f" {g.goal.name}: at least, not bracketed", color=colour, fontsize=8,
+                    rotation=90, va="bottom")
     ax.set_yscale("symlog", linthresh=1e-4)
     ax.set_ylim(0, max(1e-3, max(t.loss_ratio for t in result.trials)) * 2)
     ax.ticklabel_format(axis="x", style="plain", useOffset=False)

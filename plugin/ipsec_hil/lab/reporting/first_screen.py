@@ -34,6 +34,13 @@ def _mbit(entries: Sequence[Any], pick) -> str:
     return f"{max(vals):,.1f}" if vals else "-"
 
 
+def _search_figure(entries: Sequence[Any], name: str) -> str:
+    """NDR/PDR: the proved rate, or the search's words when it did not bracket one
+    ("at least X Mbit/s, not bracketed: the bench's limit", issue 41)."""
+    words = [f.value for e in entries for f in e.figures if f.label.lower() == name and isinstance(f.value, str)]
+    return words[0] if words else _mbit(entries, lambda label: label.startswith(name))
+
+
 def _pmtu(entries: Sequence[Any]) -> str:
     for e in entries:
         for f in e.figures:
@@ -70,7 +77,7 @@ def model_rows(entries: Sequence[Any]) -> dict[str, list[list[str]]]:
         out.setdefault(model, []).append([
             tunnel, outer, inner, cipher,
             _mbit(es, lambda label: "stream" in label and "floor" not in label and "after boot" not in label),
-            _mbit(es, lambda label: label.startswith("ndr")), _mbit(es, lambda label: label.startswith("pdr")),
+            _search_figure(es, "ndr"), _search_figure(es, "pdr"),
             _pmtu(es), _conservation(es)])
     return out
 

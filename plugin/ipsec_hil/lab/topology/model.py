@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, PrivateAttr
 
 from ipsec_hil.lab.errors import LabError
-from ipsec_hil.lab.topology.parts import Host, LabInfo, Link, Port, _Model
+from ipsec_hil.lab.topology.parts import DEFAULT_QUEUE_KIB, Host, LabInfo, Link, Port, _Model
 from ipsec_hil.lab.topology.tunnels import Tunnel, TunnelEnd
 
 
@@ -82,6 +82,15 @@ class Topology(_Model):
             if (host, port) in link.ends:
                 return link
         return None
+
+    def queue_bytes(self, host: str, port: str) -> int:
+        """A port's egress buffer as the lab file states it: the port's ``queue_kib``, else its
+        link's, else DEFAULT_QUEUE_KIB. One reading for the twin's shaper and the suite's
+        trial lengths (ipsec_hil.lab.decision.bottleneck)."""
+        p = self.port(host, port)
+        link = self.link_of(host, port)
+        kib = p.queue_kib or (link.queue_kib if link is not None else None) or DEFAULT_QUEUE_KIB
+        return int(kib * 1024)
 
     def peer_of(self, host: str, port: str) -> tuple[str, str] | None:
         """(host, port) at the other end of the port's link, if wired."""

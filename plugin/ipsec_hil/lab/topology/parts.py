@@ -27,6 +27,10 @@ FAMILIES: tuple[str, ...] = get_args(Family)
 CIPHERS: tuple[str, ...] = get_args(Cipher)
 
 MTU_MAX = 9216
+#: A port's egress buffer when the lab file states none: 128 KiB, a gigabit access switch's
+#: per-port share of its packet memory (e.g. 1.5 MB shared by 12 ports). What a port holds
+#: beyond its line rate is what a short trial can hide (ipsec_hil.lab.decision.bottleneck).
+DEFAULT_QUEUE_KIB = 128.0
 MTU_MIN_IPV4 = 576
 MTU_MIN_IPV6 = 1280
 
@@ -173,6 +177,9 @@ class Port(_Model):
     ipv6: ipaddress.IPv6Interface | None = None
     mtu: int = 1500
     rate_mbit: float | None = Field(None, gt=0)
+    #: bytes the port's egress holds before it drops, in KiB (None: the link's, else
+    #: DEFAULT_QUEUE_KIB); the NDR/PDR search sizes its trials against it (topologies/README.md)
+    queue_kib: float | None = Field(None, gt=0)
     ifname: str | None = None  # the OS's name (e.g. ix0) when the suite must name it
 
     @field_validator("ipv4", mode="before")
@@ -318,6 +325,8 @@ class Link(_Model):
     a: str
     b: str
     rate_mbit: float | None = Field(None, gt=0)
+    #: both ends' egress queue in KiB unless a port states its own (None: DEFAULT_QUEUE_KIB)
+    queue_kib: float | None = Field(None, gt=0)
 
     @field_validator("a", "b")
     @classmethod
