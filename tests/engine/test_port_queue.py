@@ -101,7 +101,7 @@ def test_wait_holds_until_the_departure_and_drains_esp0_meanwhile(esp0):
     tx.send(b"y" * PKT)
     import time
     t0 = time.monotonic()
-    q.wait(t0 + 0.05, RATE, PKT + PortQueue.OVERHEAD)
+    q.wait(t0 + 0.05, RATE, PKT + PortQueue.OVERHEAD, PKT)
     assert time.monotonic() - t0 >= 0.05 and len(q.ahead) == 1 and q.rate == RATE
 
 
@@ -113,9 +113,9 @@ def test_after_a_stall_the_port_catches_up_at_its_rate_not_at_once():
     q = PortQueue(-1, Q, clock=clock)
     q.last = clock.t - 1.0  # idle before: a full bucket
     wire = PKT + PortQueue.OVERHEAD
-    times = [q.leave_at(clock.t - 0.5, RATE, wire) for _ in range(300)]  # all due long ago
+    times = [q.leave_at(clock.t - 0.5, RATE, wire, PKT) for _ in range(300)]  # all due long ago
     at_once = sum(t <= clock.t for t in times)
     assert at_once == PortQueue.BURST // wire
     later = times[at_once:]
     assert later == sorted(later) and later[-1] - clock.t == pytest.approx((300 * wire - PortQueue.BURST) / RATE, rel=0.01)
-    assert q.leave_at(clock.t + 5.0, RATE, wire) == clock.t + 5.0  # a model departure later than the bucket's stands
+    assert q.leave_at(clock.t + 5.0, RATE, wire, PKT) == clock.t + 5.0  # a model departure later than the bucket's stands

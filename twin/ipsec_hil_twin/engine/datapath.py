@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from ipsec_hil_twin.faults import JsonWatch, dfbit, fault_params
+from ipsec_hil_twin.machinery.netns import ETHERNET_WIRE_OVERHEAD
 from ipsec_hil_twin.personality import for_driver
 
 from . import netio
@@ -76,9 +77,9 @@ DRAIN_S = 0.5
 #: generation again: without it a delete was applied at the next packet, and a packet sent
 #: long after the delete still met the deleted SA's drain (tests/engine: the 256-child test)
 IDLE_POLL_MS = 100
-#: What an Ethernet frame adds on the wire to its IP packet: header 14, preamble 8, FCS 4,
-#: gap 12 (the shaped links' tbf counts the same: machinery.netns.ETHERNET_WIRE_OVERHEAD)
-WIRE_EXTRA = 14 + 24
+#: What an Ethernet frame adds on the wire to its IP packet: its 14-byte header and the
+#: preamble, FCS and gap the shaped links' tbf counts too
+WIRE_EXTRA = 14 + ETHERNET_WIRE_OVERHEAD
 
 
 class TxLoop(_Loop):

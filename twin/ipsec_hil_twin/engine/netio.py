@@ -63,9 +63,9 @@ def port_queue_bytes(queue_bytes: list[int | None]) -> int | None:
     return min(stated) if stated else None
 
 
-def open_tun_up(name: str = "esp0", txqlen: int = RING_PACKETS) -> int:
+def open_tun_up(name: str = "esp0") -> int:
     """:func:`open_tun`, then the device as a datapath needs it: up, MTU 65000 (the
-    routes carry the ESP limits), txqueuelen ``txqlen`` (:data:`RING_PACKETS`), no IPv6
+    routes carry the ESP limits), txqueuelen :data:`RING_PACKETS`, no IPv6
     link-local (no MLD/RS noise) and no reverse-path filter (decrypted packets arrive from
     a source routed elsewhere). One home for the engine (ipsec_hil_twin.engine.__main__)
     and its floor (ipsec_hil_twin.engine.floor)."""
@@ -75,7 +75,7 @@ def open_tun_up(name: str = "esp0", txqlen: int = RING_PACKETS) -> int:
     _sysctl(f"net/ipv6/conf/{name}/addr_gen_mode", "1")
     with IPRoute() as ipr:
         idx = ipr.link_lookup(ifname=name)[0]
-        ipr.link("set", index=idx, mtu=65000, txqlen=int(txqlen), state="up")
+        ipr.link("set", index=idx, mtu=65000, txqlen=RING_PACKETS, state="up")
     _sysctl(f"net/ipv4/conf/{name}/rp_filter", "0")
     _sysctl("net/ipv4/conf/all/rp_filter", "0")
     return tun

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import select
 import time
+from collections import deque
+
+from .netio import RING_PACKETS
 
 
 class PortQueue:
@@ -33,18 +36,18 @@ class PortQueue:
 
     A load at the rate loses nothing; a 1 s trial 10 % over it loses all but the stated
     queue's worth of its excess. ``queue_bytes`` None: no model, the queue holds RING
-    packets as esp0's ring did (the state before issue 41; fault queue_hidden). A frame costs what the wire carries:
+    packets as esp0's ring did (the state before issue 41; ``TWIN_ENGINE_QUEUE=off``). A
+    frame costs what the wire carries:
     its ESP packet, outer header and Ethernet's 38 bytes (the tbf of the twin's shaped
     links counts the same); before issue 41 the pacer counted 80 a packet, less than
     the wire, so a shaped link's queue filled behind a line-rate stream."""
 
     OVERHEAD = 96  # ESP in IPv4 (~58 with GCM) and Ethernet's 38, until a frame is paced
     BATCH = 1024  # packets read in one look at esp0 (the ring holds 1,000)
-    RING = 1000  # packets the queue holds at most, model or not: esp0's ring (fault queue_hidden's queue)
+    RING = RING_PACKETS  # packets the queue holds at most, model or not: esp0's ring
     BURST = 65536  # bytes the port may send at once after a stall (the token bucket's depth)
 
     def __init__(self, tun: int, queue_bytes: int | None, clock=time.monotonic) -> None:
-        from collections import deque
         self.tun, self.q, self.clock = tun, queue_bytes, clock
         self.ahead: deque = deque()  # (packet, departure time)
         self.rate = 0.0  # bytes a second the port drains at: the last paced SA's
@@ -97,10 +100,9 @@ class PortQueue:
         self.seen = now
         return k
 
-    def leave_at(self, departure: float, rate_Bps: float, wire: int, n: int | None = None) -> float:
+    def leave_at(self, departure: float, rate_Bps: float, wire: int, n: int) -> float:
         """When the frame of ``wire`` bytes (its packet's ``n`` before ESP) may leave: at
-        ``departure`` (the model's port sends
-        it then) and, after a stall, no faster than the port's rate with a bucket of BURST (a
+        ``departure`` (the model's port sends it then) and, after a stall, no faster than the port's rate with a bucket of BURST (a
         stalled engine catches up at the rate, as the token bucket before it did: a catch-up
         at once overflowed the next link's queue). ``rate_Bps`` is the port's rate from now on."""
         self.rate = rate_Bps
@@ -110,13 +112,12 @@ class PortQueue:
             tokens = float(self.BURST)
         tokens -= wire
         self.tokens, self.last = tokens, now
-        if n is not None:
-            self.overhead = wire - n  # what admission adds to the packets it queues next
+        self.overhead = wire - n  # what admission adds to the packets it queues next
         if tokens < 0 and now - tokens / rate_Bps > departure:
             return now - tokens / rate_Bps
         return departure
 
-    def wait(self, departure: float, rate_Bps: float, wire: int, n: int | None = None) -> None:
+    def wait(self, departure: float, rate_Bps: float, wire: int, n: int) -> None:
         """Hold the caller until :meth:`leave_at`, draining esp0 into the queue meanwhile."""
         departure = self.leave_at(departure, rate_Bps, wire, n)
         while True:

@@ -33,13 +33,14 @@ Library code: no pytest import.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,7 +49,8 @@ from ipsec_hil.lab.errors import TransportError
 #: Where the recording goes when set: a directory, one JSON-lines file per host.
 COMMAND_LOG_ENV = "HIL_COMMAND_LOG"
 
-__all__ = ["HostFenced", "fence", "fenced", "admit", "check", "guarded", "reset", "read_log", "COMMAND_LOG_ENV"]
+__all__ = ["HostFenced", "fence", "fenced", "verify_before_use", "unverified", "admit", "check", "guarded", "reset",
+           "read_log", "COMMAND_LOG_ENV"]
 
 
 class HostFenced(TransportError):
@@ -94,17 +96,27 @@ def verify_before_use(renew: Callable[[str], None]) -> None:
         _verify = renew
 
 
+@contextlib.contextmanager
+def unverified() -> Iterator[None]:
+    """Commands sent inside are not preceded by :func:`verify_before_use`'s renewal: the
+    lease's own commands (a renewal IS that check; renewing first would do it twice)."""
+    was = getattr(_verifying, "on", False)
+    _verifying.on = True
+    try:
+        yield
+    finally:
+        _verifying.on = was
+
+
 def _verified(host: str) -> None:
     renew = _verify
     if renew is None or getattr(_verifying, "on", False):
         return
-    _verifying.on = True
-    try:
-        renew(host)
-    except Exception:  # noqa: BLE001 -- a loss shows as the fence below; anything else is the keeper's to retry
-        pass
-    finally:
-        _verifying.on = False
+    with unverified():
+        try:
+            renew(host)
+        except Exception:  # noqa: BLE001 -- a loss shows as the fence below; anything else is the keeper's to retry
+            pass
 
 
 def _describe(op: str, arg: object) -> str:

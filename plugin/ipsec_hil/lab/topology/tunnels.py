@@ -176,9 +176,14 @@ class Lifetimes(_Model):
     rand_time: int = Field(0, ge=0)
     remote_life_time: int | None = Field(None, ge=0)
 
+    @property
+    def remote_life(self) -> int:
+        """The remote end's life_time: its own when stated, else the tunnel's."""
+        return self.life_time if self.remote_life_time is None else self.remote_life_time
+
     def for_end(self, end: str) -> dict[str, int]:
         """swanctl.conf's CHILD_SA lifetime keys for ``end`` ("local" or "remote")."""
-        life = self.remote_life_time if end == "remote" and self.remote_life_time is not None else self.life_time
+        life = self.remote_life if end == "remote" else self.life_time
         return {"rekey_time": self.rekey_time, "life_time": life, "rand_time": self.rand_time}
 
     @model_validator(mode="after")
@@ -189,10 +194,10 @@ class Lifetimes(_Model):
         if self.rekey_time and self.life_time and self.rekey_time + self.rand_time >= self.life_time:
             raise ValueError(f"expected rekey_time + rand_time < life_time (the rekey before the hard expiry), "
                              f"found {self.rekey_time} + {self.rand_time} >= {self.life_time}")
-        if self.remote_life_time is not None and (self.life_time == 0) != (self.remote_life_time == 0):
+        if (self.life_time == 0) != (self.remote_life == 0):
             raise ValueError(f"expected remote_life_time 0 exactly when life_time is 0 (both ends expire or neither), "
                              f"found life_time {self.life_time}, remote_life_time {self.remote_life_time}")
-        if self.remote_life_time is not None and self.rekey_time and self.rekey_time + self.rand_time >= self.remote_life_time:
+        if self.rekey_time and self.rekey_time + self.rand_time >= self.remote_life:
             raise ValueError(f"expected rekey_time + rand_time < remote_life_time (the rekey before the hard expiry), "
                              f"found {self.rekey_time} + {self.rand_time} >= {self.remote_life_time}")
         return self
