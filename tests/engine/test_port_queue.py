@@ -119,3 +119,37 @@ def test_after_a_stall_the_port_catches_up_at_its_rate_not_at_once():
     later = times[at_once:]
     assert later == sorted(later) and later[-1] - clock.t == pytest.approx((300 * wire - PortQueue.BURST) / RATE, rel=0.01)
     assert q.leave_at(clock.t + 5.0, RATE, wire, PKT) == clock.t + 5.0  # a model departure later than the bucket's stands
+
+
+def test_the_receive_side_catches_up_at_the_lans_rate_after_a_stall(monkeypatch):
+    """pacer.CatchUp: packets arriving at the rate never wait; a backlog after a stall leaves
+    at the rate once the bucket is spent (the inbound every-size sweep lost 5-40 sizes when
+    the receive loop wrote a stall's backlog at once onto the 128 KiB-queued LAN)."""
+    from ipsec_hil_twin.engine import pacer
+
+    clock = Clock()
+    slept: list[float] = []
+    monkeypatch.setattr(pacer.time, "sleep", lambda s: (slept.append(s), setattr(clock, "t", clock.t + s)))
+    c = pacer.CatchUp(RATE, 38, clock=clock)
+    for _ in range(1000):  # at 90 % of the rate, one by one: never held
+        clock.t += c.wire(PKT, True) / (0.9 * RATE)
+        c.pace(PKT, True)
+    assert slept == []
+    start = clock.t
+    for _ in range(500):  # a stall's backlog, all at once
+        c.pace(PKT, True)
+    assert sum(slept) == pytest.approx((500 * (PKT + 38) - pacer.CatchUp.BURST) / RATE, rel=0.01)
+    assert clock.t - start == pytest.approx(sum(slept))
+
+
+def test_the_receive_side_counts_a_fragmenting_lans_bytes():
+    """An IPv4 packet above 1,500 bytes goes out as fragments of 1,480 payload bytes, each
+    with its own IPv4 header and Ethernet's bytes; IPv6 is never fragmented on the way."""
+    from ipsec_hil_twin.engine.pacer import CatchUp
+
+    c = CatchUp(RATE, 38)
+    assert c.wire(1500, True) == 1538
+    assert c.wire(1501, True) == 1501 + 20 + 2 * 38  # two fragments
+    assert c.wire(8000, True) == 8000 + 5 * 20 + 6 * 38  # ceil(7980 / 1480) = 6
+    assert c.wire(8000, False) == 8038
+    assert CatchUp(None, 38).rate == 0.0

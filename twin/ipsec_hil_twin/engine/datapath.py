@@ -51,7 +51,7 @@ from ipsec_hil_twin.personality import for_driver
 from . import netio
 from .counters import ALG_OF_CIPHER, HIST_ALGS, HIST_IN, HIST_OUT, INDEX, SA_BYTES, SA_PACKETS, PendingCounts, RxCounters
 from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
-from .pacer import PortQueue
+from .pacer import CatchUp, PortQueue
 from .loop_base import IGEN_ANY, Loop as _Loop
 from .out_build import counter_indexes as _idx
 from .out_build import out_sa_of
@@ -400,8 +400,9 @@ def _send_failed(a, osa: OutSa, exc: OSError) -> None:
 class RxLoop(_Loop):
     """raw ESP -> SA by (SPI, dst) -> replay check -> ICV -> decrypt -> checks -> esp0."""
 
-    def __init__(self, host_dir: Path, tun_fd: int, driver: str) -> None:
+    def __init__(self, host_dir: Path, tun_fd: int, driver: str, lan_Bps: float | None = None) -> None:
         super().__init__(host_dir, tun_fd, driver)
+        self.catch_up = CatchUp(lan_Bps, WIRE_EXTRA)  # after a stall, out at the port's rate (pacer.CatchUp)
         self.s4 = netio.rx_socket(socket.AF_INET)
         self.s6 = netio.rx_socket(socket.AF_INET6)
         self.su = netio.udp_encap_rx_socket()
@@ -583,6 +584,7 @@ class RxLoop(_Loop):
             self.slow.pace(self.f_slow, len(inner))
         if off and nh == 41 and x.inner_v6 >= 0:
             p[x.inner_v6] += 1
+        self.catch_up.pace(len(inner), nh == 4)
         try:
             os.write(self.tun, inner)
         except OSError:

@@ -131,6 +131,55 @@ class PortQueue:
                 self.fill()
 
 
+class CatchUp:
+    """The receive loop's output to esp0, no faster than the host's slowest rated port
+    after a stall (a token bucket of BURST bytes at that rate).
+
+    Why (issue 41): the receive loop decrypts what its sockets hold and writes each inner
+    packet to esp0 at once; the kernel forwards it onto the LAN's shaped link. When a busy
+    CPU held the loop for tens of milliseconds, the frames that trickled in meanwhile came
+    out as one burst and overflowed that link's stated queue: a loaded run of the inbound
+    every-size sweep lost 5-40 sizes at a time, tbf on the XGS 136's f1 counting the drops
+    (44 in one run), though the sweep offered half the link's rate. An appliance's NIC does
+    not stall so; the loop catches up at the port's rate as the transmit side does
+    (PortQueue.leave_at). A load at or under the rate never waits here: the bucket stays
+    full. Wire bytes are the LAN's: the inner packet in Ethernet (WIRE_EXTRA) and, above
+    1,500 bytes, the IPv4 fragments the kernel cuts it into (a 1,500-byte LAN assumed: the
+    smallest the twin's LANs have, so the pace is never faster than a fragmenting LAN)."""
+
+    BURST = 32768  # bytes: less than any stated queue the twin builds, so a catch-up's first burst fits
+    LAN_MTU = 1500
+
+    def __init__(self, rate_Bps: float | None, wire_extra: int, clock=time.monotonic) -> None:
+        self.rate, self.extra, self.clock = rate_Bps or 0.0, wire_extra, clock
+        self.tokens, self.last = float(self.BURST), clock()
+        self.waited = 0.0  # seconds held, for the engine's status
+
+    def wire(self, n: int, v4: bool) -> int:
+        """Bytes an inner packet of ``n`` bytes takes on the LAN: one frame, or its IPv4 fragments."""
+        if n <= self.LAN_MTU or not v4:
+            return n + self.extra
+        per = (self.LAN_MTU - 20) & ~7  # payload per fragment, a multiple of 8 (RFC 791)
+        frags = -(-(n - 20) // per)
+        return n + (frags - 1) * 20 + frags * self.extra
+
+    def pace(self, n: int, v4: bool) -> None:
+        """Hold the caller until an inner packet of ``n`` bytes may go to esp0."""
+        rate = self.rate
+        if not rate:
+            return
+        now = self.clock()
+        tokens = self.tokens + (now - self.last) * rate
+        if tokens > self.BURST:
+            tokens = float(self.BURST)
+        tokens -= self.wire(n, v4)
+        self.tokens, self.last = tokens, now
+        if tokens < 0:
+            hold = -tokens / rate
+            self.waited += hold
+            time.sleep(hold)
+
+
 class FirstStreamPacer:
     """Issue 531 (fault `slow_first_stream`): after boot/reset, TCP through this
     direction of the engine is paced to `mbit` for `seconds` from the first TCP packet
