@@ -38,6 +38,7 @@ from ipsec_hil.lab.expectations.hardware import HardwareProfile
 from ipsec_hil.lab.measuring import offload
 from ipsec_hil.lab.measuring.measure import Snapshot, unchanged_since
 from ipsec_hil.lab.parsers import (
+    cputime,
     ifconfig,
     iperf3,
     kldstat,
@@ -370,6 +371,13 @@ class Appliance(ShellCommands):
             raise LabError(f"{self.name}: unknown sysctl {', '.join(unknown)}")
         r.check("sysctl " + " ".join(names))
         return dict(sysctl.parse(r.stdout, mode="name", names=list(names)))
+
+    def cpu_times(self) -> cputime.CpuTimes:
+        """``sysctl kern.clockrate hw.ncpu kern.cp_time`` -> parsers.cputime CpuTimes: the
+        CPU time the appliance spent so far; two of them bracket a trial's CPU cost."""
+        r = self._run(cputime.COMMAND)
+        r.check(cputime.COMMAND)
+        return cputime.parse(r.stdout)
 
     def sysctl_set(self, name: str, value: int | str) -> tuple[sysctl.Value, sysctl.Value]:
         """Set one sysctl; returns (old, new) as sysctl printed them."""

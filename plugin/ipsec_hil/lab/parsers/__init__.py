@@ -28,6 +28,7 @@ MODULES = (
     "dmesg",
     "boottime",
     "osversion",
+    "cputime",
 )
 
 __all__ = ["ParseError", "MODULES"]
