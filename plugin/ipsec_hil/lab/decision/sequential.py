@@ -183,7 +183,7 @@ def sequential_look(
                   f"nor wholly outside [{lo_edge:.3f}, {hi_edge:.3f}]")
     else:
         reason = (f"{interval} neither wholly inside nor wholly outside [{lo_edge:.3f}, {hi_edge:.3f}] "
-                  f"{after} of at most {rule.max_pairs}: not decided, measure another pair")
+                  f"after {k} of at most {rule.max_pairs} pairs: not decided, measure another pair")
     comparison = Comparison(
         figure=figure,
         unit=unit,
@@ -221,7 +221,7 @@ def log_ratio_interval(parent: Sequence[float], candidate: Sequence[float], leve
 
 def t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile of Student's t with ``df`` degrees of freedom (``t_quantile(0.975, 10)`` = 2.2281)."""
-    if not (isinstance(p, float | int) and 0.0 < p < 1.0):
+    if not (isinstance(p, float | int) and not isinstance(p, bool) and 0.0 < p < 1.0):
         raise bad("p", p, "a probability in (0, 1)")
     if p == 0.5:
         return 0.0
@@ -229,17 +229,22 @@ def t_quantile(p: float, df: int) -> float:
     return q if p > 0.5 else -q
 
 
-@lru_cache(maxsize=256)
 def t_upper_quantile(tail: float, df: int) -> float:
     """The t >= 0 with ``P(T > t) = tail`` (0 < tail <= 0.5), by bisection on :func:`t_upper_tail`.
 
     Takes the tail rather than the quantile so a per-look tail like 0.05 / 28 loses no digits
-    to ``1 - p``. Cached: a figure's looks ask for the same few (tail, df).
+    to ``1 - p``.
     """
     if not (isinstance(df, int) and not isinstance(df, bool) and df >= 1):
         raise bad("df", df, "an integer >= 1 (degrees of freedom)")
-    if not (isinstance(tail, float | int) and 0.0 < tail <= 0.5):
+    if not (isinstance(tail, float | int) and not isinstance(tail, bool) and 0.0 < tail <= 0.5):
         raise bad("tail", tail, "a probability in (0, 0.5]")
+    return _t_upper_quantile(float(tail), df)
+
+
+@lru_cache(maxsize=256)
+def _t_upper_quantile(tail: float, df: int) -> float:
+    """Cached after the checks (a cache key would take True for 1): a figure's looks ask for the same few."""
     lo, hi = 0.0, 1.0
     while t_upper_tail(hi, df) > tail:
         lo, hi = hi, 2.0 * hi
@@ -452,8 +457,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Sequential design vs the fixed rule on simulated figures")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-pairs", type=int, default=SequentialRule.max_pairs, help="the sequential budget")
     args = parser.parse_args(argv)
-    rule = SequentialRule()
+    rule = SequentialRule(max_pairs=args.max_pairs)
     print(f"# {args.runs} simulated decisions per line, seed {args.seed}; lab drift {DRIFT_PER_TRIAL:+.1%}/trial "
           f"+ random walk {WALK_SD:.1%}/trial; abba order")
     print(f"# sequential = {rule.describe()}")
