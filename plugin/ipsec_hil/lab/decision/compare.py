@@ -145,6 +145,11 @@ class Comparison:
     candidate: tuple[float, ...]
     #: why the verdict is ``not judged`` (None: judged); printed by :meth:`summary`
     reason: str | None = None
+    #: the rule in words when ``rule.describe()`` is not how the interval was made (None: it is).
+    #: Why: the sequential design (:mod:`.sequential`) reports a Student-t interval at a
+    #: per-look level; its ``rule`` carries the threshold and that level for the plot and the
+    #: JSON, but "bootstrap interval" on the page would be false.
+    method: str | None = None
 
     @property
     def n_parent(self) -> int:
@@ -172,7 +177,7 @@ class Comparison:
         return (
             f"{self.figure}: {self.verdict.value}{unresolved}{why}: candidate/parent = {self.ratio:.3f} "
             f"[{self.ci_low:.3f}, {self.ci_high:.3f}] ({self.direction.value}; {how}; "
-            f"{self.rule.describe()})"
+            f"{self.method or self.rule.describe()})"
         )
 
     def to_dict(self) -> dict[str, object]:
