@@ -34,6 +34,8 @@ from ipsec_hil.lab.measuring.build_comparison import (FIGURES, KNOWN_FIGURES, Bu
                                          compare_builds)
 from ipsec_hil.lab.cases import TunnelCase, tunnel_cases
 from ipsec_hil.lab.decision.compare import Rule
+from ipsec_hil.lab.decision.errors import DecisionError
+from ipsec_hil.lab.decision.sequential import SequentialRule
 from ipsec_hil.lab.decision.plot import plot_comparisons
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.live_lab import Lab
@@ -45,6 +47,9 @@ log = logging.getLogger(__name__)
 __all__: list[str] = []
 
 #: the configuration the comparison measures (the pages' rate configuration)
+#: pairs of the fixed design when --compare-pairs is not given
+FIXED_PAIRS = 4
+
 RATE_CONFIGURATION = {"outer": "ipv4", "inner": "ipv4", "cipher": "aes-gcm-16", "children": "one"}
 
 
@@ -56,6 +61,7 @@ class ParentRun(Part):
     pairs: int
     seconds: float
     figures: tuple[str, ...] = FIGURES
+    sequential: SequentialRule | None = None  # None: the fixed design of ``pairs`` pairs
     results: list[BuildComparison] = field(default_factory=list)
     not_measured: list[str] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
@@ -75,6 +81,16 @@ class ParentRun(Part):
             if model not in cand_models:
                 raise pytest.UsageError(f"--parent-driver {model}=...: no --driver {model}=CANDIDATE to compare it with")
         pairs, seconds = config.getoption("--compare-pairs"), config.getoption("--compare-seconds")
+        design = config.getoption("--compare-design")
+        sequential = None
+        if design == "sequential":
+            try:
+                sequential = SequentialRule() if pairs is None else SequentialRule(max_pairs=pairs)
+            except DecisionError as exc:
+                raise pytest.UsageError(f"--compare-pairs {pairs}: {exc}") from None
+            pairs = sequential.max_pairs
+        elif pairs is None:
+            pairs = FIXED_PAIRS
         if pairs < Rule().min_pairs:
             raise pytest.UsageError(f"--compare-pairs {pairs}: the verdict rule needs at least {Rule().min_pairs} pairs")
         if not seconds >= 1:
@@ -83,7 +99,7 @@ class ParentRun(Part):
             figures = check_figures(str(config.getoption("--compare-figures")).split(","))
         except ValueError as exc:
             raise pytest.UsageError(f"--compare-figures: {exc}") from None
-        return cls({m: p for m, (p, _) in parsed.items()}, pairs, seconds, figures)
+        return cls({m: p for m, (p, _) in parsed.items()}, pairs, seconds, figures, sequential)
 
     def finish(self, ctx: RunContext, session: pytest.Session) -> None:
         if self.parents and wants_lab(session.config) and not (self.results or self.not_measured):
@@ -96,8 +112,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="the build the --driver candidate replaces: after the tests, measure both in "
                          "interleaved trials and judge each rate figure (regression: exit "
                          f"{int(HilExitCode.CANDIDATE_REGRESSION)})")
-    group.addoption("--compare-pairs", type=int, default=4, metavar="N",
-                    help="pairs of parent/candidate trials per figure (default 4; the rule needs >= 3)")
+    group.addoption("--compare-design", choices=("sequential", "fixed"), default="sequential",
+                    help="sequential (default): pairs until each figure's interval decides against +-2.5 %% "
+                         "or the budget ends (decision/sequential.py); fixed: --compare-pairs pairs, +-5 %% rule")
+    group.addoption("--compare-pairs", type=int, default=None, metavar="N",
+                    help=f"the budget of pairs per figure (sequential, default {SequentialRule().max_pairs}) or the "
+                         f"pairs (fixed, default {FIXED_PAIRS}); the rules need >= 3")
     group.addoption("--compare-seconds", type=float, default=2.0, metavar="S",
                     help="seconds of traffic per comparison trial (default 2; a PDR search's final trials)")
     group.addoption("--compare-figures", default=",".join(FIGURES), metavar="LIST",
@@ -133,7 +153,7 @@ def _compare_model(config: pytest.Config, lab: Lab, pr: ParentRun, model: str, c
                                    gateway=active.inner_address("local"))
         try:
             return compare_builds(active, deployments, builds, pairs=pr.pairs, seconds=pr.seconds,
-                                  figures=pr.figures)
+                                  figures=pr.figures, sequential=pr.sequential)
         finally:
             if not route.get("existed"):
                 active.bench.probe("route", action="del", dst=active.inner_prefix("remote"))
@@ -216,7 +236,7 @@ def summary_lines(pr: ParentRun) -> list[str]:
     lines = [f"candidate vs parent: {verdict_line(pr)}"]
     for r in pr.results:
         lines.append(f"  {r.model} on {r.tunnel_case}: parent {r.builds.parent} (md5 {r.builds.identity('parent').md5}), "
-                     f"candidate {r.builds.candidate} (md5 {r.builds.identity('candidate').md5}); {r.pairs} pairs of "
+                     f"candidate {r.builds.candidate} (md5 {r.builds.identity('candidate').md5}); {r.pairs} pairs ({r.design}) of "
                      f"{r.trial_seconds:g} s trials, {r.swaps} swaps (each followed by a discarded warm-up stream), "
                      f"{r.wall_seconds:.1f} s added")
         lines += [f"    {c.summary()}" for c in r.comparisons]
@@ -234,11 +254,12 @@ def _report(config: pytest.Config, pr: ParentRun) -> None:
 def page_section(pr: ParentRun) -> str:
     out = ["## Candidate against parent", "", f"**{verdict_line(pr)}**", ""]
     for r in pr.results:
-        out.append(f"- {r.model} on `{r.tunnel_case}`: {r.pairs} interleaved pairs (parent, candidate, candidate, "
+        out.append(f"- {r.model} on `{r.tunnel_case}`: {r.pairs} interleaved pairs ({r.design}; parent, candidate, candidate, "
                    f"parent, ...) of {r.trial_seconds:g} s trials, {r.swaps} build swaps each followed by a discarded "
                    f"warm-up stream ({', '.join(f'{w:.1f}' for w in r.warmups)} Mbit/s), {r.wall_seconds:.1f} s")
         out += [f"  - {c.summary()}" for c in r.comparisons]
-        out += [f"  - trial {t.index} {t.role}: {t.figure} = {t.mbit:.1f} Mbit/s" for t in r.trials]
+        out += [f"  - trial {t.index} {t.role}: {t.figure} = {t.value:.{1 if t.unit == 'Mbit/s' else 3}f} {t.unit}"
+                for t in r.trials]
     out += [f"- ![parent vs candidate](plots/{p.name})" for p in pr.plots]
     return "\n".join(out) + "\n"
 

@@ -44,7 +44,7 @@ def test_a_20_percent_slower_candidate_is_a_pdr_regression(lab, tmp_path):
         # needed"). Only that case -- slower by the point estimate, the interval unresolved --
         # is measured once more; both attempts are printed, and the second must be the verdict.
         print(f"\nfirst attempt unresolved: x{first['ratio']:.3f} [{first['ci_low']:.3f}, {first['ci_high']:.3f}], "
-              f"trials {[t['mbit'] for t in results[0]['trials']]} Mbit/s; measuring again")
+              f"trials {[t['value'] for t in results[0]['trials']]} Mbit/s; measuring again")
         r, results, wall = compare(lab, tmp_path / "run2", parent, slow, "--compare-figures", "pdr", pairs=PDR_PAIRS)
     out = r.stdout
     assert r.returncode == HilExitCode.CANDIDATE_REGRESSION, f"exit {r.returncode}:\n{out[-5000:]}\n{r.stderr[-2000:]}"
@@ -52,9 +52,9 @@ def test_a_20_percent_slower_candidate_is_a_pdr_regression(lab, tmp_path):
     assert pdr["figure"].startswith("PDR (loss <= 0.5 %"), pdr
     assert pdr["verdict"] == "regression" and pdr["ci_high"] < 0.95 and 0.6 < pdr["ratio"] < 0.9, pdr
     trials = results[0]["trials"]
-    assert len(trials) == 2 * PDR_PAIRS and all(t["mbit"] > 0 for t in trials), trials
+    assert len(trials) == 2 * PDR_PAIRS and all(t["value"] > 0 for t in trials), trials
     assert re.search(r"REGRESSION in 1 figure\(s\): xgs3300 PDR \(loss <= 0\.5 %", out), out
     print(f"\nslow candidate, PDR: x{pdr['ratio']:.3f} [{pdr['ci_low']:.3f}, {pdr['ci_high']:.3f}]; parent "
-          f"{[t['mbit'] for t in trials if t['role'] == 'parent']} candidate "
-          f"{[t['mbit'] for t in trials if t['role'] == 'candidate']} Mbit/s; comparison phase "
+          f"{[t['value'] for t in trials if t['role'] == 'parent']} candidate "
+          f"{[t['value'] for t in trials if t['role'] == 'candidate']} Mbit/s; comparison phase "
           f"{results[0]['wall_seconds']:.1f} s of a {wall:.1f} s run")

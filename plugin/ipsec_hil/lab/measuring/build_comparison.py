@@ -26,15 +26,17 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ipsec_hil.lab.decision.compare import (CANDIDATE, PARENT, Comparison, Direction, Rule, compare_trials,
                                          interleaved_schedule)
+from ipsec_hil.lab.decision.sequential import SequentialRule, sequential_look
 from ipsec_hil.lab.driver import DriverDeployment, ModuleBuild, local_build
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.decision.search import Goal, search
+from ipsec_hil.lab.measuring import cpu_cost
 from ipsec_hil.lab.traffic.bench import iperf_run
 from ipsec_hil.lab.traffic.udp_load import udp_trial
 
@@ -49,7 +51,13 @@ FIGURES = ("up", "down")
 #: Opt-in (``--compare-figures up,down,pdr``): a search is ~10 short trials, so it costs
 #: ~10x a stream per trial.
 PDR = "pdr"
-KNOWN_FIGURES = FIGURES + (PDR,)
+#: The DUT's kernel CPU time per packet over each "up" stream (measuring.cpu_cost): the cost a
+#: driver adds when the link, not the engine, is the limit -- a build that burns more CPU per
+#: packet and still fills the link differs in nothing else. Lower is better. Opt-in
+#: (``--compare-figures up,cpu``); it rides on the up stream's trial (one stream is run for
+#: it when "up" is not asked).
+CPU = "cpu"
+KNOWN_FIGURES = FIGURES + (PDR, CPU)
 #: 0.5 % loss (the PDR's definition); width 2 %, well inside the verdict rule's 5 %.
 #: Each load is judged on two final trials' time with an exceed ratio of 0.5 (the draft's
 #: goal exceed ratio, for a SUT with rare loss episodes the load did not cause): a load that
@@ -95,7 +103,8 @@ class Trial:
     index: int
     role: str
     figure: str
-    mbit: float
+    value: float
+    unit: str  # Mbit/s for a rate, us/packet for the CPU figure
     started: float  # seconds since the phase started
 
 
@@ -114,6 +123,7 @@ class BuildComparison:
     warmups: list[float] = field(default_factory=list)  # Mbit/s of the discarded trial after each swap
     wall_seconds: float = 0.0
     error: str | None = None
+    design: str = "fixed"  # or the sequential rule's description
 
     @property
     def regressions(self) -> list[Comparison]:
@@ -122,13 +132,15 @@ class BuildComparison:
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model, "tunnel_case": self.tunnel_case, "pairs": self.pairs,
-            "trial_seconds": self.trial_seconds, "swaps": self.swaps, "warmups": self.warmups, "wall_seconds": round(self.wall_seconds, 1),
+            "trial_seconds": self.trial_seconds, "design": self.design, "swaps": self.swaps, "warmups": self.warmups, "wall_seconds": round(self.wall_seconds, 1),
             "parent": str(self.builds.parent), "candidate": str(self.builds.candidate), "error": self.error,
             "trials": [t.__dict__ for t in self.trials], "comparisons": [c.to_dict() for c in self.comparisons],
         }
 
 
 def figure_name(figure: str, seconds: float) -> str:
+    if figure == CPU:
+        return f"DUT kernel CPU per packet (sys + intr of kern.cp_time), over 1 TCP stream up, {seconds:g} s"
     if figure == PDR:
         missed_when = math.floor(PDR_EXCEED * PDR_TRIALS_PER_LOAD) + 1  # trials over the loss that miss a load
         return (f"PDR (loss <= {100 * PDR_LOSS:g} %, width {100 * PDR_WIDTH:g} %, a load missed when "
@@ -183,6 +195,38 @@ def _measure(active: Any, figure: str, seconds: float) -> float:
     return res.received_bps / 1e6
 
 
+def _measure_up_and_cpu(active: Any, seconds: float) -> tuple[float, float]:
+    """The up stream's Mbit/s and the DUT's kernel microseconds per packet over it."""
+    try:
+        before = cpu_cost.read(active.local)
+        mbit = _measure(active, "up", seconds)
+        cost = cpu_cost.cost_between(before, cpu_cost.read(active.local))
+    except LabError as exc:
+        raise ComparisonError(f"{active.name}: CPU per packet: {exc}") from exc
+    return mbit, cost.us_per_packet
+
+
+def _measure_trial(active: Any, figures: Sequence[str], seconds: float) -> dict[str, float]:
+    """Every figure of one trial, in the order asked (the CPU figure with the up stream)."""
+    values: dict[str, float] = {}
+    for figure in figures:
+        if figure in values:
+            continue
+        if figure in ("up", CPU) and CPU in figures:
+            values["up"], values[CPU] = _measure_up_and_cpu(active, seconds)
+        else:
+            values[figure] = _measure(active, figure, seconds)
+    return {f: values[f] for f in figures}
+
+
+def direction_of(figure: str) -> Direction:
+    return Direction.LOWER_IS_BETTER if figure == CPU else Direction.HIGHER_IS_BETTER
+
+
+def unit_of(figure: str) -> str:
+    return "us/packet" if figure == CPU else "Mbit/s"
+
+
 def _switch(deployments: Sequence[DriverDeployment], path: Path) -> None:
     for dep in deployments:
         try:
@@ -193,9 +237,15 @@ def _switch(deployments: Sequence[DriverDeployment], path: Path) -> None:
 
 def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds: Builds, *,
                    pairs: int, seconds: float, rule: Rule | None = None,
-                   figures: Sequence[str] = FIGURES) -> BuildComparison:
+                   figures: Sequence[str] = FIGURES, sequential: SequentialRule | None = None) -> BuildComparison:
     """Measure ``figures`` on ``active`` (an ActiveTunnel with a bench route in place) in
-    ``pairs`` interleaved pairs of trials and judge each figure.
+    interleaved pairs of trials and judge each figure.
+
+    Fixed design (``sequential`` None): ``pairs`` pairs, :func:`compare_trials` with ``rule``.
+    Sequential design: up to ``sequential.max_pairs`` pairs (``pairs`` is ignored); after each
+    pair from ``min_pairs`` on every undecided figure is looked at
+    (:func:`ipsec_hil.lab.decision.sequential.sequential_look`), a decided figure is no longer
+    measured, and the phase ends when every figure is decided.
 
     ``figures``: names from :data:`KNOWN_FIGURES` (checked by :func:`check_figures`).
     ``deployments``: the ``--driver`` deployments of the tunnel's appliances of this model
@@ -203,11 +253,14 @@ def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds:
     cannot be measured ends the phase with ``error`` set and no comparisons.
     """
     figures = check_figures(figures)
-    out = BuildComparison(builds.model, active.name, builds, pairs, seconds)
+    budget = sequential.max_pairs if sequential is not None else pairs
+    out = BuildComparison(builds.model, active.name, builds, budget, seconds,
+                          design=sequential.describe() if sequential is not None else "fixed")
+    decided: dict[str, Comparison] = {}
     t0 = time.monotonic()
     loaded: str | None = CANDIDATE  # --driver deployed the candidate
     try:
-        for index, role in enumerate(interleaved_schedule(pairs)):
+        for index, role in enumerate(interleaved_schedule(budget)):
             if role != loaded:
                 loaded = None  # unknown until the swap succeeded
                 _switch(deployments, builds.path(role))
@@ -217,11 +270,17 @@ def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds:
                 # (the driver re-attaching re-offloads the SAs and resyncs routes); always a
                 # TCP stream, whatever the figures, so a PDR-only comparison does not pay a search
                 out.warmups.append(round(_measure(active, FIGURES[0], seconds), 3))
-            for figure in figures:
-                started = time.monotonic() - t0
-                mbit = _measure(active, figure, seconds)
-                out.trials.append(Trial(index, role, figure_name(figure, seconds), round(mbit, 3), round(started, 2)))
-                log.info("comparison %s trial %d %s %s: %.1f Mbit/s", builds.model, index, role, figure, mbit)
+            started = time.monotonic() - t0
+            wanted = [f for f in figures if f not in decided]
+            for figure, value in _measure_trial(active, wanted, seconds).items():
+                out.trials.append(Trial(index, role, figure_name(figure, seconds), round(value, 3), unit_of(figure),
+                                        round(started, 2)))
+                log.info("comparison %s trial %d %s %s: %.3f %s", builds.model, index, role, figure, value,
+                         unit_of(figure))
+            if sequential is not None and index % 2 == 1 and (index + 1) // 2 >= sequential.min_pairs:
+                decided.update(_look(out, wanted, seconds, sequential))
+                if len(decided) == len(figures):
+                    break
     except ComparisonError as exc:
         out.error = str(exc)
     finally:
@@ -234,8 +293,25 @@ def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds:
         out.wall_seconds = time.monotonic() - t0
     if out.error is None:
         for figure in figures:
-            name = figure_name(figure, seconds)
-            trials = [(t.role, t.mbit) for t in out.trials if t.figure == name]
-            out.comparisons.append(compare_trials(name, trials, direction=Direction.HIGHER_IS_BETTER,
-                                                  unit="Mbit/s", rule=rule))
+            out.comparisons.append(decided[figure] if figure in decided else compare_trials(
+                figure_name(figure, seconds), _trials_of(out, figure, seconds), direction=direction_of(figure),
+                unit=unit_of(figure), rule=rule))
+    out.pairs = max((t.index for t in out.trials), default=-1) // 2 + 1
     return out
+
+
+def _trials_of(out: BuildComparison, figure: str, seconds: float) -> list[tuple[str, float]]:
+    name = figure_name(figure, seconds)
+    return [(t.role, t.value) for t in out.trials if t.figure == name]
+
+
+def _look(out: BuildComparison, figures: Sequence[str], seconds: float,
+          rule: SequentialRule) -> dict[str, Comparison]:
+    """The figures a look after the last pair decided, with the look's reason on each."""
+    done: dict[str, Comparison] = {}
+    for figure in figures:
+        look = sequential_look(figure_name(figure, seconds), _trials_of(out, figure, seconds),
+                               direction=direction_of(figure), unit=unit_of(figure), rule=rule)
+        if look.decided:
+            done[figure] = replace(look.comparison, reason=look.reason)
+    return done

@@ -26,6 +26,7 @@ from ._base import ParseError, fail, numbered_lines
 COMMAND = "sysctl kern.clockrate hw.ncpu kern.cp_time"
 NAMES = ("kern.clockrate", "hw.ncpu", "kern.cp_time")
 CP_STATES = ("user", "nice", "sys", "intr", "idle")
+BUSY_STATES = CP_STATES[:4]
 _CLOCKINFO = re.compile(r"\{ hz = (?P<hz>[0-9]+), tick = (?P<tick>[0-9]+), "
                         r"profhz = (?P<profhz>[0-9]+), stathz = (?P<stathz>[0-9]+) \}")
 
@@ -46,12 +47,16 @@ class CpuTimes:
     @property
     def busy(self) -> int:
         """Ticks some CPU spent not idle: user + nice + sys + intr."""
-        return self.user + self.nice + self.sys + self.intr
+        return sum(getattr(self, s) for s in BUSY_STATES)
 
     def busy_seconds_since(self, earlier: CpuTimes) -> float:
-        """CPU seconds (summed over the CPUs) spent busy between ``earlier`` and this
-        snapshot. A counter that went backwards (a reboot in between) or a changed clock
-        or CPU count is a ValueError naming it: such a figure would be invented."""
+        """CPU seconds (summed over the CPUs) spent busy between ``earlier`` and this snapshot."""
+        return self.seconds_since(earlier, BUSY_STATES)
+
+    def seconds_since(self, earlier: CpuTimes, states: tuple[str, ...]) -> float:
+        """CPU seconds (summed over the CPUs) spent in ``states`` between ``earlier`` and
+        this snapshot. A counter that went backwards (a reboot in between) or a changed
+        clock or CPU count is a ValueError naming it: such a figure would be invented."""
         if (earlier.stathz, earlier.ncpu) != (self.stathz, self.ncpu):
             raise ValueError(f"kern.clockrate/hw.ncpu changed between the snapshots: stathz {earlier.stathz} -> "
                              f"{self.stathz}, ncpu {earlier.ncpu} -> {self.ncpu}")
@@ -59,7 +64,10 @@ class CpuTimes:
             if getattr(self, state) < getattr(earlier, state):
                 raise ValueError(f"kern.cp_time {state} went backwards ({getattr(earlier, state)} -> "
                                  f"{getattr(self, state)}): the appliance rebooted between the snapshots")
-        return (self.busy - earlier.busy) / self.stathz
+        unknown = [s for s in states if s not in CP_STATES]
+        if unknown:
+            raise ValueError(f"unknown CPU state(s) {unknown}: kern.cp_time has {', '.join(CP_STATES)}")
+        return sum(getattr(self, s) - getattr(earlier, s) for s in states) / self.stathz
 
 
 def parse(text: str) -> CpuTimes:
