@@ -38,7 +38,7 @@ def test_comparison_figures_are_checked_by_name():
     from ipsec_hil.lab.measuring.build_comparison import KNOWN_FIGURES, check_figures
 
     assert check_figures(["up", " pdr "]) == ("up", "pdr")
-    assert set(KNOWN_FIGURES) == {"up", "down", "pdr"}
+    assert set(KNOWN_FIGURES) == {"up", "down", "pdr", "cpu"}
     with pytest.raises(ValueError, match="unknown comparison figure 'ndr'; known: up, down, pdr"):
         check_figures(["up", "ndr"])
     with pytest.raises(ValueError, match="no comparison figure named"):
