@@ -16,6 +16,7 @@ from typing import Any
 
 from ipsec_hil.lab.expectations import esp_math
 from ipsec_hil.lab.expectations.hardware import host_profile
+from ipsec_hil.lab.parsers import cputime
 from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.topology import Topology
 from ipsec_hil.lab.traffic import ping_argv
@@ -63,6 +64,8 @@ def appliance_reads(topology: Topology, host: str) -> list[Read]:
         Read("kern-osrelease", argv("sysctl", "-n", "kern.osrelease"), "sysctl",
              kwargs={"mode": "n", "names": ["kern.osrelease"]}, why="Appliance.kernel_version"),
         Read("kldstat", "kldstat", "kldstat", why="preflight, Appliance.module_info"),
+        Read("cputime", cputime.COMMAND, "cputime",
+             why="the comparison's CPU per packet (Appliance.cpu_times)"),
         Read(f"sysctl-dev.{profile.driver}", argv("sysctl", f"dev.{profile.driver}"), "sysctl",
              unknown_oids=True, why="the driver's whole sysctl tree"),
         Read("sysctl-profile", argv("sysctl", *oids), "sysctl", kwargs={"names": oids}, unknown_oids=True,

@@ -1,0 +1,286 @@
+"""The merge decision's power, measured on a lab (issue 41): a benchmark that prints figures.
+
+Why: the decision's simulation (``python -m ipsec_hil.lab.decision.sequential``) says what
+the rule does with the noise it assumes; this says what the whole comparison phase does on
+a lab -- build swaps, warm-up streams, TCP, the DUT's CPU ticks, the lab's own noise. It
+runs :func:`ipsec_hil.lab.measuring.build_comparison.compare_builds` (the code the gate
+runs) again and again on one tunnel, with candidates built to differ from the parent by a
+known factor, and counts the verdicts. No assert: the table is the result.
+
+Scenarios, each a candidate of the XGS 136's driver against a parent:
+
+- ``identical``: the same file contents (own md5 each: a random tail);
+- ``rate x F``: the twin's marker ``twin-rate-factor=F`` -- an engine paced to F of the port;
+- ``cpu x F``: ``twin-cpu-factor=1/F`` -- the same rate, 1/F the kernel CPU per packet (a
+  build that still fills the link and costs more: "F of the parent" in efficiency).
+
+Every decision measures both figures (``up``, ``cpu``), so each one also says whether the
+figure its build does *not* change was left alone (a false alarm when called different).
+Each decision is judged twice, on the same trials: by the sequential design (the gate's
+default: pairs until each figure decides against +-2.5 %, budget ``budget``) and by the
+fixed design it replaced (compare_trials' +-5 % bootstrap rule on the first
+``FIXED_PAIRS`` pairs, or on all when the sequential design stopped earlier). The
+fixed design had no CPU figure: its CPU rows show what the rule would have said, and its
+rate rows what a gate of that design saw of a costlier build.
+
+The lab should carry its noise model (``noise:`` on the DUT in the lab file): the twin's
+paced engine is otherwise nearly deterministic and the figures would say nothing of a real
+lab. ``tools/decision-power`` writes such a copy of the lab file and runs this.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ipsec_hil.lab.cases import tunnel_cases
+from ipsec_hil.lab.decision.compare import Rule, compare_trials
+from ipsec_hil.lab.decision.sequential import SequentialRule
+from ipsec_hil.lab.driver import DriverDeployment
+from ipsec_hil.lab.live_lab import Lab
+from ipsec_hil.lab.measuring.build_comparison import (CPU, Builds, compare_builds, direction_of, figure_name,
+                                                      unit_of)
+from ipsec_hil.lab.tunnel import bring_up
+
+FIGURES = ("up", CPU)
+LEVELS = (0.98, 0.95, 0.90, 0.80)
+FIXED_PAIRS = 4
+RATE_CONFIGURATION = {"outer": "ipv4", "inner": "ipv4", "cipher": "aes-gcm-16", "children": "one"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A candidate: which figure it changes (None: identical) and by what factor of the parent."""
+
+    kind: str | None  # "up" (rate) or "cpu", None for identical builds
+    level: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return "identical" if self.kind is None else f"{'rate' if self.kind == 'up' else 'cpu'} x{self.level:g}"
+
+    def marker(self) -> bytes:
+        if self.kind == "up":
+            return f"twin-rate-factor={self.level:g}\n".encode()
+        if self.kind == "cpu":
+            return f"twin-cpu-factor={1.0 / self.level:.4f}\n".encode()
+        return b""
+
+
+def scenarios(levels: Sequence[float] = LEVELS) -> list[Scenario]:
+    return [Scenario(None)] + [Scenario(k, lv) for k in FIGURES for lv in levels]
+
+
+@dataclass
+class Decision:
+    """One comparison's outcome under both designs."""
+
+    scenario: str
+    kind: str | None
+    level: float
+    pairs: int
+    wall_seconds: float
+    fixed_seconds: float  # the phase's time up to the fixed design's last trial
+    sequential: dict[str, dict] = field(default_factory=dict)  # figure -> verdict, ratio, ci, equivalence
+    fixed: dict[str, dict] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _fake_build(path: Path, driver: str, tag: str, marker: bytes) -> Path:
+    """A module file the twin loads: it reads only the marker lines; the random tail gives
+    every build its own md5 (identical builds are different files, as two builds are)."""
+    path.write_bytes(b"\x7fELF " + driver.encode() + b" " + tag.encode() + b"\n" + marker + os.urandom(2048))
+    return path
+
+
+def _summary(c) -> dict:
+    return {"verdict": c.verdict.value, "ratio": round(c.ratio, 4), "ci": [round(c.ci_low, 4), round(c.ci_high, 4)],
+            "equivalence_proved": c.equivalence_proved, "pairs": c.n_parent}
+
+
+def decide(active, dep: DriverDeployment, scenario: Scenario, workdir: Path, *, seconds: float,
+           rule: SequentialRule) -> Decision:
+    """One comparison of a fresh parent and candidate on ``active`` (the candidate loaded
+    first, as after ``--driver``), judged by both designs."""
+    driver = active.local.profile.driver
+    tag = uuid.uuid4().hex[:8]
+    parent = _fake_build(workdir / f"{driver}-parent-{tag}.ko", driver, "parent", b"")
+    candidate = _fake_build(workdir / f"{driver}-cand-{tag}.ko", driver, "candidate", scenario.marker())
+    dep.switch_to(candidate)
+    r = compare_builds(active, [dep], Builds(active.local.model, parent, candidate), pairs=rule.max_pairs,
+                       seconds=seconds, figures=FIGURES, sequential=rule)
+    fixed_end = [t.started for t in r.trials if t.index < 2 * FIXED_PAIRS]
+    d = Decision(scenario.name, scenario.kind, scenario.level, r.pairs, round(r.wall_seconds, 1),
+                 round(max(fixed_end, default=0.0) + seconds, 1), error=r.error)
+    if r.error:
+        return d
+    for figure, c in zip(FIGURES, r.comparisons):
+        d.sequential[figure] = _summary(c)
+        name = figure_name(figure, seconds)
+        trials = [(t.role, t.value) for t in r.trials if t.figure == name and t.index < 2 * FIXED_PAIRS]
+        if len(trials) % 2:
+            trials = trials[:-1]
+        d.fixed[figure] = _summary(compare_trials(name, trials, direction=direction_of(figure), unit=unit_of(figure),
+                                                  rule=Rule()))
+    return d
+
+
+def _rates(decisions: list[Decision], design: str, figure: str) -> dict:
+    rows = [getattr(d, design)[figure] for d in decisions if not d.error]
+    n = len(rows)
+    if not n:
+        return {"n": 0}
+    width = [r["ci"][1] - r["ci"][0] for r in rows]
+    return {"n": n,
+            "regression": sum(r["verdict"] == "regression" for r in rows) / n,
+            "progression": sum(r["verdict"] == "progression" for r in rows) / n,
+            "equivalent": sum(r["equivalence_proved"] for r in rows) / n,
+            "median_ratio": statistics.median(r["ratio"] for r in rows),
+            "median_width": statistics.median(width),
+            "median_pairs": statistics.median(r["pairs"] for r in rows)}
+
+
+def table(decisions: list[Decision]) -> list[str]:
+    """The printed table: per scenario and design, what the changed figure's verdicts were
+    (detection), what the unchanged figure's were (false alarms), and the time it took."""
+    out = ["| scenario | design | N | detected (changed figure: regression) | false alarms (unchanged figure "
+           "called different) | median ratio [median interval width] | median pairs | median s / decision |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    by: dict[str, list[Decision]] = {}
+    for d in decisions:
+        by.setdefault(d.scenario, []).append(d)
+    for name, ds in by.items():
+        kind = ds[0].kind
+        ok = [d for d in ds if not d.error]
+        for design in ("sequential", "fixed"):
+            changed = _rates(ok, design, kind) if kind else None
+            others = [f for f in FIGURES if f != kind]
+            alarms = [_rates(ok, design, f) for f in others]
+            false = round(sum((a.get("regression", 0) + a.get("progression", 0)) * a.get("n", 0) for a in alarms))
+            count = sum(a.get("n", 0) for a in alarms)
+            ratio = changed or alarms[0]
+            secs = statistics.median(d.wall_seconds if design == "sequential" else d.fixed_seconds for d in ok) if ok else 0
+            out.append(
+                f"| {name} | {design} | {len(ok)}{f' ({len(ds) - len(ok)} failed)' if len(ok) < len(ds) else ''} | "
+                f"{'-' if not changed else format(changed['regression'], '.0%')} | "
+                f"{false}/{count} ({(false / count if count else 0):.0%}) | "
+                f"{ratio.get('median_ratio', 0):.3f} [{ratio.get('median_width', 0):.3f}] | "
+                f"{ratio.get('median_pairs', 0):g} | {secs:.0f} |")
+    return out
+
+
+def run(topology_path: Path, *, model: str, runs: int, identical_runs: int, levels: Sequence[float], seconds: float,
+        rule: SequentialRule, out: Path, log=print) -> list[Decision]:
+    """Every scenario on the lab of ``topology_path`` (already up), one tunnel of ``model``
+    in the rate configuration; the decisions appended to ``out`` (JSON lines) as they end."""
+    from ipsec_hil.lab.expectations.hardware import REGISTRY
+    from ipsec_hil.lab.topology import load_topology
+
+    topology = load_topology(topology_path, models=REGISTRY)
+    cases = tunnel_cases(topology, model=model, **RATE_CONFIGURATION)
+    if not cases:
+        raise SystemExit(f"{topology_path}: no tunnel from a {model} in the rate configuration {RATE_CONFIGURATION}")
+    workdir = out.parent / f"decision-power-builds-{os.getpid()}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    decisions: list[Decision] = []
+    with Lab.connect(topology) as lab, bring_up(lab, cases[0], run_id="power-" + uuid.uuid4().hex[:6]) as active:
+        route = active.bench.probe("route", action="add", dst=active.inner_prefix("remote"),
+                                   gateway=active.inner_address("local"))
+        dep = DriverDeployment(active.local, _fake_build(workdir / "first.ko", active.local.profile.driver, "first", b""),
+                               run_id="power")
+        dep.deploy()
+        try:
+            for sc in scenarios(levels):
+                for i in range(identical_runs if sc.kind is None else runs):
+                    t0 = time.monotonic()
+                    d = decide(active, dep, sc, workdir, seconds=seconds, rule=rule)
+                    decisions.append(d)
+                    with out.open("a") as fh:
+                        fh.write(json.dumps(asdict(d)) + "\n")
+                    log(f"{sc.name} #{i + 1}: {d.pairs} pairs, {time.monotonic() - t0:.0f} s; "
+                        + (d.error or "; ".join(f"{f} {v['verdict']} x{v['ratio']:.3f} [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
+                                                for f, v in d.sequential.items())))
+        finally:
+            dep.restore()
+            if not route.get("existed"):
+                active.bench.probe("route", action="del", dst=active.inner_prefix("remote"))
+    return decisions
+
+
+def noisy_copy(lab_file: Path, out: Path) -> Path:
+    """``lab_file`` with the twin's noise model on every appliance (``noise: {}``: the
+    defaults the twin states), written to ``out``; a file that already sets ``noise`` on a
+    host keeps it."""
+    import yaml
+
+    data = yaml.safe_load(lab_file.read_text())
+    for host in (data.get("hosts") or {}).values():
+        if isinstance(host, dict) and host.get("role") == "appliance":
+            host.setdefault("noise", {})
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def _with_lab(lab_file: Path, noise: bool, work: Path, body) -> None:
+    """Run ``body(resolved lab file)`` on the lab of ``lab_file``: a virtual one is started
+    (with the noise model when asked) and torn down after; a hardware one is used as it is."""
+    import secrets
+
+    from ipsec_hil import virtual_lab
+    from ipsec_hil.lab.expectations.hardware import REGISTRY
+    from ipsec_hil.lab.topology import load_topology
+
+    topology = load_topology(lab_file, models=REGISTRY)
+    for tunnel in topology.tunnels.values():  # a virtual lab's keys, as the plugin sets them
+        if topology.lab.virtual and tunnel.psk.env and not os.environ.get(tunnel.psk.env):
+            os.environ[tunnel.psk.env] = secrets.token_urlsafe(24)
+    if not topology.lab.virtual:
+        body(lab_file)
+        return
+    source = noisy_copy(lab_file, work / f"{lab_file.stem}-noise.yaml") if noise else lab_file
+    vl = virtual_lab.start(source, owner_pid=os.getpid())
+    try:
+        body(vl.resolved)
+    finally:
+        virtual_lab.stop(vl)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ipsec_hil.lab.measuring.decision_power", description=__doc__.split("\n")[0])
+    ap.add_argument("--topology", type=Path, default=Path("topologies/virtual.yaml"),
+                    help="the lab file (default: the virtual lab, started and torn down here)")
+    ap.add_argument("--no-noise", action="store_true", help="a virtual lab without the twin's noise model")
+    ap.add_argument("--model", default="xgs136")
+    ap.add_argument("--runs", type=int, default=5, help="decisions per regression scenario (default 5)")
+    ap.add_argument("--identical-runs", type=int, default=20, help="decisions of identical builds (default 20)")
+    ap.add_argument("--levels", default=",".join(f"{x:g}" for x in LEVELS), help="fractions of the parent")
+    ap.add_argument("--seconds", type=float, default=1.0, help="seconds per trial (default 1)")
+    ap.add_argument("--budget", type=int, default=SequentialRule().max_pairs, help="the sequential design's budget of pairs")
+    ap.add_argument("--out", type=Path, default=Path("reports/decision-power.jsonl"))
+    ap.add_argument("--table-only", action="store_true", help="print the table of --out's decisions, measure nothing")
+    args = ap.parse_args(argv)
+    if not args.table_only:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.unlink(missing_ok=True)
+        t0 = time.monotonic()
+        _with_lab(args.topology, not args.no_noise, args.out.parent, lambda resolved: run(
+            resolved, model=args.model, runs=args.runs, identical_runs=args.identical_runs,
+            levels=[float(x) for x in args.levels.split(",")], seconds=args.seconds,
+            rule=SequentialRule(max_pairs=args.budget), out=args.out, log=lambda s: print(s, flush=True)))
+        print(f"measured in {time.monotonic() - t0:.0f} s", flush=True)
+    decisions = [Decision(**json.loads(line)) for line in args.out.read_text().splitlines() if line.strip()]
+    print(f"\n{len(decisions)} decisions, {args.seconds:g} s trials, sequential: {SequentialRule(max_pairs=args.budget).describe()}; "
+          f"fixed: {Rule().describe()}, first {FIXED_PAIRS} pairs\n")
+    print("\n".join(table(decisions)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
