@@ -6,11 +6,12 @@ file is the contract) and are read from
 the engine in one `counters` round trip; they exist only while the driver module is
 loaded (state.json), as on FreeBSD.  Kernel OIDs are computed from state.json and the
 writable ones live in DIR/sysctl.json; kern.cp_time is the CPU model of
-ipsec_hil_twin.fbsd.cptime over the engine's charged CPU time (the same round trip).  Leaves
-are registered in FreeBSD's order (a node's static OID numbers, then its OID_AUTO ones: kern.
-ostype 1, osrelease 2, version 4, clockrate 12, boottime 21, osreldate 24, cp_time auto; hw.
-model 2, ncpu 3), so `sysctl kern` and `-a` list them as FreeBSD does.  Output forms, errors
-and the exit status (the number of failed names) follow sbin/sysctl/sysctl.c.
+ipsec_hil_twin.fbsd.cptime over the engine's charged CPU time (the same round trip).
+Leaves are registered in FreeBSD's order, a node's static OID numbers first, then its
+OID_AUTO ones (kern: ostype 1, osrelease 2, version 4, clockrate 12, boottime 21,
+osreldate 24, then cp_time; hw: model 2, ncpu 3; the top: kern 1, net 4, hw 6, then dev),
+so `sysctl kern` and `-a` list them as FreeBSD does.  Output forms, errors and the exit
+status (the number of failed names) follow sbin/sysctl/sysctl.c.
 """
 from __future__ import annotations
 
