@@ -16,8 +16,8 @@ REPO = HERE.parents[1]
 
 # file -> the substring its error must contain ("LINE: field.path: message").
 EXPECTED = {
-    "unknown_key": "8: hosts.gw1.colour: expected one of role, model, profile, mgmt, ports, os, found unknown key 'colour'",
-    "misspelt_key": "7: hosts.gw1.modle: expected one of role, model, profile, mgmt, ports, os, found unknown key 'modle' (did you mean 'model'?)",
+    "unknown_key": "8: hosts.gw1.colour: expected one of role, model, profile, mgmt, ports, os, noise, found unknown key 'colour'",
+    "misspelt_key": "7: hosts.gw1.modle: expected one of role, model, profile, mgmt, ports, os, noise, found unknown key 'modle' (did you mean 'model'?)",
     "wrong_type_mtu": "9: hosts.gw1.ports.wan.mtu: expected an integer, found 'big'",
     "missing_role": "5: hosts.gw1.role: expected a value (required), found nothing",
     "link_unknown_host": "23: links[0].b: expected a host of this file (gw1, gw2, bench), found 'gw3'",
@@ -67,6 +67,11 @@ EXPECTED = {
     "labgrid_bad_coordinator": "5: lab.labgrid.coordinator: expected HOST:PORT of the labgrid coordinator (e.g. labgrid.example:20408), found 'lab.example'",
     "labgrid_bad_tag": "6: lab.labgrid.tags: expected tags as key: value in lower-case letters, digits and _ (a key starts with a letter), found Board: 'XGS'",
     "labgrid_place_and_tags": "4: lab.labgrid: expected exactly one of place or tags, found both",
+    # issue 41: an appliance's run-to-run noise
+    "noise_unknown_key": "14: hosts.gw2.noise.epochs: expected one of rate_sd, cpu_sd, epoch_s, seed, found unknown key 'epochs' (did you mean 'epoch_s'?)",
+    "noise_negative_sd": "15: hosts.gw2.noise.rate_sd: expected a value >= 0",
+    "noise_zero_epoch": "14: hosts.gw2.noise.epoch_s: expected a value > 0",
+    "noise_on_bench": "20: hosts.bench.noise: expected no noise on the bench host (noise is an appliance's), found",
     "labgrid_with_mgmt_address": "11: hosts.gw1.mgmt.address: expected no mgmt.address or mgmt.local on an appliance of a lab with lab.labgrid (its place's NetworkService gives address and user), found '192.0.2.200'",
 }
 
@@ -303,3 +308,18 @@ def test_schema_and_esp_math_name_the_same_families_and_ciphers():
 
     assert FAMILIES == esp_math.FAMILIES
     assert CIPHERS == esp_math.CIPHERS
+
+
+def test_noise_is_off_unless_stated_and_on_with_the_pages_defaults():
+    """Issue 41: absent = off (the default lab stays deterministic); `noise: {}` = on with
+    the defaults the schema states (rate_sd from page 001, cpu_sd an assumption); any key
+    overrides its default alone."""
+    from ipsec_hil.lab.topology import NoiseModel
+
+    assert all(h.noise is None for h in load_topology(REPO / "topologies/virtual.yaml", models=REGISTRY).hosts.values())
+    text = MINI.replace("    model: xgs136\n", "    model: xgs136\n    noise: {}\n").replace(
+        "    model: xgs3300\n", "    model: xgs3300\n    noise: {rate_sd: 0.05, epoch_s: 0.5, seed: 7}\n")
+    topo = parse_topology(text, "noise.yaml", models=REGISTRY)
+    assert topo.host("gw2").noise == NoiseModel(rate_sd=0.0133, cpu_sd=0.02, epoch_s=1.0, seed=0)
+    assert topo.host("gw1").noise.model_dump() == {"rate_sd": 0.05, "cpu_sd": 0.02, "epoch_s": 0.5, "seed": 7}
+    assert topo.host("bench").noise is None

@@ -12,7 +12,7 @@ from ipsec_hil_twin.machinery import netns as tn
 from ipsec_hil_twin.machinery.lab import Lab, LabBuildError, fake_module
 from ipsec_hil_twin.machinery.runtime import read_json
 
-from .conftest import needs_root
+from .conftest import HERE, needs_root
 
 pytestmark = needs_root
 
@@ -214,3 +214,29 @@ def test_host_files_come_from_the_typed_model_and_the_twins_personality(small_to
     wires = {(l.a.host, l.a.name, l.b.host, l.b.name): l.rate_mbit for l in spec.links}
     assert wires[("dut3300", "port8", "peer3300", "port8")] == 10000
     assert ("peer3300", "lan", "peer3300", "nc0") in wires  # an unwired port gets a parked peer
+
+
+def test_noise_and_cpus_reach_host_json_and_a_builds_factors_survive_a_boot(tmp_path):
+    """Issue 41: the lab file's `noise:` reaches host.json with every key filled in (absent:
+    null, off), hw.ncpu's count with it; state.json at boot carries the driver file's
+    `twin-rate-factor` / `twin-cpu-factor` as kldload would, so a build installed at the
+    module's path is the same build after a reboot."""
+    from ipsec_hil_twin.machinery.labfiles import boot_state, host_json, load_lab_topology
+    from ipsec_hil_twin.machinery.runtime import HostDir, RunDir
+
+    topo = load_lab_topology(HERE / "lab_cpu_noise.yaml")
+    run = RunDir(tmp_path / "run")
+    noisy, quiet, dut = (host_json(run, "twzz01", topo, h) for h in ("noisy136", "quiet136", "dut3300"))
+    assert noisy["noise"] == {"rate_sd": 0.05, "cpu_sd": 0.02, "epoch_s": 0.5, "seed": 0}
+    assert quiet["noise"] is None and dut["noise"] is None
+    assert (noisy["ncpu"], dut["ncpu"]) == (2, 8)
+    hd = HostDir(tmp_path / "h")
+    for path, data in (("/boot/kernel/kernel", b"k"), ("/boot/kernel/ipsec.ko", b"i"),
+                       ("/boot/modules/npuep.ko", b"\x7fELF npuep\0twin-cpu-factor=1.053\0twin-rate-factor=0.8\0")):
+        hd.rootpath(path).parent.mkdir(parents=True, exist_ok=True)
+        hd.rootpath(path).write_bytes(data)
+    drv = boot_state(hd, "npuep", "/boot/modules/npuep.ko", 2)["driver"]
+    assert (drv["cpu_factor"], drv["rate_factor"], drv["loaded"]) == (1.053, 0.8, True)
+    hd.rootpath("/boot/modules/npuep.ko").write_bytes(b"\x7fELF npuep")
+    drv = boot_state(hd, "npuep", "/boot/modules/npuep.ko", 3)["driver"]
+    assert (drv["cpu_factor"], drv["rate_factor"]) == (1.0, 1.0)

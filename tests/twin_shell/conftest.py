@@ -42,6 +42,10 @@ DRIVER_COUNTS = {"tx_taken": 0, "tx_accel": 829290, "rx_done": 12, "rx_v6": 4180
                  "rx_nosa": 1, "tx_nonhop": 0, "tx_drop": 0, "sa_count": 2, "sa_inet": 0, "sa_inet6": 2}
 ESP_COUNTS = {"received-packets": 10, "sent-packets": 1, "receieve-bytes": 840, "sent-bytes": 84,
               "dropped-bad-auth": 3}
+CPU_NS = 2_000_000_000
+"""The CPU the engine double says its loops charged (2 s: kern.cp_time's intr is 254 ticks)."""
+BOOT_TIME = 1764448000.25
+"""state.json's boot_time of the shell tests' appliance (kern.boottime, kern.cp_time)."""
 
 
 class JsonlDouble:
@@ -90,7 +94,8 @@ class EngineDoubleForFormatTests(JsonlDouble):
     def answer(self, req: dict) -> dict:
         op = req.get("op")
         if op == "counters":
-            return {"ok": True, "driver": DRIVER_COUNTS, "esp": ESP_COUNTS, "histogram": {"aes-gcm-16": 11}}
+            return {"ok": True, "driver": DRIVER_COUNTS, "esp": ESP_COUNTS, "histogram": {"aes-gcm-16": 11},
+                    "cpu_ns": CPU_NS}
         if op == "list_sas":
             return {"ok": True, "sas": self.sas}
         if op == "set_driver":
@@ -193,7 +198,7 @@ def build_host_dir(path: Path, ns: str) -> HostDir:
         "ports": [{"name": "lan", "ifname": "lan", "addresses": ["10.77.0.1/24", "fd77::1/64"], "mtu": 1400},
                   {"name": "wan", "ifname": "wan", "addresses": ["10.78.0.1/24"], "mtu": 1500}],
     })
-    write_json_atomic(hd.state_json, {"boot_id": 1, "boot_time": 1764448000.25, "modules": mods,
+    write_json_atomic(hd.state_json, {"boot_id": 1, "boot_time": BOOT_TIME, "modules": mods,
                                       "driver": dict(mods[2], loaded=True, driver="npuep")})
     write_json_atomic(hd.sysctl_json, {"net.inet.ipsec.dfbit": 0})
     write_json_atomic(hd.faults_json, {})

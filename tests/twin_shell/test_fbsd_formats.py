@@ -14,12 +14,13 @@ import re
 import time
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from ipsec_hil_twin.machinery.runtime import read_json, write_json_atomic
 
-from .conftest import AUTH_KEY, CBC_KEY, DRIVER_COUNTS, ESP_COUNTS, GCM_KEY, NPUEP, JsonlDouble
+from .conftest import AUTH_KEY, BOOT_TIME, CBC_KEY, CPU_NS, DRIVER_COUNTS, ESP_COUNTS, GCM_KEY, NPUEP, JsonlDouble
 
 pytestmark = pytest.mark.needs_root
 
@@ -74,6 +75,103 @@ def test_sysctl_dfbit_is_writable_and_persisted(appliance):
     assert appliance.run("sysctl -n net.inet.ipsec.dfbit").out == "1\n"
     assert appliance.run("sysctl net.inet.ipsec.dfbit=abc").err == "sysctl: invalid integer 'abc'\n"
     assert appliance.run("sysctl net.inet.ipsec.dfbit=0").out == "net.inet.ipsec.dfbit: 1 -> 0\n"
+
+
+# ----------------------------------------------------------------------------- sysctl: the CPU (issue 41)
+
+STATHZ = 127
+"""kern.clockrate's stathz: kern.cp_time counts in its ticks."""
+CP_TIME = re.compile(r"(\d+) (\d+) (\d+) (\d+) (\d+)")
+GOLDEN_CPU = Path(__file__).resolve().parents[1] / "golden" / "sysctl" / "twin-cpu.txt"
+
+
+def _ticks(seconds: float) -> int:
+    return int(seconds * STATHZ)
+
+
+def test_sysctl_cpu_time_is_the_model_in_freebsds_format(appliance):
+    """kern.cp_time: user nice sys intr idle summed over the CPUs (the 136's 2), in stathz
+    ticks: intr is the engine's charged CPU (the double's 2 s: 254 ticks), sys the stated
+    background (0.3 % of one CPU since boot), idle the rest of 2 CPUs x uptime; the
+    clockrate and hw.ncpu lines exactly, and the whole shape as the golden capture."""
+    t0 = time.time()
+    r = appliance.run("sysctl kern.clockrate kern.cp_time hw.ncpu")
+    t1 = time.time()
+    assert (r.err, r.status) == ("", 0)
+    clock, cp, ncpu = r.out.splitlines()
+    assert clock == "kern.clockrate: { hz = 1000, tick = 1000, profhz = 8128, stathz = 127 }"
+    assert ncpu == "hw.ncpu: 2"
+    name, _, value = cp.partition(": ")
+    m = CP_TIME.fullmatch(value)
+    assert name == "kern.cp_time" and m, cp
+    user, nice, sys_, intr, idle = map(int, m.groups())
+    assert (user, nice) == (0, 0), "the twin models no userland load"
+    assert intr == CPU_NS * STATHZ // 10**9 == 254
+    assert _ticks(0.003 * (t0 - BOOT_TIME)) <= sys_ <= _ticks(0.003 * (t1 - BOOT_TIME))
+    assert _ticks(2 * (t0 - BOOT_TIME)) <= sys_ + intr + idle <= _ticks(2 * (t1 - BOOT_TIME))
+    # the golden capture: this output line for line, cp_time's (growing) numbers as shapes
+    shape = re.compile(r"^(kern\.cp_time: )\d+ \d+ \d+ \d+ \d+$", re.M)
+    assert shape.sub(r"\1N", r.out) == shape.sub(r"\1N", GOLDEN_CPU.read_text()), r.out
+    p = parser("sysctl")
+    if p:
+        vals = p.parse(r.out)
+        assert vals["kern.cp_time"] == (user, nice, sys_, intr, idle) and vals.get_int("hw.ncpu") == 2
+
+
+def test_sysctl_cpu_oids_forms_types_order_and_errors(appliance):
+    """-n prints values only, -t the types sysctl(8) names (an array of longs: long; a
+    struct clockinfo: struct); `sysctl kern` / `hw` / `-a` list them in FreeBSD's OID
+    order; unknown names and writes behave as before."""
+    r = appliance.run("sysctl -n kern.clockrate hw.ncpu kern.cp_time")
+    lines = r.out.splitlines()
+    assert lines[:2] == ["{ hz = 1000, tick = 1000, profhz = 8128, stathz = 127 }", "2"]
+    assert CP_TIME.fullmatch(lines[2]), lines
+    assert appliance.run("sysctl -e hw.ncpu").out == "hw.ncpu=2\n"
+    r = appliance.run("sysctl -t kern.cp_time kern.clockrate hw.ncpu kern.boottime")
+    assert r.out == "kern.cp_time: long\nkern.clockrate: struct\nhw.ncpu: integer\nkern.boottime: struct\n"
+    assert appliance.run("sysctl -N kern").out.split() == [
+        "kern.ostype", "kern.osrelease", "kern.version", "kern.clockrate", "kern.boottime",
+        "kern.osreldate", "kern.cp_time"]
+    assert appliance.run("sysctl -N hw").out.split() == ["hw.model", "hw.ncpu"]
+    every = appliance.run("sysctl -aN").out.split()
+    tops = [n.split(".")[0] for n in every]
+    assert [t for i, t in enumerate(tops) if t not in tops[:i]] == ["kern", "net", "hw", "dev"], every
+    r = appliance.run("sysctl kern.cp kern.cp_time.user hw.ncpus")
+    assert (r.out, r.status) == ("", 3)
+    assert r.err == ("sysctl: unknown oid 'kern.cp'\nsysctl: unknown oid 'kern.cp_time.user'\n"
+                     "sysctl: unknown oid 'hw.ncpus'\n")
+    for name in ("kern.cp_time=0", "hw.ncpu=4", "kern.clockrate=1"):
+        r = appliance.run(f"sysctl {name}")
+        assert (r.err, r.status) == (f"sysctl: oid '{name.split('=')[0]}' is read only\n", 1)
+
+
+def test_kldload_carries_the_builds_cpu_factor(appliance):
+    """A build with `twin-cpu-factor=F` tells the engine F (set_driver cpu_factor) and
+    state.json keeps it; without the marker it is 1.0; F <= 0 is refused as EINVAL."""
+    good = (appliance.hd.root / "boot/modules/npuep.ko").read_bytes()
+    cand = appliance.hd.root / "root/cand"
+    cand.mkdir(exist_ok=True)
+    (cand / "npuep.ko").write_bytes(good + b"\0twin-cpu-factor=1.053\0")
+    try:
+        assert appliance.run("kldunload npuep").status == 0
+        r = appliance.run("kldload /root/cand/npuep.ko")
+        assert (r.out, r.err, r.status) == ("", "", 0)
+        req = appliance.engine.requests[-1]
+        assert (req["op"], req["loaded"], req["cpu_factor"], req["rate_factor"]) == ("set_driver", True, 1.053, 1.0)
+        drv = read_json(appliance.hd.state_json)["driver"]
+        assert (drv["file"], drv["cpu_factor"], drv["rate_factor"]) == ("/root/cand/npuep.ko", 1.053, 1.0)
+        assert appliance.run("kldunload npuep").status == 0
+        assert appliance.engine.requests[-1] == {"op": "set_driver", "loaded": False, "name": "npuep"}
+        (cand / "npuep.ko").write_bytes(good + b"\0twin-cpu-factor=0\0")
+        r = appliance.run("kldload /root/cand/npuep.ko")
+        assert (r.err, r.status) == ("kldload: can't load /root/cand/npuep.ko: Invalid argument\n", 1)
+        assert "npuep0: twin-cpu-factor=0.0 out of (0, inf); not attached" in appliance.run("dmesg").out
+    finally:
+        r = appliance.run("kldload -n /boot/modules/npuep.ko")
+    assert r.status == 0
+    req = appliance.engine.requests[-1]
+    assert (req["cpu_factor"], req["rate_factor"]) == (1.0, 1.0)
+    assert read_json(appliance.hd.state_json)["driver"]["cpu_factor"] == 1.0
 
 
 # ----------------------------------------------------------------------------- netstat

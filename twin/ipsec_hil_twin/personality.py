@@ -90,8 +90,8 @@ class KernelFootprint(namedtuple("KernelFootprint", "sa_zone pkt_zone attach_mal
 
 class Personality(namedtuple("Personality", "model driver hw_model driver_counters cop_counters counting "
                                             "replay_window offloads_ipv6_outer first_stream_issue footprint "
-                                            "offloads_udp_encap",
-                             defaults=(32, True, None, None, False))):
+                                            "offloads_udp_encap ncpu cpu_ns",
+                             defaults=(32, True, None, None, False, 1, 0))):
     """One emulated appliance model.
 
     driver_counters / cop_counters: the names the driver exports under ipsec. / cop.;
@@ -101,6 +101,10 @@ class Personality(namedtuple("Personality", "model driver hw_model driver_counte
     offloads_udp_encap: whether the driver takes UDP-encapsulated (NAT-T, RFC 3948)
     associations; if not, the kernel runs them (its ESP counters move, the driver's stay
     still).  The twin's assumption (octep yes, npuep no), to be checked on hardware.
+    ncpu: `sysctl hw.ncpu`, the CPUs of hw_model's processor;
+    cpu_ns: the appliance's CPU time per ESP packet its engine seals or opens, in ns
+    (ipsec_hil_twin.fbsd.cptime: kern.cp_time's CP_INTR), derived from the pages beside
+    each entry.
     """
 
     __slots__ = ()
@@ -147,6 +151,15 @@ PERSONALITIES: dict[str, Personality] = {
                                   attach_malloc=("octep", 12, 4098, (64, 256, 4096, 65536)),
                                   sa_malloc=("octep_sa", 1024)),
         offloads_udp_encap=True,
+        # the C3758R is Intel's 8-core Atom (hw_model above)
+        ncpu=8,
+        # page 000: "one octep0 thread 54.9 %" while the appliance sent one stream at
+        # 1,820.8 Mbit/s (the page does not say which of its runs the thread was read in:
+        # taken as that one, the ~1.8 Gbit/s it names first). Frames of 1,500 bytes (the
+        # path's MTU; page 002 counted 1,455 bytes of stream a frame): 1,820.8e6 / (1,500 x 8)
+        # = 151,733 frames/s, 0.549 CPU-s/s / 151,733 = 3.618 us a frame -- the driver's
+        # thread alone, where the XGS 136's figure is its whole host.
+        cpu_ns=3618,
     ),
     "xgs136": Personality(
         model="xgs136", driver="npuep",
@@ -166,6 +179,13 @@ PERSONALITIES: dict[str, Personality] = {
                                   attach_malloc=("npuep", 6, 1030, (64, 1024, 65536)),
                                   sa_malloc=("npuep_sa", 512)),
         offloads_udp_encap=False,
+        # the C3338R is Intel's 2-core Atom (hw_model above)
+        ncpu=2,
+        # page 002: "the XGS 136's CPUs, the middle of the run: 29 % busy" while six streams
+        # carried 915 Mbit/s for 30 s and its host handed the engine 2,358,711 frames
+        # ("the CPUs at 29 % are the host forwarding"): 0.29 x 2 CPUs x 30 s = 17.4 CPU-s,
+        # / 2,358,711 frames = 7.377 us a frame (78,624 frames/s, 1,455 bytes of stream each)
+        cpu_ns=7377,
     ),
 }
 

@@ -20,6 +20,12 @@ SA is installed; switching `nic_refuses_sa` on or off re-decides the installed S
 NIC refused, without rebuilding it.
 sa_count/sa_inet/sa_inet6 count offloaded SAs by outer family.
 
+The loaded build's CPU factor (set_driver `cpu_factor`, ipsec_hil_twin.fbsd.kld's
+`twin-cpu-factor`) and the host's noise (host.json `noise`) reach the datapath loops through
+engine.state.json like the rest of the table-wide state; the loops charge each packet's CPU
+and apply the noise's pace factor themselves (ipsec_hil_twin.engine.cost), the control
+process only reports the current factors (`status` "cpu").
+
 `reset` (reboot): SAs, FreeBSD-style routes and counters are gone; the driver's loaded
 state is kept (ipsec_hil_twin.machinery.lab/twin.fbsd own module state and call set_driver after boot).
 """
@@ -43,6 +49,7 @@ from ipsec_hil_twin.jsonl import JsonlServer
 
 from . import sa_events
 from .bypass import BypassCost
+from .cost import Cost, Noise
 from .counters import MAX_SA, CounterBlock
 from .hostcfg import HostConfig
 from .routes import FWD_TABLE, OWN_TABLE, Routes, RouteSpec
@@ -152,6 +159,9 @@ class EngineState:
         self.driver_name = host.driver
         self.driver_md5: str | None = None
         self.rate_factor = 1.0  # the loaded build's engine speed (ipsec_hil_twin.fbsd.kld: twin-rate-factor)
+        self.cpu_factor = 1.0  # the loaded build's CPU per packet (ipsec_hil_twin.fbsd.kld: twin-cpu-factor)
+        self.noise = Noise.of(host.extra.get("noise"), host.name)  # the lab file's noise: (None: off)
+        self.cost = Cost(host.personality.cpu_ns)  # what the loops charge now (status only)
         self.fbsd_routes: dict[str, str | None] = {}  # dest prefix -> gateway
         self.faults = JsonWatch(self.dir / "faults.json")
         self.own_big = False
@@ -203,7 +213,10 @@ class EngineState:
     def _pace_mbit(self, port, offloaded: bool) -> float | None:
         """The rate the transmit loop paces an SA to: its port's rate, or for an SA the
         driver runs under a slower build (rate factor < 1) that factor times the host's
-        slowest port -- the engine, not a link, is then the path's bottleneck."""
+        slowest port -- the engine, not a link, is then the path's bottleneck. With the
+        lab file's noise on, the transmit loop multiplies an offloaded SA's pace by the
+        epoch's n_rate itself (ipsec_hil_twin.engine.cost: the draw changes every epoch, the
+        journal is not rewritten for it)."""
         if offloaded and self.rate_factor < 1.0:
             rates = [p.rate_mbit for p in self.host.ports if p.rate_mbit]
             if rates:
@@ -218,7 +231,10 @@ class EngineState:
             own = own_addresses(self.host)
             srcs = {i.spec.src for i in self.sas.values()}
             state = {"own_addrs": own, "driver": self.host.driver,
-                     "own_output_step": own_output_step(self.host, self.fbsd_routes, srcs)}
+                     "own_output_step": own_output_step(self.host, self.fbsd_routes, srcs),
+                     # what the loops charge and pace by (ipsec_hil_twin.engine.cost)
+                     "host": self.host.name, "cpu_factor": self.cpu_factor,
+                     "noise": self.host.extra.get("noise")}
             path = self.dir / "engine.state.json"
             tmp = path.with_name(".engine.state.json.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -327,19 +343,18 @@ class EngineState:
                 "driver": self.driver_name, "md5": self.driver_md5, "host": self.host.name,
                 "model": self.host.model, "workers": self.pids, "alive": alive,
                 "sa_count": len(self.sas), "routes": sorted(self.fbsd_routes),
-                "engine": self.c.engine_stats(), "sizes": SIZES_SOURCE,
+                "engine": self.c.engine_stats(), "sizes": SIZES_SOURCE, "cpu": cost_now(self),
                 "uptime": round(time.time() - self.started, 3)}
 
     def op_set_driver(self, req: dict) -> dict:
         if "loaded" not in req:
             raise ValueError("set_driver: expected loaded (bool)")
-        factor = float(req.get("rate_factor") or 1.0)
-        if not 0.0 < factor <= 1.0:
-            raise ValueError(f"set_driver: rate_factor {factor} out of (0, 1]")
+        factor, cpu = build_factors(req)
         with self.lock:
             self.driver_loaded = bool(req["loaded"])
             self.driver_md5 = req.get("md5")
             self.rate_factor = factor if self.driver_loaded else 1.0
+            self.cpu_factor = cpu if self.driver_loaded else 1.0
             if req.get("name"):
                 self.driver_name = str(req["name"])
             self.faults.refresh(time.monotonic(), force=True)
@@ -435,6 +450,28 @@ class ControlServer(JsonlServer):
     def __init__(self, path: Path, state: EngineState) -> None:
         self.state = state
         super().__init__(path, state.handle)
+
+
+def build_factors(req: dict) -> tuple[float, float]:
+    """set_driver's (rate_factor, cpu_factor) of the build being attached (ipsec_hil_twin.fbsd.kld's
+    markers; 1.0 each when absent), each checked: a rate in (0, 1], a CPU factor > 0."""
+    try:
+        rate, cpu = float(req.get("rate_factor") or 1.0), float(req.get("cpu_factor") or 1.0)
+    except (TypeError, ValueError):
+        raise ValueError("set_driver: rate_factor, cpu_factor: expected numbers, found "
+                         f"{req.get('rate_factor')!r}, {req.get('cpu_factor')!r}") from None
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"set_driver: rate_factor {rate} out of (0, 1]")
+    if not 0.0 < cpu < float("inf"):
+        raise ValueError(f"set_driver: cpu_factor {cpu} out of (0, inf)")
+    return rate, cpu
+
+
+def cost_now(state: "EngineState") -> dict[str, Any]:
+    """What the loops charge and pace by now (`status` "cpu"): the same draws as theirs
+    (ipsec_hil_twin.engine.cost), computed here, never asked of them."""
+    state.cost.configure(state.cpu_factor, state.noise)
+    return state.cost.status()
 
 
 def desired_routes(state: "EngineState", own: list[str]) -> list[RouteSpec]:

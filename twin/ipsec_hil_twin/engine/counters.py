@@ -6,7 +6,7 @@ process (tx counters by the tx loop, rx counters by the rx loop, sa_* by control
 no locking is needed; an aligned 8-byte store is atomic on the platforms we run on.
 
 Layout: DRIVER_NAMES (every model's counters, ipsec_hil_twin.personality), ESP_KEYS, HIST_ALGS
-(twice: one slot per direction, see HIST_OUT), ENGINE_NAMES, GEN_NAMES, then MAX_SA
+(twice: one slot per direction, see HIST_OUT), ENGINE_NAMES, GEN_NAMES, CPU_NAMES, then MAX_SA
 per-SA records of SA_STRIDE slots (packets, bytes, last_use, seq: the last sequence
 number sent (out) or the highest accepted (in)), each on a cache line of its own (LINE).
 """
@@ -56,6 +56,11 @@ ENGINE_NAMES = ("tx_no_sa", "tx_ptb", "tx_too_big_own", "tx_sendfail", "rx_write
 # loops reload for (SA table, faults, reset), gen_reset before it on a reset. A loop reads
 # gen_any once a packet (issue 15: it replaced three generations read a packet, ~45 ns).
 GEN_NAMES = ("gen_reset", "gen_any")
+# The appliance's CPU time the loops charge, in ns (ipsec_hil_twin.engine.cost: the model's
+# cost per ESP packet sealed or opened), one slot per writer as the histogram's: ns_tx by the
+# transmit loop, ns_rx by the receive loop; `counters` answers their sum as cpu_ns, which
+# the emulated sysctl turns into kern.cp_time's CP_INTR ticks (ipsec_hil_twin.fbsd.cptime).
+CPU_NAMES = ("ns_tx", "ns_rx")
 
 DRIVER_NAMES = ALL_DRIVER_COUNTERS
 MAX_SA = 1024
@@ -63,7 +68,8 @@ MAX_SA = 1024
 _NAMES = DRIVER_NAMES + tuple("esp:" + k for k in ESP_KEYS) \
     + tuple(d + a for d in (HIST_OUT, HIST_IN) for a in HIST_ALGS) \
     + tuple(f"{f}:{k}" for f in IPSEC_FAMILIES for k in IPSEC_KEYS) \
-    + tuple("eng:" + k for k in ENGINE_NAMES) + tuple("gen:" + k for k in GEN_NAMES)
+    + tuple("eng:" + k for k in ENGINE_NAMES) + tuple("gen:" + k for k in GEN_NAMES) \
+    + tuple("cpu:" + k for k in CPU_NAMES)
 # Each named counter and each SA record has a 64-byte cache line to itself (LINE slots of
 # 8 bytes): the transmit and receive loops are processes on different cores, and counters
 # of both sharing a line made every store move the line between the cores (false
@@ -145,6 +151,7 @@ class CounterBlock:
             "esp": {k: a[INDEX["esp:" + k]] for k in ESP_KEYS},
             "histogram": {h: n for h in HIST_ALGS if (n := a[INDEX[HIST_OUT + h]] + a[INDEX[HIST_IN + h]])},
             **{f: {k: a[INDEX[f"{f}:{k}"]] for k in IPSEC_KEYS} for f in IPSEC_FAMILIES},
+            "cpu_ns": sum(a[INDEX["cpu:" + k]] for k in CPU_NAMES),
         }
 
     def engine_stats(self) -> dict:

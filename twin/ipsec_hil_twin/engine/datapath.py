@@ -25,6 +25,9 @@ dropped-bad-length (malformed inner), dropped-policy-violation and the histogram
 count the ESP plaintext (inner + padding + trailer) on both sides, so sent == received.
 A packet that no outbound SA selects is counted only as the engine's `tx_no_sa`: no
 driver counter represents it (FreeBSD would not have handed it to the driver).
+Every packet sealed (here) or opened (ipsec_hil_twin.engine.rxloop) also charges the
+appliance's CPU model (ipsec_hil_twin.engine.cost: kern.cp_time's intr ticks), and the lab
+file's noise scales an offloaded SA's pace per epoch (the same module says why).
 A packet whose policy is still installed but whose SA hard-expired (the SA entry carries
 `expired`: the kernel freed it at its hard lifetime, charon removes the policy when its
 DELETE exchange ends) is FreeBSD's "policy with no SA": ipsec4_allocsa/ipsec6_allocsa count
@@ -39,36 +42,30 @@ from dataclasses import replace
 import os
 import select
 import socket
-import struct
 import sys
 import time
 from pathlib import Path
 
 from ipsec_hil_twin.faults import JsonWatch, dfbit, fault_params
-from ipsec_hil_twin.machinery.netns import ETHERNET_WIRE_OVERHEAD
 from ipsec_hil_twin.personality import for_driver
 
 from . import netio
-from .counters import ALG_OF_CIPHER, HIST_ALGS, HIST_IN, HIST_OUT, INDEX, SA_BYTES, SA_PACKETS, PendingCounts, RxCounters
-from .esp import SEQ_LOW, EspError, ReplayWindow, make_suite
-from .pacer import CatchUp, PortQueue
+from .cost import charge_out
+from .counters import HIST_ALGS, HIST_OUT, INDEX, SA_BYTES, SA_PACKETS, PendingCounts
+from .esp import SEQ_LOW
+from .pacer import WIRE_EXTRA, PortQueue
 from .loop_base import IGEN_ANY, Loop as _Loop
 from .out_build import counter_indexes as _idx
 from .out_build import out_sa_of
-from .sa_state import InSa, OutSa
-from .selectors import ADDR4, ADDR6, addr_key, addresses_only, fast_key, flow, parse_selector, policy_pairs, sel_match
+from .rxloop import RxLoop
+from .sa_state import OutSa
+from .selectors import ADDR4, ADDR6, addr_key, addresses_only, fast_key, flow, policy_pairs, sel_match
 from .txfaults import ClearLeak
-from .sizes import FRAMING, forwarded_gate, gate_checks, outer_df
+from .sizes import forwarded_gate, gate_checks, outer_df
 
-# receive-side kernel/engine counter indexes (the layout is static; driver ones: RxCounters)
-X_NOT_ESP, X_FRAMES, X_RECEIVED = (INDEX[k] for k in ("eng:rx_not_esp", "eng:rx_frames", "esp:received-packets"))
-X_POSSIBLE_REPLAY, X_BAD_LENGTH, X_POLICY = (INDEX[k] for k in (
-    "esp:possible-replay-detected", "esp:dropped-bad-length", "esp:dropped-policy-violation"))
-X_RECV_BYTES, X_WRITE_FAIL = (INDEX[k] for k in ("esp:receieve-bytes", "eng:rx_write_fail"))
-X_NO_TDB = INDEX["esp:dropped-no-tdb"]
-X_SHORT_HEADER, X_WRAPS = INDEX["esp:dropped-short-header"], INDEX["esp:replay-counter-wraps"]
-ESPSTAT = {k[4:]: i for k, i in INDEX.items() if k.startswith("esp:")}
-SPI_SEQ = struct.Struct("!II").unpack_from  # (SPI, 32-bit sequence number) of an ESP header
+__all__ = ["DRAIN_S", "RxLoop", "TxLoop"]  # RxLoop lives in .rxloop (this module grew past one job's size)
+
+X_WRAPS = INDEX["esp:replay-counter-wraps"]  # a 32-bit counter that would cycle (RFC 4303 3.3.3)
 
 
 #: seconds a deleted outbound SA's selectors still match packets already in esp0's queue
@@ -77,9 +74,6 @@ DRAIN_S = 0.5
 #: generation again: without it a delete was applied at the next packet, and a packet sent
 #: long after the delete still met the deleted SA's drain (tests/engine: the 256-child test)
 IDLE_POLL_MS = 100
-#: What an Ethernet frame adds on the wire to its IP packet: its 14-byte header and the
-#: preamble, FCS and gap the shaped links' tbf counts too
-WIRE_EXTRA = 14 + ETHERNET_WIRE_OVERHEAD
 
 
 class TxLoop(_Loop):
@@ -89,7 +83,7 @@ class TxLoop(_Loop):
         super().__init__(host_dir, tun_fd, driver)
         self.counting = cnt = for_driver(driver).counting
         self.pend = PendingCounts(self.a, _idx(cnt.tx_forwarded + cnt.tx_own + cnt.tx_own_output_step) + _idx(
-            ("esp:sent-packets", "esp:sent-bytes", *(HIST_OUT + h for h in HIST_ALGS))))
+            ("esp:sent-packets", "esp:sent-bytes", "cpu:ns_tx", *(HIST_OUT + h for h in HIST_ALGS))))
         self.sysctl = JsonWatch(self.dir / "sysctl.json")
         self.icmp4, self.icmp6 = netio.icmp_sockets()
         self.socks: dict[str, socket.socket] = {}
@@ -145,13 +139,13 @@ class TxLoop(_Loop):
                 del self.gone[key]
         self.sas = new
         self.order = order
+        charge_out(order, self.cost)  # the build's CPU factor and the noise, as _take_generations read them
         self._pair_up()
 
     def _pair_up(self) -> None:
         """The selector pairs of the table's SAs, then of the deleted ones still draining."""
         order = self.order + [d for d, _ in self.gone.values()]
         self.pairs = policy_pairs(order)
-        self.cache.clear()
         self.keyf = addr_key if all(addresses_only(o.local + o.remote) for o in self.order + [
             d for d, _ in self.gone.values()]) else fast_key
         self.cache.clear()
@@ -201,10 +195,10 @@ class TxLoop(_Loop):
         """The per-packet path.  Every name it touches per packet is a local: Python's
         cost per packet is the engine's rate (issue 15), and a local costs less than an
         attribute or a global.  Faults and sysctls are re-read every 0.1 s; SA changes
-        (the generations) are seen on the next packet.  esp0 is read without blocking:
-        when its queue is empty the loop stores its pending counts, then waits.  The
-        receive loop's writes share the fd's O_NONBLOCK; a TUN write never waits for
-        buffer space anyway (Linux tun_chr_open: sk_sndbuf = INT_MAX)."""
+        (the generations) are seen on the next packet, a noise epoch (.cost) at its first
+        packet.  esp0 is read without blocking: when its queue is empty the loop stores its
+        pending counts, then waits.  The receive loop's writes share the fd's O_NONBLOCK; a
+        TUN write never waits for buffer space anyway (Linux tun_chr_open: sk_sndbuf = INT_MAX)."""
         a = self.a
         read = os.read
         tun = self.tun
@@ -220,6 +214,7 @@ class TxLoop(_Loop):
         i_ptb = INDEX["eng:tx_ptb"]
         i_big = INDEX["eng:tx_too_big_own"]
         i_faulted = INDEX["eng:tx_faulted"]
+        i_cpu, cost = INDEX["cpu:ns_tx"], self.cost
         ig_any = IGEN_ANY
         seq_low = SEQ_LOW
         fp = fault_params
@@ -262,8 +257,10 @@ class TxLoop(_Loop):
                 continue
             now = mono()
             if now >= next_check:
-                next_check = now + 0.1
-                wall = int(time.time())
+                wall = int(t := time.time())
+                if t >= cost.until and cost.at(t):  # a new epoch of the noise: its draws
+                    charge_out(self.order, cost)
+                next_check = now + min(0.1, cost.until - t)  # looked at again by the epoch's end
                 flush(wall)
                 if self.gone and min(t for _, t in self.gone.values()) <= now:
                     self.gone = {k: v for k, v in self.gone.items() if v[1] > now}
@@ -340,12 +337,13 @@ class TxLoop(_Loop):
             # pacing: the port is the bottleneck; the frame leaves when the port's model sends
             # it (its stated queue full: dropped as it was admitted), costed as the wire does:
             # ESP, the outer header, Ethernet's header and its 24 bytes of preamble, FCS, gap
-            if osa.rate_Bps:
-                port.wait(dep, osa.rate_Bps, len(esp) + osa.outer_hdr + WIRE_EXTRA, n)
+            if osa.pace:
+                port.wait(dep, osa.pace, len(esp) + osa.outer_hdr + WIRE_EXTRA, n)
             else:
                 port.rate = 0.0  # an unpaced SA's packets model no port queue
             for i in incs:
                 p[i] += 1
+            p[i_cpu] += osa.cpu_ns  # the appliance's CPU for this packet (kern.cp_time's intr)
             if self.extra_pending:
                 self.extra_pending = 0
                 p[incs[0]] += 1
@@ -395,200 +393,3 @@ def _send_failed(a, osa: OutSa, exc: OSError) -> None:
         a[INDEX["eng:tx_sendfail"]] += 1
     if exc.errno not in (105, 11, 90):  # ENOBUFS, EAGAIN, EMSGSIZE
         print(f"engine tx: send failed: {exc}", file=sys.stderr)
-
-
-class RxLoop(_Loop):
-    """raw ESP -> SA by (SPI, dst) -> replay check -> ICV -> decrypt -> checks -> esp0."""
-
-    def __init__(self, host_dir: Path, tun_fd: int, driver: str, lan_Bps: float | None = None) -> None:
-        super().__init__(host_dir, tun_fd, driver)
-        self.catch_up = CatchUp(lan_Bps, WIRE_EXTRA)  # after a stall, out at the port's rate (pacer.CatchUp)
-        self.s4 = netio.rx_socket(socket.AF_INET)
-        self.s6 = netio.rx_socket(socket.AF_INET6)
-        self.su = netio.udp_encap_rx_socket()
-        self.sas: dict[tuple[int, bytes], InSa] = {}
-        self.x = x = RxCounters.of(for_driver(driver).counting)
-        # what every delivered frame moves, summed per epoll batch (PendingCounts)
-        self.pend = PendingCounts(self.a, (X_FRAMES, X_RECEIVED, X_RECV_BYTES, x.frame, x.inner_v6, x.done_v4,
-                                           x.done_v6, *(INDEX[HIST_IN + h] for h in HIST_ALGS)))
-        self.wall = int(time.time())
-        self.f_slow: dict | None = None
-        self.f_icv_ok: dict | None = None
-        self.f_pad: int | None = None
-
-    def reload(self) -> None:
-        st = self._take_generations()
-        self.faults.refresh(time.monotonic(), force=True)
-        new = {}
-        for e in st.get("sas", []):
-            if e["direction"] != "in":
-                continue
-            key = (e["spi"], ipaddress.ip_address(e["dst"]).packed)
-            esn = bool(e.get("esn"))
-            try:
-                suite = make_suite(e["cipher"], e["spi"], bytes.fromhex(e["enc_key"]),
-                                   bytes.fromhex(e["auth_key"]) if e.get("auth_key") else None, esn)
-            except (ValueError, KeyError) as exc:
-                print(f"engine rx: SA spi={e.get('spi', 0):#x} not usable: {exc}", file=sys.stderr)
-                continue
-            old = self.sas.get(key)
-            w = int(e.get("replay_window", 32))
-            replay = old.replay if old is not None and old.replay is not None else (ReplayWindow(w, esn) if w else None)
-            new[key] = InSa(spi=e["spi"], dst=e["dst"], open_fitted=suite.open_fitted, replay=replay,
-                            fits=suite.fits, open_unverified=suite.open_unverified,
-                            slot=e["slot"], base=self.c.sa_slot(e["slot"]), offloaded=e["offloaded"],
-                            alg_idx=INDEX[HIST_IN + ALG_OF_CIPHER[e["cipher"]]],
-                            fixed=FRAMING[e["cipher"]].fixed,
-                            local=[parse_selector(t) for t in e.get("local_ts", [])],
-                            remote=[parse_selector(t) for t in e.get("remote_ts", [])],
-                            encap=bool(e.get("encap")))
-        self.sas = new
-        self.faults_changed()
-
-    def faults_changed(self) -> None:
-        """Receive-side faults: the window's reach and bitmap use are set on each window
-        (a driver bug in its replay logic), the rest read per packet."""
-        fp, F = fault_params, self.faults
-        self.f_slow = fp(F, "slow_first_stream")
-        self.f_icv_ok = fp(F, "tampered_icv_delivered")
-        pad = fp(F, "pad_length_lost")
-        self.f_pad = None if pad is None else int(pad.get("residue", 9))
-        off_by_one = fp(F, "replay_window_off_by_one") is not None
-        dup_ok = fp(F, "replay_duplicates_accepted") is not None
-        no_wrap = fp(F, "esn_rx_high_bits_lost") is not None
-        for sa in self.sas.values():
-            if sa.replay is not None:
-                sa.replay.reach = sa.replay.size + off_by_one
-                sa.replay.dup_ok = dup_ok
-                sa.replay.no_wrap = no_wrap
-
-    def run(self) -> None:
-        self.reload()
-        ep = select.epoll()
-        for s in (self.s4, self.s6, self.su):
-            s.setblocking(False)
-            ep.register(s.fileno(), select.EPOLLIN)
-        buf = bytearray(65536)
-        mv = memoryview(buf)
-        anc = socket.CMSG_SPACE(20)
-        s4, s6 = self.s4, self.s6
-        f4, f6, fu = s4.fileno(), s6.fileno(), self.su.fileno()
-        frame = self.frame
-        flush = self.pend.flush
-        while True:
-            events = ep.poll()
-            self.wall = int(time.time())
-            a = self.a
-            if a[IGEN_ANY] != self.gen_any:
-                self.reload()
-            if self.faults.refresh(time.monotonic()):
-                self.faults_changed()
-            for fd, _ in events:  # at most 64 frames per socket, then store the counts, re-check generations
-                if fd == f4:
-                    for _i in range(64):
-                        try:
-                            n = s4.recv_into(buf)
-                        except BlockingIOError:
-                            break
-                        ihl = (buf[0] & 15) * 4
-                        frame(bytes(mv[ihl:n]), bytes(buf[16:20]))
-                elif fd == f6:
-                    for _i in range(64):
-                        try:
-                            n, ancdata, _fl, _addr = s6.recvmsg_into([buf], anc)
-                        except BlockingIOError:
-                            break
-                        dst = b""
-                        for lvl, typ, data in ancdata:
-                            if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_PKTINFO:
-                                dst = bytes(data[:16])
-                        frame(bytes(mv[:n]), dst)
-                elif fd == fu:
-                    self._udp_batch(buf, mv)
-            flush(self.wall)
-
-    def _udp_batch(self, buf: bytearray, mv: memoryview) -> None:
-        """ESP from UDP 4500 (udp_ipsec_input), up to 64 datagrams."""
-        for esp, dst in netio.natt_datagrams(self.su, buf, mv, 64):
-            sa = self.sas.get((int.from_bytes(esp[:4], "big"), dst))
-            if sa is None or not sa.encap:  # `sav->natt == NULL`: esps_notdb, before any driver
-                self.a[X_NO_TDB] += 1
-                continue
-            self.frame(esp, dst)
-
-    def frame(self, esp: bytes, dst: bytes) -> None:
-        """One received ESP payload (generation checked per epoll batch by run()). The
-        counters every delivered frame moves go to `self.pend` (stored after the batch),
-        the rest to the block at once."""
-        a = self.a
-        if len(esp) < 8:  # FreeBSD ipsec_common_input: esps_hdrops before any SA lookup
-            a[X_NOT_ESP] += 1
-            a[X_SHORT_HEADER] += 1
-            return
-        p = self.pend.p
-        p[X_FRAMES] += 1
-        spi, seq = SPI_SEQ(esp)
-        sa = self.sas.get((spi, dst))
-        x = self.x
-        if sa is None:
-            a[x.no_sa] += 1
-            return
-        off = sa.offloaded
-        if off:
-            if x.frame >= 0:
-                p[x.frame] += 1
-        else:
-            p[X_RECEIVED] += 1
-            p[sa.alg_idx] += 1
-        if not sa.fits(len(esp)):  # FreeBSD esp_input: esps_badilen, before the replay check
-            a[x.malformed if off else X_BAD_LENGTH] += 1
-            return
-        rp = sa.replay
-        # past the right edge without ESN: ReplayWindow.check's first answer, without the call
-        if rp is not None and (seq <= rp.top or rp.esn):
-            seq = rp.check(seq)  # the full (ESN) number, 0 to drop
-            if not seq:
-                a[x.replay if off else X_POSSIBLE_REPLAY] += 1
-                return
-        try:
-            inner, nh = sa.open_fitted(esp, seq >> 32)
-        except EspError as e:
-            a[(x.bad if e.kind == "auth" else x.malformed) if off else ESPSTAT[e.espstat]] += 1
-            if e.kind != "auth" or self.f_icv_ok is None:
-                return
-            try:  # fault tampered_icv_delivered: counted, and delivered all the same
-                inner, nh = sa.open_unverified(esp)
-            except EspError:
-                return
-            rp = None  # an unauthenticated frame never moves the window
-        if rp is not None:
-            rp.update(seq)
-        if self.f_pad is not None and len(inner) % 16 == self.f_pad:
-            return  # fault pad_length_lost: this padding length never comes out of the driver
-        # the policy cache first (nh 4/41: _strip checked the version and length)
-        ok = sa.policy_cache.get(inner[ADDR4 if nh == 4 else ADDR6]) if sa.addr_only else None
-        if not (ok if ok is not None else sa.allowed(inner)):
-            if off:
-                a[x.blocked] += 1
-            else:
-                a[X_POLICY] += 1
-            return
-        b = sa.base  # its record: packets and bytes here, the rest at the flush
-        if not p[b + SA_PACKETS]:
-            self.pend.records.append(sa)
-        p[b + SA_PACKETS] += 1
-        p[b + SA_BYTES] += len(inner)
-        if not off:
-            p[X_RECV_BYTES] += len(esp) - sa.fixed
-        if self.f_slow is not None and inner[9 if nh == 4 else 6] == 6:
-            self.slow.pace(self.f_slow, len(inner))
-        if off and nh == 41 and x.inner_v6 >= 0:
-            p[x.inner_v6] += 1
-        self.catch_up.pace(len(inner), nh == 4)
-        try:
-            os.write(self.tun, inner)
-        except OSError:
-            a[x.refused if off else X_WRITE_FAIL] += 1
-            return
-        if off:
-            p[x.done_v4 if nh == 4 else x.done_v6] += 1

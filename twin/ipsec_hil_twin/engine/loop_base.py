@@ -1,12 +1,16 @@
 """What the engine's transmit and receive loops share (ipsec_hil_twin.engine.datapath says why
 they are two processes): the host's counter block, its faults, the SA journal, the
-first-stream pacer, and the generations they last loaded."""
+first-stream pacer, what a packet costs (ipsec_hil_twin.engine.cost), and the generations
+they last loaded."""
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
 from ipsec_hil_twin.faults import JsonWatch
+from ipsec_hil_twin.personality import for_driver
+
+from .cost import Cost, Noise
 
 from .counters import INDEX, CounterBlock, PendingCounts
 from .pacer import FirstStreamPacer
@@ -18,7 +22,8 @@ IGEN_ANY = INDEX["gen:gen_any"]  # moves on every change, after gen_reset (Count
 
 class Loop:
     """What the two loops share: the host's counter block, its faults, the SA journal, the
-    first-stream pacer, and the generations they last loaded (see the module docstring)."""
+    first-stream pacer, the packet's cost, and the generations they last loaded (see the
+    module docstring)."""
 
     sas: dict  # this direction's SAs, by the key its packets are looked up with
     pend: PendingCounts  # the per-packet counts not yet stored (set by each loop)
@@ -32,6 +37,7 @@ class Loop:
         self.faults = JsonWatch(self.dir / "faults.json")
         self.slow = FirstStreamPacer()
         self.table = SaJournalReader(self.dir)
+        self.cost = Cost(for_driver(driver).cpu_ns)
         self.gen_reset = -1
         self.gen_any = -1
 
@@ -39,7 +45,8 @@ class Loop:
         """Note the control process's current generations and return its state (the SA
         journal applied).  After a reset (gen_reset moved: the control process dropped
         every SA and zeroed the counters) the loop forgets its SAs and the first stream's
-        pace too, so none of them outlives the reset."""
+        pace too, so none of them outlives the reset. The build's CPU factor and the noise
+        are taken from the state here (the caller applies them to its SAs)."""
         a = self.a
         self.gen_any = a[IGEN_ANY]  # read first: a bump after this read is seen next time
         gen_reset = a[IGEN_RESET]
@@ -50,4 +57,6 @@ class Loop:
         else:
             self.pend.flush(int(time.time()))  # stored before the SAs they count are replaced
         self.gen_reset = gen_reset
-        return self.table.load()
+        st = self.table.load()
+        self.cost.configure(float(st.get("cpu_factor") or 1.0), Noise.of(st.get("noise"), str(st.get("host", ""))))
+        return st

@@ -49,7 +49,7 @@ def out_sa_of(e: dict, cnt: Counting, socks: dict[str, socket.socket], c: Counte
         seal=netio.sealed_in_udp(suite.seal) if encap else suite.seal, sock=sock,
         addr=(e["dst"], 0, 0, 0) if outer == "ipv6" else (e["dst"], 0),
         slot=e["slot"], base=c.sa_slot(e["slot"]), path_mtu=e["path_mtu"], own_limit=e["own_limit"],
-        fwd_limit=e["fwd_limit"], rate_Bps=(e.get("rate_mbit") or 0) * 125000.0,
+        fwd_limit=e["fwd_limit"], rate_Bps=(e.get("rate_mbit") or 0) * 125000.0, offloaded=bool(off),
         inc_own=inc_own, inc_own_step=inc_own_step, inc_fwd=inc_fwd,
         ibytes=-1 if off else I["esp:sent-bytes"], fail_idx=fail, esn=bool(e.get("esn")),
         outer_hdr=40 if outer == "ipv6" else 20,

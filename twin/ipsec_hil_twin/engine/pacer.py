@@ -7,7 +7,13 @@ import select
 import time
 from collections import deque
 
+from ipsec_hil_twin.machinery.netns import ETHERNET_WIRE_OVERHEAD
+
 from .netio import RING_PACKETS
+
+#: What an Ethernet frame adds on the wire to its IP packet: its 14-byte header and the
+#: preamble, FCS and gap the shaped links' tbf counts too
+WIRE_EXTRA = 14 + ETHERNET_WIRE_OVERHEAD
 
 
 class PortQueue:
@@ -150,7 +156,7 @@ class CatchUp:
     BURST = 32768  # bytes: less than any stated queue the twin builds, so a catch-up's first burst fits
     LAN_MTU = 1500
 
-    def __init__(self, rate_Bps: float | None, wire_extra: int, clock=time.monotonic) -> None:
+    def __init__(self, rate_Bps: float | None, wire_extra: int = WIRE_EXTRA, clock=time.monotonic) -> None:
         self.rate, self.extra, self.clock = rate_Bps or 0.0, wire_extra, clock
         self.tokens, self.last = float(self.BURST), clock()
         self.waited = 0.0  # seconds held, for the engine's status

@@ -41,6 +41,12 @@ class OutSa:
     fwd_limit: int
     rate_Bps: float
     esn: bool = False
+    offloaded: bool = False
+    #: what the transmit loop paces to and charges a packet now (ipsec_hil_twin.engine.cost:
+    #: rate_Bps times the noise's n_rate when offloaded; the CPU ns of a sealed packet),
+    #: set by the loop at each reload and epoch
+    pace: float = 0.0
+    cpu_ns: int = 0
     seq: int = 0
     seq_mark: int = 0  # the set_seq request last applied (control.py op_set_seq)
     outer_hdr: int = 20
@@ -72,6 +78,7 @@ class InSa:
     remote: list[Selector] = field(default_factory=list)
     encap: bool = False  # NAT-T: takes ESP from UDP 4500 (RxLoop._udp_batch)
     policy_cache: dict = field(default_factory=dict)
+    cpu_ns: int = 0  # what an opened packet costs now (ipsec_hil_twin.engine.cost), set by the loop
 
     def __post_init__(self) -> None:
         # subnet-to-subnet selectors (the usual child) need only the address pair as key

@@ -65,5 +65,6 @@ HELPER_MODULES: dict[str, str] = {
     "osrel": "the OPNsense / FreeBSD release an appliance runs and what differs between releases",
     "version": "uname/freebsd-version/opnsense-version behind their three names",
     "netstat_ip": "netstat -s -p ip|ip6: FreeBSD's ipstat/ip6stat from the namespace's own IP counters",
+    "cptime": "the appliance's CPU time as sysctl kern.cp_time / kern.clockrate show it (a model, issue 41)",
 }
 """The modules of this package that are no command themselves."""

@@ -5,10 +5,21 @@ Loading the host's offload driver (host.json `driver`, e.g. npuep -> npuep.ko fr
 /boot/modules, i.e. DIR/root/boot/modules) records the file's md5 and size and tells the
 engine `set_driver`, so the engine "becomes" that build.  A module file containing the
 marker `twin-unresolved-symbol=NAME` fails to link as FreeBSD does (ENOEXEC, and
-`link_elf_obj: symbol NAME undefined` in dmesg).  A driver file containing the marker
-`twin-rate-factor=F` (0 < F <= 1) is a build whose engine is slower: the engine paces
-the offloaded SAs to F times the host's slowest port (issue 14: a candidate build that is
-measurably slower than its parent, for the merge decision's end-to-end test).
+`link_elf_obj: symbol NAME undefined` in dmesg).  Two markers make a driver file a build
+that behaves differently, each a regression of its own kind (issue 41):
+
+- `twin-rate-factor=F` (0 < F <= 1): a build whose engine is slower -- the engine paces
+  the offloaded SAs to F times the host's slowest port (issue 14: a candidate build that is
+  measurably slower than its parent, for the merge decision's end-to-end test);
+- `twin-cpu-factor=F` (F > 0): a build that reaches the same rate but costs F times the
+  CPU per packet (1.053: 5.3 % more; F < 1 a cheaper build) -- every packet of an
+  offloaded SA charges F times the model's cost (ipsec_hil_twin.engine.cost), which
+  `sysctl kern.cp_time` shows as intr ticks.
+
+Both reach the engine in `set_driver` (`rate_factor`, `cpu_factor`) and are kept in
+state.json's driver record (ipsec_hil_twin.machinery.lab sends them again when the engine
+restarts at boot); a value out of range is refused as EINVAL (dmesg names it), and
+unloading the driver resets both to 1.0 (the engine's set_driver with loaded false).
 """
 from __future__ import annotations
 
@@ -27,12 +38,31 @@ if TYPE_CHECKING:
 MODULE_PATH = ("/boot/kernel", "/boot/modules")
 UNRESOLVED_RE = re.compile(rb"twin-unresolved-symbol=([A-Za-z0-9_]+)")
 RATE_FACTOR_RE = re.compile(rb"twin-rate-factor=([0-9]*\.?[0-9]+)")
+CPU_FACTOR_RE = re.compile(rb"twin-cpu-factor=([0-9]*\.?[0-9]+)")
 
 
 def rate_factor(data: bytes) -> float:
     """The build's engine speed relative to a normal build (1.0 without the marker)."""
     m = RATE_FACTOR_RE.search(data)
     return float(m.group(1)) if m else 1.0
+
+
+def cpu_factor(data: bytes) -> float:
+    """The build's CPU per packet relative to a normal build (1.0 without the marker)."""
+    m = CPU_FACTOR_RE.search(data)
+    return float(m.group(1)) if m else 1.0
+
+
+def bad_factor(data: bytes) -> str | None:
+    """The marker a driver build cannot attach with (`twin-rate-factor=1.5`), or None."""
+    rate, cpu = rate_factor(data), cpu_factor(data)
+    if not 0.0 < rate <= 1.0:
+        return f"twin-rate-factor={rate} out of (0, 1]"
+    if not cpu > 0.0:
+        return f"twin-cpu-factor={cpu} out of (0, inf)"
+    return None
+
+
 DRIVER_DESC = {"npuep": "<NPU crypto engine>", "octep": "<OCTEON crypto coprocessor>"}
 BUILTIN_SIZES = {"ipsec.ko": 0x5B2F8}
 """Kernel modules the twin does not ship as files (not under test): FreeBSD 14's size."""
@@ -125,9 +155,10 @@ def kldload(argv: list[str]) -> int:
         new_id = max([int(x.get("id", i + 1)) for i, x in enumerate(st["modules"])] + [0]) + 1
         entry = {"id": new_id, "name": fname, "file": apath, "size": size, "md5": md5,
                  "refs": 1, "address": _next_address(st)}
-        factor = rate_factor(data)
-        if driver and _base(fname) == driver and not 0.0 < factor <= 1.0:
-            c.log_dmesg(hd, [f"{driver}0: twin-rate-factor={factor} out of (0, 1]; not attached"])
+        factor, cpu = rate_factor(data), cpu_factor(data)
+        bad = bad_factor(data)
+        if driver and _base(fname) == driver and bad is not None:
+            c.log_dmesg(hd, [f"{driver}0: {bad}; not attached"])
             if not qflag:
                 c.err(prog, f"can't load {name}: Invalid argument")
             errors += 1
@@ -135,14 +166,14 @@ def kldload(argv: list[str]) -> int:
         if driver and _base(fname) == driver:
             try:
                 c.engine(hd, {"op": "set_driver", "loaded": True, "md5": md5, "name": driver,
-                              "size": size, "file": apath, "rate_factor": factor})
+                              "size": size, "file": apath, "rate_factor": factor, "cpu_factor": cpu})
             except c.EngineError as exc:
                 c.err(prog, f"can't load {name}: {exc}")
                 errors += 1
                 continue
             # same shape ipsec_hil_twin.machinery.lab's boot_state writes
             st["driver"] = {"name": fname, "file": apath, "md5": md5, "size": size,
-                            "loaded": True, "driver": driver, "rate_factor": factor}
+                            "loaded": True, "driver": driver, "rate_factor": factor, "cpu_factor": cpu}
             c.log_dmesg(hd, [f"{driver}0: {DRIVER_DESC.get(driver, '<offload engine>')} "
                              f"mem 0xf0000000-0xf0ffffff irq 40 at device 0.0 on pci2",
                              f"{driver}0: IPsec offload enabled, build md5 {md5[:8]}"])

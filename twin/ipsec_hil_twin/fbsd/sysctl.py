@@ -5,8 +5,13 @@ writes from the model's ipsec_hil_twin.personality entry with the lab file's ove
 file is the contract) and are read from
 the engine in one `counters` round trip; they exist only while the driver module is
 loaded (state.json), as on FreeBSD.  Kernel OIDs are computed from state.json and the
-writable ones live in DIR/sysctl.json.  Output forms, errors and the exit status (the
-number of failed names) follow sbin/sysctl/sysctl.c.
+writable ones live in DIR/sysctl.json; kern.cp_time is the CPU model of
+ipsec_hil_twin.fbsd.cptime over the engine's charged CPU time (the same round trip).
+Leaves are registered in FreeBSD's order, a node's static OID numbers first, then its
+OID_AUTO ones (kern: ostype 1, osrelease 2, version 4, clockrate 12, boottime 21,
+osreldate 24, then cp_time; hw: model 2, ncpu 3; the top: kern 1, net 4, hw 6, then dev),
+so `sysctl kern` and `-a` list them as FreeBSD does.  Output forms, errors and the exit
+status (the number of failed names) follow sbin/sysctl/sysctl.c.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import sys
 import time
 
 from ipsec_hil_twin.fbsd import _common as c
-from ipsec_hil_twin.fbsd import osrel
+from ipsec_hil_twin.fbsd import cptime, osrel
 from ipsec_hil_twin.personality import PERSONALITIES
 
 TYPE_CHECKING = False  # typing is not imported at run time: every emulated command pays for its imports
@@ -47,7 +52,7 @@ class Oid:
 
     def __init__(self, name: str, kind: str, get: Callable[[], Any], writable: bool = False) -> None:
         self.name = name
-        self.kind = kind          # integer | uint64_t | string | opaque | struct
+        self.kind = kind          # integer | long | uint64_t | uint8_t | string | opaque | struct (`sysctl -t`)
         self.get = get
         self.writable = writable
 
@@ -61,7 +66,7 @@ class Tree:
         self.state = c.load_state(hd)
         self.sysctls = c.load_sysctls(hd)
         self.oids: dict[str, Oid] = {}
-        self._counters: dict[str, int] | None = None
+        self._engine_reply: dict[str, Any] | None = None
         self._build()
 
     def _add(self, oid: Oid) -> None:
@@ -76,11 +81,13 @@ class Tree:
         rel = osrel.of_host(self.host)
         self._add(Oid("kern.ostype", "string", lambda: "FreeBSD"))
         self._add(Oid("kern.osrelease", "string", lambda: rel.osrelease))
-        self._add(Oid("kern.osreldate", "integer", lambda: rel.osreldate))
         self._add(Oid("kern.version", "string", lambda: rel.kern_version))
+        self._add(Oid("kern.clockrate", "struct", cptime.clockrate))
         self._add(Oid("kern.boottime", "struct", lambda: _boottime(boot)))
-        self._add(Oid("hw.model", "string",
-                      lambda: str(self.host.get("hw_model") or _hw_model(model))))
+        self._add(Oid("kern.osreldate", "integer", lambda: rel.osreldate))
+        # an array of longs: sysctl -t names the element type, -n prints the elements
+        self._add(Oid("kern.cp_time", "long", lambda: " ".join(
+            str(n) for n in cptime.cp_time(time.time(), boot, self._ncpu(model), self._engine_cpu_ns()))))
         if c.module_loaded(self.state, "ipsec"):
             self._add(self._writable("net.inet.ipsec.def_policy"))
             self._add(self._writable("net.inet.ipsec.dfbit"))
@@ -96,6 +103,9 @@ class Tree:
         for name in ("net.enc.in.ipsec_filter_mask", "net.enc.in.ipsec_bpf_mask",
                      "net.enc.out.ipsec_filter_mask", "net.enc.out.ipsec_bpf_mask"):
             self._add(self._writable(name))
+        self._add(Oid("hw.model", "string",
+                      lambda: str(self.host.get("hw_model") or _hw_model(model))))
+        self._add(Oid("hw.ncpu", "integer", lambda: self._ncpu(model)))
         if c.driver_loaded(self.hd, self.state):
             counters = self.host.get("counters") or {}
             if not isinstance(counters, dict):
@@ -106,13 +116,27 @@ class Tree:
                     oid = str(oid).rsplit(".", 1)[0] + "." + str(renamed.get("to"))
                 self._add(Oid(str(oid), "uint64_t", self._driver_getter(str(logical))))
 
+    def _engine_counters(self) -> dict[str, Any]:
+        """The engine's `counters` reply, asked once per command (every driver OID and
+        kern.cp_time read from the one answer)."""
+        if self._engine_reply is None:
+            self._engine_reply = c.engine(self.hd, {"op": "counters"})
+        return self._engine_reply
+
     def _driver_getter(self, logical: str) -> Callable[[], int]:
         def get() -> int:
-            if self._counters is None:
-                reply = c.engine(self.hd, {"op": "counters"})
-                self._counters = {str(k): int(v) for k, v in (reply.get("driver") or {}).items()}
-            return self._counters.get(logical, 0)
+            return int((self._engine_counters().get("driver") or {}).get(logical, 0))
         return get
+
+    def _engine_cpu_ns(self) -> int:
+        """The CPU time the engine charged this appliance since boot, in ns (its loops'
+        per-packet cost: ipsec_hil_twin.engine.cost); 0 from an engine that reports none."""
+        return int(self._engine_counters().get("cpu_ns") or 0)
+
+    def _ncpu(self, model: str) -> int:
+        """hw.ncpu: host.json's, else the model's (ipsec_hil_twin.personality)."""
+        p = PERSONALITIES.get(model)
+        return int(self.host.get("ncpu") or (p.ncpu if p is not None else 1))
 
     def match(self, name: str) -> list[Oid] | None:
         """Leaf named `name`, or every leaf below the node `name`; None if unknown."""

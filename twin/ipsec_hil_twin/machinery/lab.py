@@ -274,7 +274,8 @@ class Lab:
             control_request(self.run.host_dir(host).engine_sock,
                             {"op": "set_driver", "loaded": bool(drv.get("loaded")),
                              "md5": drv.get("md5"), "name": drv.get("driver"),
-                             "rate_factor": drv.get("rate_factor", 1.0)}, timeout=2.0)
+                             "rate_factor": drv.get("rate_factor", 1.0),
+                             "cpu_factor": drv.get("cpu_factor", 1.0)}, timeout=2.0)
         except (OSError, ValueError) as exc:
             raise LabBuildError(f"{host}: engine set_driver: {exc}") from None
 

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from ipsec_hil.lab.topology import Host, Port, Topology, load_topology
+from ipsec_hil_twin.fbsd import kld
 from ipsec_hil_twin.machinery import netns as tn
 from ipsec_hil_twin.machinery.labruns import LabBuildError
 from ipsec_hil_twin.personality import MODELS, HostPersonality, PersonalityError, for_host
@@ -147,11 +148,19 @@ def file_record(root: Path, abspath: str, name: str) -> dict[str, Any]:
 
 
 def boot_state(hd: HostDir, driver: str, module_file: str, boot_id: int) -> dict[str, Any]:
-    """state.json after a (re)boot: kernel, ipsec.ko and the driver module loaded."""
+    """state.json after a (re)boot: kernel, ipsec.ko and the driver module loaded.
+
+    The driver record carries the build's markers (ipsec_hil_twin.fbsd.kld: rate and CPU
+    factor) read from the module file as kldload reads them, so a build installed at the
+    module's path keeps behaving as that build after a reboot (the engine gets them from
+    here: Lab._engine_set_driver); a marker kldload would refuse counts as 1.0 here."""
     modules = [file_record(hd.root, "/boot/kernel/kernel", "kernel"),
                file_record(hd.root, "/boot/kernel/ipsec.ko", "ipsec.ko"),
                file_record(hd.root, module_file, Path(module_file).name)]
-    drv = dict(modules[2], loaded=True, driver=driver)
+    data = (hd.root / module_file.lstrip("/")).read_bytes()
+    ok = kld.bad_factor(data) is None
+    drv = dict(modules[2], loaded=True, driver=driver, rate_factor=kld.rate_factor(data) if ok else 1.0,
+               cpu_factor=kld.cpu_factor(data) if ok else 1.0)
     return {"boot_id": boot_id, "boot_time": time.time(), "modules": modules, "driver": drv}
 
 
@@ -168,6 +177,9 @@ def host_json(run: RunDir, prefix: str, topo: Topology, name: str) -> dict[str, 
               "queue_bytes": topo.queue_bytes(name, n)} for n, p in host.ports.items()]
     return {
         "name": name, "model": host.model, "driver": hp.base.driver, "hw_model": hp.base.hw_model,
+        "ncpu": hp.base.ncpu,
+        # the lab file's run-to-run noise (ipsec_hil_twin.engine.cost), every key filled in; null: off
+        "noise": host.noise.model_dump() if host.noise is not None else None,
         "module_file": hp.module_file, "counters": hp.counters, "replay_window": hp.replay_window,
         "first_stream_issue": hp.first_stream_issue, "accepts_ipv6_sa": hp.offloads_ipv6_outer,
         "netns": netns_name(prefix, name), "prefix": prefix, "ports": ports, "tunnels": tunnels,

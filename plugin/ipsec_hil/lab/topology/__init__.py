@@ -53,6 +53,7 @@ from ipsec_hil.lab.topology.parts import (
     LabInfo,
     Link,
     Mgmt,
+    NoiseModel,
     Port,
 )
 from ipsec_hil.lab.topology.registry import KnownModels
@@ -77,6 +78,7 @@ __all__ = [
     "Mgmt",
     "Jump",
     "Port",
+    "NoiseModel",
     "Link",
     "Tunnel",
     "TunnelEnd",

@@ -1,0 +1,243 @@
+"""The receive loop (ESP -> esp0), one process (ipsec_hil_twin.engine.datapath says why two,
+and what each counts): raw ESP by (SPI, destination) -> replay check -> ICV -> decrypt ->
+the association's policy -> esp0.
+
+Apart from the transmit loop so each module stays one job (tests/plugin/test_code_size.py);
+both share ipsec_hil_twin.engine.loop_base.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import select
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+from ipsec_hil_twin.faults import fault_params
+from ipsec_hil_twin.personality import for_driver
+
+from . import netio
+from .cost import charge_in
+from .counters import ALG_OF_CIPHER, HIST_ALGS, HIST_IN, INDEX, SA_BYTES, SA_PACKETS, PendingCounts, RxCounters
+from .esp import EspError, ReplayWindow, make_suite
+from .loop_base import IGEN_ANY, Loop as _Loop
+from .pacer import CatchUp
+from .sa_state import InSa
+from .selectors import ADDR4, ADDR6, parse_selector
+from .sizes import FRAMING
+
+# receive-side kernel/engine counter indexes (the layout is static; driver ones: RxCounters)
+X_NOT_ESP, X_FRAMES, X_RECEIVED = (INDEX[k] for k in ("eng:rx_not_esp", "eng:rx_frames", "esp:received-packets"))
+X_POSSIBLE_REPLAY, X_BAD_LENGTH, X_POLICY = (INDEX[k] for k in (
+    "esp:possible-replay-detected", "esp:dropped-bad-length", "esp:dropped-policy-violation"))
+X_RECV_BYTES, X_WRITE_FAIL = (INDEX[k] for k in ("esp:receieve-bytes", "eng:rx_write_fail"))
+X_NO_TDB = INDEX["esp:dropped-no-tdb"]
+X_SHORT_HEADER = INDEX["esp:dropped-short-header"]
+X_CPU = INDEX["cpu:ns_rx"]  # the appliance's CPU this loop charges (ipsec_hil_twin.engine.cost)
+ESPSTAT = {k[4:]: i for k, i in INDEX.items() if k.startswith("esp:")}
+SPI_SEQ = struct.Struct("!II").unpack_from  # (SPI, 32-bit sequence number) of an ESP header
+
+
+class RxLoop(_Loop):
+    """raw ESP -> SA by (SPI, dst) -> replay check -> ICV -> decrypt -> checks -> esp0."""
+
+    def __init__(self, host_dir: Path, tun_fd: int, driver: str, lan_Bps: float | None = None) -> None:
+        super().__init__(host_dir, tun_fd, driver)
+        self.catch_up = CatchUp(lan_Bps)  # after a stall, out at the port's rate (pacer.CatchUp)
+        self.s4 = netio.rx_socket(socket.AF_INET)
+        self.s6 = netio.rx_socket(socket.AF_INET6)
+        self.su = netio.udp_encap_rx_socket()
+        self.sas: dict[tuple[int, bytes], InSa] = {}
+        self.x = x = RxCounters.of(for_driver(driver).counting)
+        # what every delivered frame moves, summed per epoll batch (PendingCounts)
+        self.pend = PendingCounts(self.a, (X_FRAMES, X_RECEIVED, X_RECV_BYTES, x.frame, x.inner_v6, x.done_v4,
+                                           x.done_v6, X_CPU, *(INDEX[HIST_IN + h] for h in HIST_ALGS)))
+        self.wall = int(time.time())
+        self.f_slow: dict | None = None
+        self.f_icv_ok: dict | None = None
+        self.f_pad: int | None = None
+
+    def reload(self) -> None:
+        st = self._take_generations()
+        self.faults.refresh(time.monotonic(), force=True)
+        new = {}
+        for e in st.get("sas", []):
+            if e["direction"] != "in":
+                continue
+            key = (e["spi"], ipaddress.ip_address(e["dst"]).packed)
+            esn = bool(e.get("esn"))
+            try:
+                suite = make_suite(e["cipher"], e["spi"], bytes.fromhex(e["enc_key"]),
+                                   bytes.fromhex(e["auth_key"]) if e.get("auth_key") else None, esn)
+            except (ValueError, KeyError) as exc:
+                print(f"engine rx: SA spi={e.get('spi', 0):#x} not usable: {exc}", file=sys.stderr)
+                continue
+            old = self.sas.get(key)
+            w = int(e.get("replay_window", 32))
+            replay = old.replay if old is not None and old.replay is not None else (ReplayWindow(w, esn) if w else None)
+            new[key] = InSa(spi=e["spi"], dst=e["dst"], open_fitted=suite.open_fitted, replay=replay,
+                            fits=suite.fits, open_unverified=suite.open_unverified,
+                            slot=e["slot"], base=self.c.sa_slot(e["slot"]), offloaded=e["offloaded"],
+                            alg_idx=INDEX[HIST_IN + ALG_OF_CIPHER[e["cipher"]]],
+                            fixed=FRAMING[e["cipher"]].fixed,
+                            local=[parse_selector(t) for t in e.get("local_ts", [])],
+                            remote=[parse_selector(t) for t in e.get("remote_ts", [])],
+                            encap=bool(e.get("encap")))
+        self.sas = new
+        charge_in(new.values(), self.cost)
+        self.faults_changed()
+
+    def faults_changed(self) -> None:
+        """Receive-side faults: the window's reach and bitmap use are set on each window
+        (a driver bug in its replay logic), the rest read per packet."""
+        fp, F = fault_params, self.faults
+        self.f_slow = fp(F, "slow_first_stream")
+        self.f_icv_ok = fp(F, "tampered_icv_delivered")
+        pad = fp(F, "pad_length_lost")
+        self.f_pad = None if pad is None else int(pad.get("residue", 9))
+        off_by_one = fp(F, "replay_window_off_by_one") is not None
+        dup_ok = fp(F, "replay_duplicates_accepted") is not None
+        no_wrap = fp(F, "esn_rx_high_bits_lost") is not None
+        for sa in self.sas.values():
+            if sa.replay is not None:
+                sa.replay.reach = sa.replay.size + off_by_one
+                sa.replay.dup_ok = dup_ok
+                sa.replay.no_wrap = no_wrap
+
+    def run(self) -> None:
+        self.reload()
+        ep = select.epoll()
+        for s in (self.s4, self.s6, self.su):
+            s.setblocking(False)
+            ep.register(s.fileno(), select.EPOLLIN)
+        buf = bytearray(65536)
+        mv = memoryview(buf)
+        anc = socket.CMSG_SPACE(20)
+        s4, s6 = self.s4, self.s6
+        f4, f6, fu = s4.fileno(), s6.fileno(), self.su.fileno()
+        frame = self.frame
+        flush = self.pend.flush
+        while True:
+            events = ep.poll()
+            t = time.time()
+            self.wall = int(t)
+            if t >= self.cost.until and self.cost.at(t):  # a new epoch of the noise: its CPU factor
+                charge_in(self.sas.values(), self.cost)
+            a = self.a
+            if a[IGEN_ANY] != self.gen_any:
+                self.reload()
+            if self.faults.refresh(time.monotonic()):
+                self.faults_changed()
+            for fd, _ in events:  # at most 64 frames per socket, then store the counts, re-check generations
+                if fd == f4:
+                    for _i in range(64):
+                        try:
+                            n = s4.recv_into(buf)
+                        except BlockingIOError:
+                            break
+                        ihl = (buf[0] & 15) * 4
+                        frame(bytes(mv[ihl:n]), bytes(buf[16:20]))
+                elif fd == f6:
+                    for _i in range(64):
+                        try:
+                            n, ancdata, _fl, _addr = s6.recvmsg_into([buf], anc)
+                        except BlockingIOError:
+                            break
+                        dst = b""
+                        for lvl, typ, data in ancdata:
+                            if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_PKTINFO:
+                                dst = bytes(data[:16])
+                        frame(bytes(mv[:n]), dst)
+                elif fd == fu:
+                    self._udp_batch(buf, mv)
+            flush(self.wall)
+
+    def _udp_batch(self, buf: bytearray, mv: memoryview) -> None:
+        """ESP from UDP 4500 (udp_ipsec_input), up to 64 datagrams."""
+        for esp, dst in netio.natt_datagrams(self.su, buf, mv, 64):
+            sa = self.sas.get((int.from_bytes(esp[:4], "big"), dst))
+            if sa is None or not sa.encap:  # `sav->natt == NULL`: esps_notdb, before any driver
+                self.a[X_NO_TDB] += 1
+                continue
+            self.frame(esp, dst)
+
+    def frame(self, esp: bytes, dst: bytes) -> None:
+        """One received ESP payload (generation checked per epoll batch by run()). The
+        counters every delivered frame moves go to `self.pend` (stored after the batch),
+        the rest to the block at once."""
+        a = self.a
+        if len(esp) < 8:  # FreeBSD ipsec_common_input: esps_hdrops before any SA lookup
+            a[X_NOT_ESP] += 1
+            a[X_SHORT_HEADER] += 1
+            return
+        p = self.pend.p
+        p[X_FRAMES] += 1
+        spi, seq = SPI_SEQ(esp)
+        sa = self.sas.get((spi, dst))
+        x = self.x
+        if sa is None:
+            a[x.no_sa] += 1
+            return
+        off = sa.offloaded
+        if off:
+            if x.frame >= 0:
+                p[x.frame] += 1
+        else:
+            p[X_RECEIVED] += 1
+            p[sa.alg_idx] += 1
+        if not sa.fits(len(esp)):  # FreeBSD esp_input: esps_badilen, before the replay check
+            a[x.malformed if off else X_BAD_LENGTH] += 1
+            return
+        rp = sa.replay
+        # past the right edge without ESN: ReplayWindow.check's first answer, without the call
+        if rp is not None and (seq <= rp.top or rp.esn):
+            seq = rp.check(seq)  # the full (ESN) number, 0 to drop
+            if not seq:
+                a[x.replay if off else X_POSSIBLE_REPLAY] += 1
+                return
+        try:
+            inner, nh = sa.open_fitted(esp, seq >> 32)
+        except EspError as e:
+            a[(x.bad if e.kind == "auth" else x.malformed) if off else ESPSTAT[e.espstat]] += 1
+            if e.kind != "auth" or self.f_icv_ok is None:
+                return
+            try:  # fault tampered_icv_delivered: counted, and delivered all the same
+                inner, nh = sa.open_unverified(esp)
+            except EspError:
+                return
+            rp = None  # an unauthenticated frame never moves the window
+        if rp is not None:
+            rp.update(seq)
+        p[X_CPU] += sa.cpu_ns  # opened: the appliance's CPU for it (kern.cp_time's intr)
+        if self.f_pad is not None and len(inner) % 16 == self.f_pad:
+            return  # fault pad_length_lost: this padding length never comes out of the driver
+        # the policy cache first (nh 4/41: _strip checked the version and length)
+        ok = sa.policy_cache.get(inner[ADDR4 if nh == 4 else ADDR6]) if sa.addr_only else None
+        if not (ok if ok is not None else sa.allowed(inner)):
+            if off:
+                a[x.blocked] += 1
+            else:
+                a[X_POLICY] += 1
+            return
+        b = sa.base  # its record: packets and bytes here, the rest at the flush
+        if not p[b + SA_PACKETS]:
+            self.pend.records.append(sa)
+        p[b + SA_PACKETS] += 1
+        p[b + SA_BYTES] += len(inner)
+        if not off:
+            p[X_RECV_BYTES] += len(esp) - sa.fixed
+        if self.f_slow is not None and inner[9 if nh == 4 else 6] == 6:
+            self.slow.pace(self.f_slow, len(inner))
+        if off and nh == 41 and x.inner_v6 >= 0:
+            p[x.inner_v6] += 1
+        self.catch_up.pace(len(inner), nh == 4)
+        try:
+            os.write(self.tun, inner)
+        except OSError:
+            a[x.refused if off else X_WRITE_FAIL] += 1
+            return
+        if off:
+            p[x.done_v4 if nh == 4 else x.done_v6] += 1
