@@ -13,14 +13,19 @@ import os
 import time
 from pathlib import Path
 
+from ipsec_hil.lab.measuring.build_comparison import figure_name
 from lab_factory import TestLab, suite_run
 
 TEST = "tests_hil/test_rates.py::test_forwarded_rate[lab-v4in4-gcm-1x10s-up]"
 PAIRS, SECONDS = 4, 2  # 3 pairs of 1 s trials missed the 20 % once with the machine at load 9
 UP, DOWN = f"1 TCP stream up, {SECONDS} s", f"1 TCP stream down, {SECONDS} s"
+CPU = figure_name("cpu", SECONDS)
 SLOW_MARKER = b"twin-rate-factor=0.8\n"
 """The twin's marker for a build whose engine paces offloaded SAs to 80 % of the
 appliance's slowest port (twin/ipsec_hil_twin/fbsd/kld.py): a 20 % slower candidate."""
+COSTLY_MARKER = b"twin-cpu-factor=1.25\n"
+"""The twin's marker for a build that costs 25 % more kernel CPU per packet it carries
+(twin/ipsec_hil_twin/fbsd/kld.py) and is as fast: a regression only the CPU figure sees."""
 
 
 def build(path: Path, tag: str, marker: bytes = b"") -> Path:

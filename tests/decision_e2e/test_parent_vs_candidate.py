@@ -42,7 +42,7 @@ import re
 
 import pytest
 
-from decision_e2e._compare import DOWN, SLOW_MARKER, UP, build, by_figure, compare
+from decision_e2e._compare import COSTLY_MARKER, CPU, DOWN, SLOW_MARKER, UP, build, by_figure, compare
 from lab_factory import QUIET_STREAM_RATE_MBIT, lab_fixture
 from ipsec_hil.exitcodes import HilExitCode
 
@@ -81,6 +81,27 @@ def test_a_20_percent_slower_candidate_is_a_regression(lab, tmp_path):
     print(f"\nslow candidate: up x{up['ratio']:.3f} [{up['ci_low']:.3f}, {up['ci_high']:.3f}]; down {down['verdict']} "
           f"x{down['ratio']:.3f}; "
           f"comparison phase {added:.1f} s of a {wall:.1f} s run")
+
+
+def test_a_costlier_build_at_line_rate_is_a_cpu_regression_not_a_rate_change(lab, tmp_path):
+    """``--compare-figures up,cpu``: a build that fills the link like its parent but costs
+    the appliance 25 % more kernel CPU per packet (``twin-cpu-factor=1.25``) is a regression
+    of the CPU figure, with its ratio and interval, while its rate is no change: the kind of
+    regression no rate figure can see (issue 41)."""
+    parent = build(tmp_path / "octep-parent.ko", "parent")
+    costly = build(tmp_path / "octep-costly.ko", "candidate", COSTLY_MARKER)
+    r, results, wall = compare(lab, tmp_path / "run", parent, costly, "--compare-figures", "up,cpu")
+    out = r.stdout
+    assert r.returncode == HilExitCode.CANDIDATE_REGRESSION, f"exit {r.returncode}:\n{out[-5000:]}\n{r.stderr[-2000:]}"
+    figures = by_figure(results)
+    cpu, up = figures[CPU], figures[UP]
+    assert cpu["verdict"] == "regression" and cpu["direction"] == "lower is better", cpu
+    assert cpu["ci_low"] > 1.025 and 1.1 < cpu["ratio"] < 1.4, cpu
+    assert up["verdict"] == "no change", up
+    assert re.search(r"REGRESSION in 1 figure\(s\): xgs3300 DUT kernel CPU per packet", out), out
+    print(f"\ncostly candidate: cpu x{cpu['ratio']:.3f} [{cpu['ci_low']:.3f}, {cpu['ci_high']:.3f}], parent "
+          f"{cpu['parent']} candidate {cpu['candidate']} us/packet; up x{up['ratio']:.3f}; "
+          f"phase {results[0]['wall_seconds']:.1f} s of {wall:.1f} s")
 
 
 def test_identical_builds_are_no_change(lab, tmp_path):

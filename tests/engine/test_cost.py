@@ -78,3 +78,17 @@ def test_cp_time_ticks_are_the_model_floored():
     assert cptime.cp_time(boot + 1, boot, 2, 7377 * 1000)[3] == 0  # 7.4 ms: under one tick (7.87 ms)
     assert cptime.cp_time(boot + 1, boot, 2, 10**12)[4] == 0, "idle never negative"
     assert cptime.clockrate() == "{ hz = 1000, tick = 1000, profhz = 8128, stathz = 127 }"
+
+
+def test_a_packet_costs_the_pages_cpu_share_at_the_links_rate():
+    """cost.scaled_ns: on a port ten times slower than the page's link a packet costs ten
+    times the page's ns, so the CPU share at line rate stays the page's (29 % of an XGS
+    136's two CPUs at 915 Mbit/s); without rated ports, the page's ns as it is."""
+    from ipsec_hil_twin.engine.cost import scaled_ns
+    from ipsec_hil_twin.personality import PERSONALITIES
+
+    p = PERSONALITIES["xgs136"]
+    assert scaled_ns(p, [91.5, 1000.0]) == pytest.approx(p.cpu_ns * 10)
+    frames_per_s = 91.5e6 / 8 / 1455  # page 002's 1,455 bytes of stream a frame, at the slowest port's rate
+    assert scaled_ns(p, [91.5]) * 1e-9 * frames_per_s / p.ncpu == pytest.approx(0.29, rel=0.01)
+    assert scaled_ns(p, []) == p.cpu_ns

@@ -5,7 +5,8 @@ The lab (tests/twin_lab/lab_cpu_noise.yaml, engines only) has two XGS 136s on pa
 their own to one XGS 3300; an association pair each, installed over engine.sock.
 
 - kern.cp_time's intr ticks grow by what the pages say a packet costs an XGS 136: page
-  002's 29 % of its 2 CPUs for 30 s over 2,358,711 frames (7.377 us a frame), times
+  002's 29 % of its 2 CPUs for 30 s over 2,358,711 frames (7.377 us a frame at 915
+  Mbit/s, scaled to this lab's 20 Mbit/s port: the page's CPU share at line rate), times
   stathz (127), for every ESP packet its engine seals or opens -- within the one tick two
   floored reads can differ by;
 - with a build holding `twin-cpu-factor=1.25` loaded the way the suite loads a build
@@ -47,10 +48,12 @@ HERE = Path(__file__).parent
 lab = lab_fixture(topology=HERE / "lab_cpu_noise.yaml", components=("engine",))
 
 STATHZ = 127
-COST_136_S = 0.29 * 2 * 30 / 2_358_711
+PACE_MBIT = 20  # lab_cpu_noise.yaml: each XGS 136's port8 (its only rated port)
+COST_136_S = 0.29 * 2 * 30 / 2_358_711 * 915 / PACE_MBIT
 """Page 002: 29 % busy of the XGS 136's 2 CPUs for the 30 s run, over the 2,358,711 frames
-its host handed the engine: CPU seconds a frame (7.377e-6)."""
-PACE_MBIT = 20  # lab_cpu_noise.yaml: each XGS 136's port8
+its host handed the engine: CPU seconds a frame (7.377e-6) at the page's 915 Mbit/s; the
+twin's links are a scale model, so at this lab's 20 Mbit/s a frame costs 915/20 times
+that -- the page's CPU share at the link's rate (ipsec_hil_twin.engine.cost.scaled_ns)."""
 PAYLOAD = 1000  # UDP bytes a datagram of the noise test's streams
 #: a frame of such a datagram on the wire: inner IPv4 1,028 + ESP GCM (8 + IV 8, padded to
 #: 1,032 with its 2-byte trailer, ICV 16) + outer IPv4 20 + Ethernet 14 + preamble/FCS/gap 24

@@ -90,8 +90,8 @@ class KernelFootprint(namedtuple("KernelFootprint", "sa_zone pkt_zone attach_mal
 
 class Personality(namedtuple("Personality", "model driver hw_model driver_counters cop_counters counting "
                                             "replay_window offloads_ipv6_outer first_stream_issue footprint "
-                                            "offloads_udp_encap ncpu cpu_ns",
-                             defaults=(32, True, None, None, False, 1, 0))):
+                                            "offloads_udp_encap ncpu cpu_ns cpu_at_mbit",
+                             defaults=(32, True, None, None, False, 1, 0, 0.0))):
     """One emulated appliance model.
 
     driver_counters / cop_counters: the names the driver exports under ipsec. / cop.;
@@ -105,6 +105,10 @@ class Personality(namedtuple("Personality", "model driver hw_model driver_counte
     cpu_ns: the appliance's CPU time per ESP packet its engine seals or opens, in ns
     (ipsec_hil_twin.fbsd.cptime: kern.cp_time's CP_INTR), derived from the pages beside
     each entry.
+    cpu_at_mbit: the link rate (Mbit/s) at which the page measured that cost: the twin's
+    links are a scale model of the pages' (100 Mbit/s for the gigabit ports), and the
+    engine keeps the page's CPU share at the link's rate (ipsec_hil_twin.engine.cost.scaled_ns);
+    0: charge cpu_ns as it is.
     """
 
     __slots__ = ()
@@ -160,6 +164,7 @@ PERSONALITIES: dict[str, Personality] = {
         # = 151,733 frames/s, 0.549 CPU-s/s / 151,733 = 3.618 us a frame -- the driver's
         # thread alone, where the XGS 136's figure is its whole host.
         cpu_ns=3618,
+        cpu_at_mbit=1820.8,
     ),
     "xgs136": Personality(
         model="xgs136", driver="npuep",
@@ -186,6 +191,7 @@ PERSONALITIES: dict[str, Personality] = {
         # ("the CPUs at 29 % are the host forwarding"): 0.29 x 2 CPUs x 30 s = 17.4 CPU-s,
         # / 2,358,711 frames = 7.377 us a frame (78,624 frames/s, 1,455 bytes of stream each)
         cpu_ns=7377,
+        cpu_at_mbit=915.0,
     ),
 }
 

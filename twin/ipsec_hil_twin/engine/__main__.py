@@ -21,6 +21,7 @@ from ipsec_hil_twin.machinery.labprocs import fork_worker, name_process, stop_wo
 
 from . import netio
 from .bypass import BypassCost
+from .cost import scaled_ns
 from .control import ControlServer, EngineState
 from .counters import CounterBlock
 from .datapath import RxLoop, TxLoop
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     queue = netio.port_queue_bytes([p.queue_bytes for p in host.ports if p.rate_mbit])
     rates = [p.rate_mbit for p in host.ports if p.rate_mbit]
     lan_Bps = min(rates) * 125000.0 if rates else None  # the receive side's catch-up pace (pacer.CatchUp)
+    cpu_ns = scaled_ns(host.personality, rates)  # a packet's CPU at this lab's scale
     # $TWIN_ENGINE_QUEUE=off: no queue model, esp0's 1,000-packet ring is the queue -- the
     # state before issue 41, whose hidden queue the NDR/PDR test's physical-limit check catches
     if os.environ.get("TWIN_ENGINE_QUEUE") == "off":
@@ -67,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     state = EngineState(d, host, counters, None)
     state.publish()  # empty state file before the workers read it
     pids = {
-        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver, queue), d / "profile-tx"), "twin-engine-tx"),
-        "rx": fork_worker(lambda: _run(RxLoop(d, tun, host.driver, lan_Bps), d / "profile-rx"), "twin-engine-rx"),
+        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver, queue, cpu_ns), d / "profile-tx"), "twin-engine-tx"),
+        "rx": fork_worker(lambda: _run(RxLoop(d, tun, host.driver, lan_Bps, cpu_ns), d / "profile-rx"), "twin-engine-rx"),
     }
     state.pids = pids
     routes = Routes(args.tun)

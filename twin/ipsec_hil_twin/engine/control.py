@@ -49,7 +49,7 @@ from ipsec_hil_twin.jsonl import JsonlServer
 
 from . import sa_events
 from .bypass import BypassCost
-from .cost import Cost, Noise
+from .cost import Cost, Noise, scaled_ns
 from .counters import MAX_SA, CounterBlock
 from .hostcfg import HostConfig
 from .routes import FWD_TABLE, OWN_TABLE, Routes, RouteSpec
@@ -161,7 +161,7 @@ class EngineState:
         self.rate_factor = 1.0  # the loaded build's engine speed (ipsec_hil_twin.fbsd.kld: twin-rate-factor)
         self.cpu_factor = 1.0  # the loaded build's CPU per packet (ipsec_hil_twin.fbsd.kld: twin-cpu-factor)
         self.noise = Noise.of(host.extra.get("noise"), host.name)  # the lab file's noise: (None: off)
-        self.cost = Cost(host.personality.cpu_ns)  # what the loops charge now (status only)
+        self.cost = Cost(scaled_ns(host.personality, [p.rate_mbit for p in host.ports if p.rate_mbit]))  # status only
         self.fbsd_routes: dict[str, str | None] = {}  # dest prefix -> gateway
         self.faults = JsonWatch(self.dir / "faults.json")
         self.own_big = False

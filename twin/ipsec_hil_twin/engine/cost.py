@@ -36,6 +36,25 @@ from typing import Any
 NOISE_KEYS = ("rate_sd", "cpu_sd", "epoch_s", "seed")
 
 
+def scaled_ns(personality: Any, port_mbit: list[float]) -> float:
+    """What one packet costs on this host: the page's ``cpu_ns`` scaled by the page's link
+    rate over the host's slowest rated port (``cpu_at_mbit`` / that rate).
+
+    Why: the twin's links are a scale model of the pages' (the gigabit ports run at 100
+    Mbit/s, a tenth), so at line rate a twin appliance handles a tenth of the packets a
+    second. Charged at the hardware's ns a packet, its CPU would be a tenth of the page's
+    and a 2 s trial's kernel time a few statclock ticks (at 127 Hz): no figure could see a
+    5 % costlier build. Scaled, the twin keeps what the page measured -- the share of the
+    appliance's CPUs the traffic takes at the link's rate (29 % of the XGS 136's two at
+    its gigabit link) -- and a trial's ticks are as many as on the hardware. A host without
+    rated ports (or a model without ``cpu_at_mbit``) pays ``cpu_ns`` as it is."""
+    base = float(personality.cpu_ns)
+    rates = [r for r in port_mbit if r]
+    if not rates or not personality.cpu_at_mbit:
+        return base
+    return base * float(personality.cpu_at_mbit) / min(rates)
+
+
 class Noise:
     """One appliance's stated noise (host.json `noise`, written from the lab file)."""
 

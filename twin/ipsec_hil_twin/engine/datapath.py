@@ -79,8 +79,9 @@ IDLE_POLL_MS = 100
 class TxLoop(_Loop):
     """esp0 -> select SA -> FreeBSD gate -> pace -> seal -> raw socket."""
 
-    def __init__(self, host_dir: Path, tun_fd: int, driver: str, queue_bytes: int | None = None) -> None:
-        super().__init__(host_dir, tun_fd, driver)
+    def __init__(self, host_dir: Path, tun_fd: int, driver: str, queue_bytes: int | None = None,
+                 cpu_ns: float | None = None) -> None:
+        super().__init__(host_dir, tun_fd, driver, cpu_ns)
         self.counting = cnt = for_driver(driver).counting
         self.pend = PendingCounts(self.a, _idx(cnt.tx_forwarded + cnt.tx_own + cnt.tx_own_output_step) + _idx(
             ("esp:sent-packets", "esp:sent-bytes", "cpu:ns_tx", *(HIST_OUT + h for h in HIST_ALGS))))

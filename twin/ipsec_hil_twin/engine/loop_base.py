@@ -28,7 +28,7 @@ class Loop:
     sas: dict  # this direction's SAs, by the key its packets are looked up with
     pend: PendingCounts  # the per-packet counts not yet stored (set by each loop)
 
-    def __init__(self, host_dir: Path, tun_fd: int, driver: str) -> None:
+    def __init__(self, host_dir: Path, tun_fd: int, driver: str, cpu_ns: float | None = None) -> None:
         self.dir = Path(host_dir)
         self.tun = tun_fd
         self.driver = driver
@@ -37,7 +37,7 @@ class Loop:
         self.faults = JsonWatch(self.dir / "faults.json")
         self.slow = FirstStreamPacer()
         self.table = SaJournalReader(self.dir)
-        self.cost = Cost(for_driver(driver).cpu_ns)
+        self.cost = Cost(for_driver(driver).cpu_ns if cpu_ns is None else cpu_ns)  # cost.scaled_ns
         self.gen_reset = -1
         self.gen_any = -1
 

@@ -44,8 +44,9 @@ SPI_SEQ = struct.Struct("!II").unpack_from  # (SPI, 32-bit sequence number) of a
 class RxLoop(_Loop):
     """raw ESP -> SA by (SPI, dst) -> replay check -> ICV -> decrypt -> checks -> esp0."""
 
-    def __init__(self, host_dir: Path, tun_fd: int, driver: str, lan_Bps: float | None = None) -> None:
-        super().__init__(host_dir, tun_fd, driver)
+    def __init__(self, host_dir: Path, tun_fd: int, driver: str, lan_Bps: float | None = None,
+                 cpu_ns: float | None = None) -> None:
+        super().__init__(host_dir, tun_fd, driver, cpu_ns)
         self.catch_up = CatchUp(lan_Bps)  # after a stall, out at the port's rate (pacer.CatchUp)
         self.s4 = netio.rx_socket(socket.AF_INET)
         self.s6 = netio.rx_socket(socket.AF_INET6)
