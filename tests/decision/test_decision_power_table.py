@@ -32,3 +32,17 @@ def test_the_table_counts_the_changed_figure_as_detection_and_the_other_as_false
     ident = table([_d(Scenario(None), "regression", "eq"), _d(Scenario(None), "eq", "eq")])
     seq = next(r for r in ident if r.startswith("| identical | sequential"))
     assert "| - |" in seq and "| 1/4 (25%) |" in seq
+
+
+def test_the_pairs_the_measured_noise_asks_for():
+    """More spread asks for more pairs, a bigger effect for fewer; an effect inside the
+    margin is never found (None)."""
+    from ipsec_hil.lab.decision.sequential import SequentialRule
+    from ipsec_hil.lab.measuring.decision_power import pairs_needed
+
+    rule = SequentialRule()
+    quiet, noisy = pairs_needed(0.01, rule, 0.95), pairs_needed(0.03, rule, 0.95)
+    assert quiet is not None and noisy is not None and quiet < noisy
+    assert pairs_needed(0.01, rule, 0.80) == rule.min_pairs
+    assert pairs_needed(0.01, rule, 0.98) is None  # 2 %: inside the +-2.5 % margin
+    assert pairs_needed(0.02, rule, 1.0, power=0.5) < pairs_needed(0.04, rule, 1.0, power=0.5)

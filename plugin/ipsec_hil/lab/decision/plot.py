@@ -67,7 +67,7 @@ def plot_comparisons(comparisons: Sequence[Comparison], path: Path | str | None 
         trials_ax.legend(fontsize=8, loc="best")
         t = c.rule.threshold
         colour = VERDICT_COLOURS[c.verdict]
-        ratio_ax.axvspan(1 - t, 1 + t, color="#d5d8dc", label=f"+-{t:.0%} equivalence")
+        ratio_ax.axvspan(1 - t, 1 + t, color="#d5d8dc", label=f"+-{100 * t:g} % equivalence")
         ratio_ax.axvline(1.0, color="black", linewidth=0.8)
         ratio_ax.errorbar([c.ratio], [0], xerr=[[c.ratio - c.ci_low], [c.ci_high - c.ratio]],
                           fmt="o", color=colour, capsize=6, markersize=8)

@@ -181,6 +181,54 @@ def table(decisions: list[Decision]) -> list[str]:
     return out
 
 
+def pairs_needed(sd: float, rule: SequentialRule, effect: float, power: float = 0.95) -> int | None:
+    """The fewest pairs at which a figure whose per-pair log ratio has spread ``sd`` decides
+    as wanted with probability ``power`` under ``rule``'s per-look level: for ``effect`` 1.0
+    identical builds proved within the margin, else a ``effect`` (e.g. 0.95) regression
+    found (its interval wholly past the margin). None: not within 1,000 pairs."""
+    import math
+
+    from ipsec_hil.lab.decision.sequential import t_quantile
+
+    z = statistics.NormalDist().inv_cdf(power)
+    room = math.log(1 + rule.margin) if effect == 1.0 else abs(math.log(effect)) - abs(math.log(1 - rule.margin))
+    if room <= 0:
+        return None
+    for k in range(max(2, rule.min_pairs), 1001):
+        t = t_quantile(0.5 + rule.level_per_look() / 2, k - 1)
+        if (t + (z if effect != 1.0 else 0.0)) * sd / math.sqrt(k) < room:
+            return k
+    return None
+
+
+def measured_noise(decisions: list[Decision], rule: SequentialRule) -> list[str]:
+    """What the identical builds' intervals say of each figure's noise, and the pairs it asks
+    for: the spread of a pair's log ratio is recovered from each interval (half width x
+    sqrt(pairs) / t), its median taken; from it, the pairs that prove +-margin for identical
+    builds (half the time: the interval's expected width) and that find a 5 % regression in
+    95 % of runs. The trial length and budget to choose follow from these lines."""
+    import math
+
+    from ipsec_hil.lab.decision.sequential import t_quantile
+
+    out = []
+    for figure in FIGURES:
+        sds = []
+        for d in decisions:
+            v = d.sequential.get(figure) if d.kind is None and not d.error else None
+            if v and v["pairs"] >= 3 and v["ci"][0] > 0:
+                t = t_quantile(0.5 + rule.level_per_look() / 2, v["pairs"] - 1)
+                sds.append((math.log(v["ci"][1]) - math.log(v["ci"][0])) / 2 * math.sqrt(v["pairs"]) / t)
+        if not sds:
+            continue
+        sd = statistics.median(sds)
+        eq, find = pairs_needed(sd, rule, 1.0, power=0.5), pairs_needed(sd, rule, 0.95)
+        out.append(f"- {figure}: per-pair log-ratio spread {100 * sd:.2f} % (median of {len(sds)} identical-build "
+                   f"intervals); pairs to prove +-{100 * rule.margin:g} % half the time: {eq or '>1000'}; to find a 5 % "
+                   f"regression in 95 % of runs: {find or '>1000'} (budget {rule.max_pairs})")
+    return out
+
+
 def run(topology_path: Path, *, model: str, runs: int, identical_runs: int, levels: Sequence[float], seconds: float,
         rule: SequentialRule, out: Path, log=print) -> list[Decision]:
     """Every scenario on the lab of ``topology_path`` (already up), one tunnel of ``model``
@@ -284,6 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{len(decisions)} decisions, {args.seconds:g} s trials, sequential: {SequentialRule(max_pairs=args.budget).describe()}; "
           f"fixed: {Rule().describe()}, first {FIXED_PAIRS} pairs\n")
     print("\n".join(table(decisions)))
+    noise = measured_noise(decisions, SequentialRule(max_pairs=args.budget))
+    if noise:
+        print(f"\nthe noise the identical builds measured ({args.seconds:g} s trials):")
+        print("\n".join(noise))
     return 0
 
 
