@@ -151,7 +151,9 @@ class CatchUp:
     (PortQueue.leave_at). A load at or under the rate never waits here: the bucket stays
     full. Wire bytes are the LAN's: the inner packet in Ethernet (WIRE_EXTRA) and, above
     1,500 bytes, the IPv4 fragments the kernel cuts it into (a 1,500-byte LAN assumed: the
-    smallest the twin's LANs have, so the pace is never faster than a fragmenting LAN)."""
+    smallest the twin's LANs have, so the pace is never faster than a fragmenting LAN). Only
+    forwarded packets are paced (the receive loop's choice): one for the appliance's own
+    address leaves by no port, and its stream may run at the faster inbound link's rate."""
 
     BURST = 32768  # bytes: less than any stated queue the twin builds, so a catch-up's first burst fits
     LAN_MTU = 1500

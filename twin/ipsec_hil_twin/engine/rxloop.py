@@ -41,6 +41,9 @@ ESPSTAT = {k[4:]: i for k, i in INDEX.items() if k.startswith("esp:")}
 SPI_SEQ = struct.Struct("!II").unpack_from  # (SPI, 32-bit sequence number) of an ESP header
 
 
+ADDR4_DST, ADDR6_DST = slice(16, 20), slice(24, 40)  # an inner packet's destination address
+
+
 class RxLoop(_Loop):
     """raw ESP -> SA by (SPI, dst) -> replay check -> ICV -> decrypt -> checks -> esp0."""
 
@@ -48,6 +51,7 @@ class RxLoop(_Loop):
                  cpu_ns: float | None = None) -> None:
         super().__init__(host_dir, tun_fd, driver, cpu_ns)
         self.catch_up = CatchUp(lan_Bps)  # after a stall, out at the port's rate (pacer.CatchUp)
+        self.own: set[bytes] = set()  # the appliance's addresses: a packet for one leaves by no port
         self.s4 = netio.rx_socket(socket.AF_INET)
         self.s6 = netio.rx_socket(socket.AF_INET6)
         self.su = netio.udp_encap_rx_socket()
@@ -63,6 +67,7 @@ class RxLoop(_Loop):
 
     def reload(self) -> None:
         st = self._take_generations()
+        self.own = {ipaddress.ip_address(x).packed for x in st.get("own_addrs", [])}
         self.faults.refresh(time.monotonic(), force=True)
         new = {}
         for e in st.get("sas", []):
@@ -234,7 +239,8 @@ class RxLoop(_Loop):
             self.slow.pace(self.f_slow, len(inner))
         if off and nh == 41 and x.inner_v6 >= 0:
             p[x.inner_v6] += 1
-        self.catch_up.pace(len(inner), nh == 4)
+        if inner[ADDR4_DST if nh == 4 else ADDR6_DST] not in self.own:  # forwarded: onto a LAN port
+            self.catch_up.pace(len(inner), nh == 4)
         try:
             os.write(self.tun, inner)
         except OSError:
