@@ -30,8 +30,8 @@ from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.driver_plugin import driver_run, parse_driver_options
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.reporting.allure_results import Attachment, write_result
-from ipsec_hil.lab.measuring.build_comparison import (FIGURES, KNOWN_FIGURES, BuildComparison, Builds, check_figures,
-                                         compare_builds)
+from ipsec_hil.lab.measuring.build_comparison import (FIGURES, FIXED_PAIRS, KNOWN_FIGURES, RATE_CONFIGURATION,
+                                                      BuildComparison, Builds, check_figures, compare_builds)
 from ipsec_hil.lab.cases import TunnelCase, tunnel_cases
 from ipsec_hil.lab.decision.compare import Rule
 from ipsec_hil.lab.decision.errors import DecisionError
@@ -46,11 +46,6 @@ log = logging.getLogger(__name__)
 
 __all__: list[str] = []
 
-#: the configuration the comparison measures (the pages' rate configuration)
-#: pairs of the fixed design when --compare-pairs is not given
-FIXED_PAIRS = 4
-
-RATE_CONFIGURATION = {"outer": "ipv4", "inner": "ipv4", "cipher": "aes-gcm-16", "children": "one"}
 
 
 @dataclass

@@ -72,9 +72,10 @@ def packet_counters(app) -> dict[str, str]:
 def read(app) -> CpuReading:
     """The appliance's CPU ticks, then its engine's packet counters (two commands)."""
     times = app.cpu_times()
-    values = app.sysctl_get(*packet_counters(app).values())
+    counters = packet_counters(app)
+    values = app.sysctl_get(*counters.values())
     packets = 0
-    for name, oid in packet_counters(app).items():
+    for name, oid in counters.items():
         v = values[oid]
         if not isinstance(v, int):
             raise LabError(f"{app.name}: {oid} ({name}) read {v!r}, not a packet count")

@@ -48,14 +48,12 @@ from ipsec_hil.lab.decision.compare import Rule, compare_trials
 from ipsec_hil.lab.decision.sequential import SequentialRule
 from ipsec_hil.lab.driver import DriverDeployment
 from ipsec_hil.lab.live_lab import Lab
-from ipsec_hil.lab.measuring.build_comparison import (CPU, Builds, compare_builds, direction_of, figure_name,
-                                                      unit_of)
+from ipsec_hil.lab.measuring.build_comparison import (CPU, FIXED_PAIRS, RATE_CONFIGURATION, Builds, compare_builds,
+                                                      direction_of, figure_name, unit_of)
 from ipsec_hil.lab.tunnel import bring_up
 
 FIGURES = ("up", CPU)
 LEVELS = (0.98, 0.95, 0.90, 0.80)
-FIXED_PAIRS = 4
-RATE_CONFIGURATION = {"outer": "ipv4", "inner": "ipv4", "cipher": "aes-gcm-16", "children": "one"}
 
 
 @dataclass(frozen=True)
