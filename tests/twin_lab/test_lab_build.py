@@ -62,6 +62,11 @@ def test_round_trip(lab, fresh_prefix):
     assert tn.read_sysctl(f"{p}-bench", "net.ipv4.ip_forward") == "0"
     assert tn.read_sysctl(f"{p}-dut3300", "net.ipv6.conf.lan.accept_ra") == "0"
     assert tn.read_sysctl(f"{p}-dut3300", "net.ipv4.conf.all.rp_filter") == "0"
+    # the bench's TCP holds at most 16 KiB each in its shaped port's queue (TCP Small
+    # Queues), so six streams never overflow it locally and lock one out
+    # (tn.BENCH_TCP_QUEUED_BYTES says what that did); the appliances keep the kernel's budget
+    assert tn.read_sysctl(f"{p}-bench", "net.ipv4.tcp_limit_output_bytes") == str(tn.BENCH_TCP_QUEUED_BYTES)
+    assert int(tn.read_sysctl(f"{p}-dut3300", "net.ipv4.tcp_limit_output_bytes")) > tn.BENCH_TCP_QUEUED_BYTES
     # connectivity on every link, both families; jumbo frames on port8 without fragmenting
     for ns, dst in ((f"{p}-bench", "198.51.100.1"), (f"{p}-bench", "fd00:a::1"),
                     (f"{p}-dut3300", "192.0.2.2"), (f"{p}-dut3300", "2001:db8:0:1::2"),
