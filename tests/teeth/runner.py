@@ -42,7 +42,8 @@ TRAFFIC_SECONDS = "0.1"
 """``--traffic-seconds`` of the node runs: a page's 10 s stream runs 1 s (the fixture's
 floor), its 30 s six streams 3 s. A fault breaks its test whatever the duration (a floor,
 a count, a line), so the longer traffic of 0.2 bought no evidence: on 12-06, two workers,
-the matrix took 435 CPU-s at 0.2 and 368 at 0.1 (issue 39's 10 minutes)."""
+the matrix took 435 CPU-s in 265 s at 0.2, 368 and 332 CPU-s in 234 and 207 s at 0.1
+(issue 39's 10 minutes)."""
 
 
 @dataclass(frozen=True)
