@@ -93,7 +93,6 @@ class TxLoop(_Loop):
         self.pairs: list = []
         self.cache: dict = {}
         self.keyf = fast_key  # the flow cache's key: addr_key when every selector allows it
-        self.own: set[bytes] = set()
         self.own_step: list = []
         self.faults_ver = -1
         self.port = PortQueue(tun_fd, queue_bytes)  # the paced port and its stated queue
@@ -106,7 +105,6 @@ class TxLoop(_Loop):
     # -- state -------------------------------------------------------------------------
     def reload(self) -> None:
         st = self._take_generations()
-        self.own = {ipaddress.ip_address(x).packed for x in st.get("own_addrs", [])}
         self.own_step = [ipaddress.ip_network(x) for x in st.get("own_output_step", [])]
         new: dict[tuple[int, str], OutSa] = {}
         order = []
@@ -201,7 +199,6 @@ class TxLoop(_Loop):
         pending counts, then waits.  The receive loop's writes share the fd's O_NONBLOCK; a
         TUN write never waits for buffer space anyway (Linux tun_chr_open: sk_sndbuf = INT_MAX)."""
         a = self.a
-        read = os.read
         tun = self.tun
         os.set_blocking(tun, False)
         waiter = select.poll()

@@ -4,6 +4,7 @@ first-stream pacer, what a packet costs (ipsec_hil_twin.engine.cost), and the ge
 they last loaded."""
 from __future__ import annotations
 
+import ipaddress
 import time
 from pathlib import Path
 
@@ -38,6 +39,7 @@ class Loop:
         self.slow = FirstStreamPacer()
         self.table = SaJournalReader(self.dir)
         self.cost = Cost(for_driver(driver).cpu_ns if cpu_ns is None else cpu_ns)  # cost.scaled_ns
+        self.own: set[bytes] = set()  # the appliance's addresses, packed (the control's own_addrs)
         self.gen_reset = -1
         self.gen_any = -1
 
@@ -45,8 +47,9 @@ class Loop:
         """Note the control process's current generations and return its state (the SA
         journal applied).  After a reset (gen_reset moved: the control process dropped
         every SA and zeroed the counters) the loop forgets its SAs and the first stream's
-        pace too, so none of them outlives the reset. The build's CPU factor and the noise
-        are taken from the state here (the caller applies them to its SAs)."""
+        pace too, so none of them outlives the reset. The build's CPU factor, the noise and
+        the appliance's own addresses are taken from the state here (the caller applies the
+        first two to its SAs)."""
         a = self.a
         self.gen_any = a[IGEN_ANY]  # read first: a bump after this read is seen next time
         gen_reset = a[IGEN_RESET]
@@ -59,4 +62,5 @@ class Loop:
         self.gen_reset = gen_reset
         st = self.table.load()
         self.cost.configure(float(st.get("cpu_factor") or 1.0), Noise.of(st.get("noise"), str(st.get("host", ""))))
+        self.own = {ipaddress.ip_address(x).packed for x in st.get("own_addrs", [])}
         return st

@@ -26,7 +26,7 @@ from .esp import EspError, ReplayWindow, make_suite
 from .loop_base import IGEN_ANY, Loop as _Loop
 from .pacer import CatchUp
 from .sa_state import InSa
-from .selectors import ADDR4, ADDR6, parse_selector
+from .selectors import ADDR4, ADDR6, DST4, DST6, parse_selector
 from .sizes import FRAMING
 
 # receive-side kernel/engine counter indexes (the layout is static; driver ones: RxCounters)
@@ -41,9 +41,6 @@ ESPSTAT = {k[4:]: i for k, i in INDEX.items() if k.startswith("esp:")}
 SPI_SEQ = struct.Struct("!II").unpack_from  # (SPI, 32-bit sequence number) of an ESP header
 
 
-ADDR4_DST, ADDR6_DST = slice(16, 20), slice(24, 40)  # an inner packet's destination address
-
-
 class RxLoop(_Loop):
     """raw ESP -> SA by (SPI, dst) -> replay check -> ICV -> decrypt -> checks -> esp0."""
 
@@ -51,7 +48,6 @@ class RxLoop(_Loop):
                  cpu_ns: float | None = None) -> None:
         super().__init__(host_dir, tun_fd, driver, cpu_ns)
         self.catch_up = CatchUp(lan_Bps)  # after a stall, out at the port's rate (pacer.CatchUp)
-        self.own: set[bytes] = set()  # the appliance's addresses: a packet for one leaves by no port
         self.s4 = netio.rx_socket(socket.AF_INET)
         self.s6 = netio.rx_socket(socket.AF_INET6)
         self.su = netio.udp_encap_rx_socket()
@@ -67,7 +63,6 @@ class RxLoop(_Loop):
 
     def reload(self) -> None:
         st = self._take_generations()
-        self.own = {ipaddress.ip_address(x).packed for x in st.get("own_addrs", [])}
         self.faults.refresh(time.monotonic(), force=True)
         new = {}
         for e in st.get("sas", []):
@@ -239,7 +234,7 @@ class RxLoop(_Loop):
             self.slow.pace(self.f_slow, len(inner))
         if off and nh == 41 and x.inner_v6 >= 0:
             p[x.inner_v6] += 1
-        if inner[ADDR4_DST if nh == 4 else ADDR6_DST] not in self.own:  # forwarded: onto a LAN port
+        if inner[DST4 if nh == 4 else DST6] not in self.own:  # forwarded: onto a LAN port (own: no port)
             self.catch_up.pace(len(inner), nh == 4)
         try:
             os.write(self.tun, inner)

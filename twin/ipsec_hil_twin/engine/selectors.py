@@ -113,6 +113,8 @@ def flow(pkt: bytes) -> tuple[int, bytes, bytes, int, int, int] | None:
 ADDR4, ADDR6 = slice(12, 20), slice(8, 40)
 """Source and destination address, as one slice of an IPv4 / IPv6 header: `addr_key`,
 and the receive loop's own lookup of a packet whose version it already knows."""
+DST4, DST6 = slice(16, 20), slice(24, 40)
+"""The destination address alone: the receive loop's "for the appliance itself?"."""
 
 
 def addr_key(pkt: bytes) -> bytes | None:
