@@ -30,12 +30,12 @@ from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.driver_plugin import driver_run, parse_driver_options
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.reporting.allure_results import Attachment, write_result
-from ipsec_hil.lab.measuring.build_comparison import (FIGURES, FIXED_PAIRS, KNOWN_FIGURES, RATE_CONFIGURATION,
-                                                      BuildComparison, Builds, check_figures, compare_builds)
+from ipsec_hil.lab.measuring.build_comparison import (FIGURES, KNOWN_FIGURES, RATE_CONFIGURATION, BuildComparison,
+                                                      Builds, check_figures, compare_builds)
 from ipsec_hil.lab.cases import TunnelCase, tunnel_cases
 from ipsec_hil.lab.decision.compare import Rule
 from ipsec_hil.lab.decision.errors import DecisionError
-from ipsec_hil.lab.decision.sequential import SequentialRule
+from ipsec_hil.lab.decision.sequential import FIXED_PAIRS, SequentialRule
 from ipsec_hil.lab.decision.plot import plot_comparisons
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.live_lab import Lab

@@ -32,7 +32,7 @@ from typing import Any
 
 from ipsec_hil.lab.decision.compare import (CANDIDATE, PARENT, Comparison, Direction, Rule, compare_trials,
                                          interleaved_schedule)
-from ipsec_hil.lab.decision.sequential import FIXED_PAIRS, SequentialRule, sequential_look  # noqa: F401 (re-exported)
+from ipsec_hil.lab.decision.sequential import SequentialRule, sequential_look
 from ipsec_hil.lab.driver import DriverDeployment, ModuleBuild, local_build
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.decision.search import Goal, search
@@ -74,8 +74,7 @@ def pdr_goal(seconds: float) -> Goal:
 
 
 #: The configuration a comparison measures (the pages' rate configuration): one place for
-#: the plugin and tools/decision-power. The fixed design's pairs when none are asked are
-#: decision.sequential.FIXED_PAIRS (the design its simulation compares against).
+#: the plugin and tools/decision-power.
 RATE_CONFIGURATION = {"outer": "ipv4", "inner": "ipv4", "cipher": "aes-gcm-16", "children": "one"}
 
 PDR_DATAGRAM = 1200  # bytes of UDP payload, as tests_hil/test_ndr_pdr.py: below every inner limit

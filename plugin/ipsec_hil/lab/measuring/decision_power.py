@@ -45,11 +45,11 @@ from pathlib import Path
 
 from ipsec_hil.lab.cases import tunnel_cases
 from ipsec_hil.lab.decision.compare import Rule, compare_trials
-from ipsec_hil.lab.decision.sequential import SequentialRule
+from ipsec_hil.lab.decision.sequential import FIXED_PAIRS, SequentialRule
 from ipsec_hil.lab.driver import DriverDeployment
 from ipsec_hil.lab.live_lab import Lab
-from ipsec_hil.lab.measuring.build_comparison import (CPU, FIXED_PAIRS, RATE_CONFIGURATION, Builds, compare_builds,
-                                                      direction_of, figure_name, unit_of)
+from ipsec_hil.lab.measuring.build_comparison import (CPU, RATE_CONFIGURATION, Builds, compare_builds, direction_of,
+                                                      figure_name, unit_of)
 from ipsec_hil.lab.tunnel import bring_up
 
 FIGURES = ("up", CPU)
