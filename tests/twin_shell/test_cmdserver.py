@@ -25,6 +25,7 @@ from ipsec_hil_twin.shell.cmdclient import (
     encode_request, send_request,
 )
 from ipsec_hil_twin.fbsd import COMMANDS
+from ipsec_hil_twin.shell.cmdworker import IDLE_MAX, IDLE_NAME
 from ipsec_hil_twin.fbsd.install import CLIENT, NO_SERVER_ENV, PERL, install_bin
 from ipsec_hil_twin.machinery.runtime import HostDir
 
@@ -129,17 +130,34 @@ def _start_ping(appliance) -> subprocess.Popen:
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
-def _served_command(appliance, before: set[int]) -> int:
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _sid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _served_command(appliance, name: str = "ping") -> int:
+    """The server's worker running ``name``: a busy worker has its command's name and leads
+    its session (an orphan the server adopted -- iputils ping of a worker killed alone --
+    may have the name too)."""
     server = appliance.commands.pid
-    (pid,) = wait_until(lambda: [p for p in _children(server) if p not in before], "the server forks the command", 5.0)
+    (pid,) = wait_until(lambda: [p for p in _children(server) if _comm(p) == name and _sid(p) == p],
+                        f"a worker runs {name}", 5.0)
     return pid
 
 
 def test_a_command_killed_by_a_signal_kills_its_client_with_it(appliance):
-    before = set(_children(appliance.commands.pid))
     client = _start_ping(appliance)
     try:
-        command = _served_command(appliance, before)
+        command = _served_command(appliance)
         iputils = wait_until(lambda: _session_members(command)[1:], "ping's first reply", 5.0)
         # what the command holds: its fds, none of the server's sockets
         assert not _socket_inodes(command) & _socket_inodes(appliance.commands.pid)
@@ -158,9 +176,8 @@ def test_a_cut_session_kills_the_command_and_what_it_started(appliance):
     """ipsec_hil_twin.shell.sshd_exec kills the shell's process group when a session is cut: the client
     dies, the server sees the connection close and kills the command's whole session
     (ping here runs the namespace's iputils ping)."""
-    before = set(_children(appliance.commands.pid))
     client = _start_ping(appliance)
-    command = _served_command(appliance, before)
+    command = _served_command(appliance)
     members = wait_until(lambda: _session_members(command)[1:] and _session_members(command), "iputils ping under the command", 5.0)
     assert len(members) >= 2
     os.killpg(client.pid, signal.SIGHUP)
@@ -339,3 +356,85 @@ def test_the_shell_is_spawned_with_only_its_pipes_in_a_session_of_its_own(applia
     assert sorted(fds) == ref_fds, f"descriptors {sorted(fds)}, a cleanly started tcsh has {ref_fds}"
     assert view["cwd"] == "/root", view["cwd"]
     assert os.readlink(f"/proc/{appliance.commands.pid}/cwd") == server_cwd
+
+
+def _workers(appliance) -> list[int]:
+    return sorted(p for p in _children(appliance.commands.pid) if _comm(p) == IDLE_NAME)
+
+
+def test_a_worker_runs_the_next_command_with_nothing_of_the_last(appliance, tmp_path):
+    """ipsec_hil_twin.shell.cmdworker: a worker that ran a command runs the next one (the
+    reuse that spares each command its copy-on-write faults), and the next command sees
+    its own stdin, working directory and environment, not what the last one had."""
+    env = {"PATH": "/usr/bin:/bin", "TWIN_HOST_DIR": str(appliance.hd.path), "PERL_BADLANG": "0"}
+    for name, text in (("a", "one\n"), ("b", "two\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x").write_text(text)
+    first = _client(appliance.hd.cmd_sock, "ipsec_hil_twin.fbsd.b64decode", "-r", input="b25lCg==\n", env=env)
+    assert (first.returncode, first.stdout, first.stderr) == (0, "one\n", "")
+    workers = _workers(appliance)
+    assert workers, "no idle worker after a command"
+    runs = [
+        (_client(appliance.hd.cmd_sock, "ipsec_hil_twin.fbsd.b64decode", "-r", input="dHdvCg==\n", env=env), "two\n"),
+        (_client(appliance.hd.cmd_sock, "ipsec_hil_twin.fbsd.md5", "-q", "x", cwd=tmp_path / "a", env=env),
+         "5bbf5a52328e7439ae6e719dfe712200\n"),
+        (_client(appliance.hd.cmd_sock, "ipsec_hil_twin.fbsd.md5", "-q", "x", cwd=tmp_path / "b", env=env),
+         "c193497a1a06b2c72230e6146ff47080\n"),
+        (_client(appliance.hd.cmd_sock, "ipsec_hil_twin.fbsd.sysctl", "dev.npuep.0.ipsec", env=env), None),
+        (_client(appliance.hd.cmd_sock, "ipsec_hil_twin.fbsd.sysctl", "dev.npuep.0.ipsec",
+                 env={**env, "TWIN_HOST_DIR": str(tmp_path)}), None),
+    ]
+    for r, want in runs[:3]:
+        assert (r.returncode, r.stdout, r.stderr) == (0, want, ""), r
+    (driver, _), (elsewhere, _) = runs[3:]
+    assert driver.returncode == 0 and "dev.npuep.0.ipsec.tx_accel: " in driver.stdout, driver
+    # another host dir in the environment (an empty one): not the appliance's driver
+    assert (elsewhere.returncode, elsewhere.stdout) != (0, driver.stdout), elsewhere
+    assert _workers(appliance) == workers, "the commands were not run by the idle workers"
+
+
+def test_commands_at_once_get_workers_of_their_own_and_few_stay(appliance):
+    """Commands that run at the same time each get a worker; once they are done, at most
+    IDLE_MAX wait for more."""
+    env = dict(os.environ, TWIN_HOST_DIR=str(appliance.hd.path), PATH=f"{appliance.hd.bin}:/usr/bin:/bin")
+    env.pop("PYTHONPATH", None)
+    pings = [subprocess.Popen(["nsenter", f"--net=/run/netns/{appliance.ns}", str(appliance.hd.bin / "ping"),
+                               "-c", "3", "-i", "0.3", "10.77.0.2"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for _ in range(IDLE_MAX + 2)]
+    wait_until(lambda: len([p for p in _children(appliance.commands.pid) if _comm(p) == "ping" and _sid(p) == p])
+               == len(pings), "every ping in a worker of its own", 5.0)
+    for p in pings:
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 0 and b"3 packets received" in out, err
+    wait_until(lambda: len(_workers(appliance)) <= IDLE_MAX, f"at most {IDLE_MAX} idle workers", 5.0)
+    assert 1 <= len(_workers(appliance)) <= IDLE_MAX
+
+
+LEFT_BEHIND = """
+import os, socket, subprocess, threading, time
+from ipsec_hil_twin.shell.cmdworker import left_behind
+a, b = socket.socketpair()
+b.close()
+print(repr(left_behind(a.fileno())))
+p = subprocess.Popen(["sleep", "5"])
+print(repr(left_behind(a.fileno())))
+p.kill(); p.wait()
+f = open(os.devnull)
+print(repr(left_behind(a.fileno())))
+f.close()
+t = threading.Thread(target=time.sleep, args=(2,), daemon=True); t.start()
+print(repr(left_behind(a.fileno())))
+"""
+
+
+def test_what_a_command_leaves_behind_ends_its_worker():
+    """A worker runs no further command after one that left a child process, an open
+    descriptor or a thread (cmdworker.left_behind: it exits instead, as a fresh child did)."""
+    r = subprocess.run([sys.executable, "-S", "-c", LEFT_BEHIND], capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "twin")))
+    assert r.returncode == 0, r.stderr
+    nothing, child, fd, thread = r.stdout.splitlines()
+    assert nothing == "''"
+    assert child == "'a child process'"
+    assert fd.startswith("'descriptor(s) [") and fd != "'descriptor(s) []'", fd
+    assert thread == "'1 thread(s)'"

@@ -33,11 +33,16 @@ def exit_code(code: object) -> int:
     return 1
 
 
-def finish_interpreter(code: int) -> int:
+def finish_interpreter(code: int, *, stop_threads: bool = True) -> int:
     """What the interpreter does before it exits: join non-daemon threads, run atexit,
-    flush stdout and stderr (a flush that fails is exit status 120, as in CPython)."""
+    flush stdout and stderr (a flush that fails is exit status 120, as in CPython).
+
+    ``stop_threads=False`` (a process that runs another module afterwards,
+    ipsec_hil_twin.shell.cmdworker): threading is shut down only when a thread besides
+    the main one is alive -- with none there is nothing to join, and a shut-down threading
+    module (its main thread marked stopped) would be left for the next run."""
     threading = sys.modules.get("threading")
-    if threading is not None:
+    if threading is not None and (stop_threads or threading.active_count() > 1):
         try:
             threading._shutdown()  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001
@@ -55,11 +60,12 @@ def finish_interpreter(code: int) -> int:
     return code
 
 
-def run_as_main(module: str, args: list[str]) -> int:
+def run_as_main(module: str, args: list[str], *, stop_threads: bool = True) -> int:
     """Run MODULE as `python -m MODULE ARGS` would, in this (forked) process; its exit
     status. A plain module runs fresh as ``__main__`` (as -m does: its cached import is
     dropped first); a package runs its ``__main__`` submodule, the package itself staying
-    the one imported (a second copy of it would not hold its submodules)."""
+    the one imported (a second copy of it would not hold its submodules).
+    ``stop_threads``: :func:`finish_interpreter`'s."""
     loaded = sys.modules.get(module)
     if loaded is not None and not hasattr(loaded, "__path__"):
         sys.modules.pop(module, None)
@@ -79,4 +85,4 @@ def run_as_main(module: str, args: list[str]) -> int:
     except BaseException:  # noqa: BLE001 -- an uncaught exception: traceback, status 1
         traceback.print_exc()
         code = 1
-    return finish_interpreter(code)
+    return finish_interpreter(code, stop_threads=stop_threads)

@@ -6,13 +6,17 @@ command would; the SSH server's shells start here too (an EXEC request: a vfork,
 
 Why: each emulated command (ipsec_hil_twin.fbsd.COMMANDS) started as a fresh `python -S -m MODULE`
 paid 45-65 ms of CPU for the interpreter and its imports; a whole own-test run spent 42 %
-of its busy CPU in such short-lived Python. This server imports every command module once;
-per request (ipsec_hil_twin.shell.cmdclient, the protocol's home) it forks, and the child becomes what
+of its busy CPU in such short-lived Python. This server imports every command module once
+(and freezes them out of the garbage collector's sight: a fork's collections then leave their
+pages shared -- 8.6 -> 5.6 ms of CPU per forked ``sysctl``, measured 12-06); per request
+(ipsec_hil_twin.shell.cmdclient, the protocol's home) a warm worker forked from it
+(ipsec_hil_twin.shell.cmdworker: an idle one, else a new one) becomes what
 `python -S -m MODULE ARGS` would have been: the client's stdin/stdout/stderr as fds 0-2,
 its environment, working directory and argv, a session of its own, the module run fresh
 as `__main__` (runpy, as -m does), Python's exit handling (SystemExit codes, tracebacks,
 non-daemon threads joined, atexit, flushes). The command's exit status or fatal signal
-goes back to the client, which exits with it.
+goes back to the client, which exits with it. The worker then waits for the next request
+instead of exiting, unless the command left something behind (cmdworker says what).
 
 Kill semantics: a client that goes away before its command ends (its SSH session was cut
 and the shell's process group killed) closes the connection; the server then sends the
@@ -27,12 +31,14 @@ Without it the orphan went to this machine's PID 1, whose reaping lagged by 1-2 
 wire capture, measured).
 
 Single-threaded (fork from a threaded process is unsafe): one selector over the listening
-socket, the clients' connections, a pidfd per running command and SIGCHLD's wakeup fd.
+socket, the clients' connections, a pidfd per running program and per worker, the workers'
+sockets and SIGCHLD's wakeup fd.
 """
 from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import importlib
 import os
 import selectors
@@ -45,9 +51,9 @@ import time
 import traceback
 
 from ipsec_hil_twin.shell import cmdclient as proto
+from ipsec_hil_twin.shell import cmdworker
 from ipsec_hil_twin.fbsd import COMMANDS
-from ipsec_hil_twin.machinery.labprocs import COMM_MAX, become_subreaper, name_process, pidfd_getfd
-from ipsec_hil_twin.machinery.warmrun import run_as_main
+from ipsec_hil_twin.machinery.labprocs import become_subreaper, name_process, pidfd_getfd
 
 KILL_GRACE = 0.5
 """Seconds between SIGHUP and SIGKILL for a command whose client went away."""
@@ -85,11 +91,25 @@ def take_peer_fds(conn: socket.socket) -> tuple[int, list[int], list[int]]:
 
 
 class _Running:
+    """A request being served: the process running it (a program, or a worker), the
+    client's connection (None once the client went away), the program's pidfd (a worker's
+    is its _Worker's)."""
+
     __slots__ = ("pid", "conn", "pidfd", "kill_at", "program")
 
-    def __init__(self, pid: int, conn: socket.socket, pidfd: int, program: subprocess.Popen | None = None) -> None:
+    def __init__(self, pid: int, conn: socket.socket, pidfd: int | None, program: subprocess.Popen | None = None) -> None:
         self.pid, self.conn, self.pidfd, self.program = pid, conn, pidfd, program
         self.kill_at: float | None = None
+
+
+class _Worker:
+    """A warm worker (ipsec_hil_twin.shell.cmdworker): its pid, the server's end of its
+    socket pair (None once retired: closing it tells the worker to exit) and its pidfd."""
+
+    __slots__ = ("pid", "sock", "pidfd")
+
+    def __init__(self, pid: int, sock: socket.socket, pidfd: int) -> None:
+        self.pid, self.sock, self.pidfd = pid, sock, pidfd
 
 
 def preload() -> None:
@@ -99,42 +119,35 @@ def preload() -> None:
 
 
 def _child(req: proto.Request, fds: list[int], received: list[int]) -> None:
-    """In the forked child: become the command. Never returns."""
-    code = 1
+    """In the forked child of an EXEC request that spawn_program could not start: become
+    the program (a std fd the client closed closed here too). Never returns."""
     try:
-        signal.set_wakeup_fd(-1)  # the server's SIGCHLD wakeup is not the command's
-        for sig in (signal.SIGTERM, signal.SIGCHLD):  # nor are its handlers
-            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)  # the server's SIGCHLD wakeup is not the program's
+        for name in ("SIGTERM", "SIGCHLD", "SIGPIPE", "SIGXFSZ"):  # default in a program (as Popen does)
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
         os.setsid()
         for target, fd in zip(fds, received):
             os.dup2(fd, target)
         for target in proto.STD_FDS:
             if target not in fds:
-                os.close(target)  # closed in the client: closed in the command
+                os.close(target)  # closed in the client: closed in the program
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         try:
             os.chdir(req.cwd)
         except OSError:
             os.chdir("/")
-        os.environ.clear()
-        os.environ.update({os.fsdecode(k): os.fsdecode(v) for k, v in req.env.items()})
-        if req.kind == proto.EXEC:
-            for name in ("SIGPIPE", "SIGXFSZ"):  # ignored by Python, default for a program (as Popen does)
-                signal.signal(getattr(signal, name), signal.SIG_DFL)
-            try:
-                os.execve(req.target, [os.fsdecode(a) for a in req.args], os.environ)
-            except OSError as exc:
-                sys.stderr.write(f"ipsec_hil_twin.shell.cmdserver: exec {req.target}: {exc.strerror}\n")
-                sys.stderr.flush()
-                os._exit(127)
-        name_process(req.target.rsplit(".", 1)[-1][:COMM_MAX])  # as FreeBSD's ps names it: sysctl, swanctl
-        code = run_as_main(req.target, [os.fsdecode(a) for a in req.args])
+        os.execve(req.target, [os.fsdecode(a) for a in req.args],
+                  {os.fsdecode(k): os.fsdecode(v) for k, v in req.env.items()})
+    except OSError as exc:
+        sys.stderr.write(f"ipsec_hil_twin.shell.cmdserver: exec {req.target}: {exc.strerror}\n")
+        sys.stderr.flush()
+        os._exit(127)
     except BaseException:  # noqa: BLE001 -- whatever happens, the child never returns to the server loop
         try:
             traceback.print_exc()
         finally:
-            os._exit(code or 1)
-    os._exit(code)
+            os._exit(1)
+    os._exit(127)
 
 
 def spawn_program(req: proto.Request, fds: list[int], received: list[int]) -> subprocess.Popen | None:
@@ -217,6 +230,8 @@ class CommandServer:
         self.programs = programs
         self.sel = selectors.DefaultSelector()
         self.running: dict[int, _Running] = {}
+        self.workers: dict[int, _Worker] = {}
+        self.idle: list[int] = []  # workers waiting for a request, most recent last
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # bind under a temporary name, then rename: the socket appears when it is listening
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -252,11 +267,13 @@ class CommandServer:
                 self._accept()
             elif what == "sigchld":
                 self._sigchld()
-            elif pid not in self.running:
+            elif pid not in self.running and pid not in self.workers:
                 continue  # reaped in this round already (its SIGCHLD came first)
             elif what == "exit":
                 self._reap(pid)
-            elif what == "conn":
+            elif what == "done":
+                self._worker_done(pid)
+            elif what == "conn" and pid in self.running:
                 self._client_event(pid)
         now = time.monotonic()
         for r in list(self.running.values()):
@@ -274,8 +291,11 @@ class CommandServer:
             conn.close()
             return
         program = spawn_program(req, fds, received) if req.kind == proto.EXEC else None
+        pidfd: int | None = None
         if program is not None:
             pid = program.pid
+        elif req.kind == proto.RUN:
+            pid = self._to_worker(req, fds, received)
         else:
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()  # nothing of ours may reach the command's output
@@ -284,13 +304,68 @@ class CommandServer:
                 _child(req, fds, received)
         for fd in received:
             os.close(fd)
-        pidfd = os.pidfd_open(pid)
+        if pid not in self.workers:
+            pidfd = os.pidfd_open(pid)
         if req.kind == proto.EXEC:
             _answer(conn, f"pid {pid}")  # the SSH server kills the shell's group when its session is cut
         conn.setblocking(False)
         self.running[pid] = _Running(pid, conn, pidfd, program)
         self.sel.register(conn, selectors.EVENT_READ, ("conn", pid))
-        self.sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+        if pidfd is not None:
+            self.sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+
+    def _to_worker(self, req: proto.Request, fds: list[int], received: list[int]) -> int:
+        """The pid of the worker now running ``req``: an idle one, else one forked for it."""
+        while self.idle:
+            w = self.workers[self.idle.pop()]
+            if cmdworker.hand(w.sock, req, fds, received):
+                return w.pid
+            self._retire(w)  # gone meanwhile: its exit is reaped as it comes
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # nothing of ours may reach the command's output
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            cmdworker.serve(theirs, req, fds, received)
+        theirs.close()
+        w = _Worker(pid, ours, os.pidfd_open(pid))
+        self.workers[pid] = w
+        self.sel.register(w.sock, selectors.EVENT_READ, ("done", pid))
+        self.sel.register(w.pidfd, selectors.EVENT_READ, ("exit", pid))
+        return pid
+
+    def _worker_done(self, pid: int) -> None:
+        """A worker answered ``exit N``: the client gets it; the worker waits for the next
+        request, or is retired (its client went away, or enough are idle)."""
+        w = self.workers[pid]
+        try:
+            line = w.sock.recv(64)
+        except OSError:
+            line = b""
+        if not line:
+            self._retire(w)  # it exited (or is exiting): its pidfd says how
+            return
+        r = self.running.pop(pid, None)
+        if r is None or r.conn is None or proto.parse_status(line) is None or len(self.idle) >= cmdworker.IDLE_MAX:
+            self._retire(w)
+        else:
+            self.idle.append(pid)
+        if r is not None and r.conn is not None:
+            self.sel.unregister(r.conn)
+            r.conn.setblocking(True)
+            r.conn.settimeout(READ_TIMEOUT)
+            _answer(r.conn, line.decode(errors="replace").strip())
+            r.conn.close()
+
+    def _retire(self, w: _Worker) -> None:
+        """Close the worker's socket: an idle worker exits on it, a busy one after its command."""
+        if w.sock is not None:
+            self.sel.unregister(w.sock)
+            w.sock.close()
+            w.sock = None
+        if w.pid in self.idle:
+            self.idle.remove(w.pid)
 
     def _client_event(self, pid: int) -> None:
         r = self.running[pid]
@@ -324,7 +399,7 @@ class CommandServer:
                 return
             if info is None:
                 return
-            if info.si_pid in self.running:
+            if info.si_pid in self.running or info.si_pid in self.workers:
                 self._reap(info.si_pid)
             else:
                 try:
@@ -333,10 +408,18 @@ class CommandServer:
                     pass
 
     def _reap(self, pid: int) -> None:
-        r = self.running.pop(pid)
-        self.sel.unregister(r.pidfd)
-        os.close(r.pidfd)
+        w = self.workers.pop(pid, None)
+        if w is not None:
+            self._retire(w)
+            self.sel.unregister(w.pidfd)
+            os.close(w.pidfd)
+        r = self.running.pop(pid, None)
+        if r is not None and r.pidfd is not None:
+            self.sel.unregister(r.pidfd)
+            os.close(r.pidfd)
         _, status = os.waitpid(pid, 0)
+        if r is None:
+            return  # an idle or retired worker
         if r.program is not None:
             r.program.returncode = os.waitstatus_to_exitcode(status)
         if r.conn is not None:
@@ -385,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     name_process("twin-cmdserver")
     preload()
+    gc.freeze()  # the preloaded objects never collected: a worker's collections skip them (cmdworker)
     server = CommandServer(a.socket, frozenset(a.exec))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
