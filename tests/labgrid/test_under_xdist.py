@@ -51,9 +51,7 @@ def _two_places(coordinator, resolved: Path, tmp_path: Path, *, dead_port_for: s
     exporter = f"x{time.monotonic_ns() % 10**8}"
     coordinator.export(exporter, groups, tmp_path)
     for w in WORKERS:
-        coordinator.client("-p", f"vlab-{w}", "create")
-        for n in appliances:
-            coordinator.client("-p", f"vlab-{w}", "add-named-match", f"{exporter}/{w}-{n}/NetworkService", n)
+        coordinator.create_place(f"vlab-{w}", {f"{exporter}/{w}-{n}/NetworkService": n for n in appliances})
     data["lab"]["labgrid"] = {"coordinator": coordinator.address, "place": "vlab-{worker}"}
     for n in appliances:
         for key in ("address", "port", "user"):

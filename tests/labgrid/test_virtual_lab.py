@@ -27,8 +27,7 @@ def _shared_lab_file(coordinator, virtual_lab: Path, tmp_path: Path) -> tuple[Pa
     services = {n: {"address": data["hosts"][n]["mgmt"]["address"], "port": data["hosts"][n]["mgmt"]["port"],
                     "username": data["hosts"][n]["mgmt"].get("user", "root")} for n in appliances}
     coordinator.export("vlab", services, tmp_path)
-    coordinator.client("-p", "vlab", "create")
-    coordinator.client("-p", "vlab", "add-match", "vlab/*/NetworkService")
+    coordinator.create_place("vlab", {"vlab/*/NetworkService": None})
     data["lab"]["labgrid"] = {"coordinator": coordinator.address, "place": "vlab"}
     for n in appliances:
         for key in ("address", "port", "user"):
