@@ -64,8 +64,12 @@ def _std_streams(model: tuple) -> None:
 
 
 def _stream_model() -> tuple:
-    return tuple((mode, s.encoding, s.errors, s.line_buffering)
-                 for mode, s in zip(("r", "w", "w"), (sys.__stdin__, sys.__stdout__, sys.__stderr__)))
+    """(mode, encoding, errors, line buffering) of the server's std streams, as it started
+    (one it started without: UTF-8, strict for stdin and stdout, backslashreplace for stderr,
+    as the interpreter chooses for a pipe)."""
+    fallback = (("utf-8", "strict", False), ("utf-8", "strict", False), ("utf-8", "backslashreplace", True))
+    return tuple((mode, *((s.encoding, s.errors, s.line_buffering) if s is not None else fb))
+                 for mode, s, fb in zip(("r", "w", "w"), (sys.__stdin__, sys.__stdout__, sys.__stderr__), fallback))
 
 
 class _Baseline:
