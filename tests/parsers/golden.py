@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 # parsers whose parse() takes (stdout, stderr, status) because the outcome needs all three
-STREAM_PARSERS = frozenset({"ping", "swanctl_initiate", "swanctl_load", "md5", "route_get"})
+STREAM_PARSERS = frozenset({"ping", "swanctl_initiate", "swanctl_load", "md5", "route_get", "ip_route"})
 _RC = re.compile(r"rc=([0-9]+)")
 
 

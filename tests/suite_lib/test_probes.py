@@ -166,3 +166,49 @@ def test_bench_esp_decrypt_end_to_end_through_the_host_api(tmp_path):
     assert r["inner_lengths"] == [20 + 8 + 50] * 5
     assert set(glob.glob("/tmp/.hil-sa-*")) == before
     assert ek.hex() not in json.dumps(r)
+
+
+@pytest.fixture
+def route_netns():
+    """A throw-away namespace with one veth (198.51.100.2/24, 2001:db8:5::2/64), removed after."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a network namespace for the route probe)")
+    ns = f"hilrt{os.getpid() % 100000}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for args in (["link", "add", "v0", "type", "veth", "peer", "name", "v1"], ["link", "set", "v0", "up"],
+                     ["link", "set", "v1", "up"], ["addr", "add", "198.51.100.2/24", "dev", "v0"],
+                     ["-6", "addr", "add", "2001:db8:5::2/64", "dev", "v0", "nodad"]):
+            subprocess.run(["ip", "-n", ns, *args], check=True)
+        yield ns
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def _route_probe(ns: str, *args: str) -> dict:
+    r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "ipsec_hil.lab.probes.route", *args],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    try:
+        return parse_probe_output("route", r.stdout, r.stderr, r.returncode)
+    except ProbeError as exc:
+        return {"error": str(exc)}
+
+
+def test_route_probe_adds_finds_and_removes_only_what_it_added(route_netns):
+    """The bench's temporary route as the forwarded tests use it (fixtures.bench_route): added
+    once, reported as existing (not added twice, not replaced by another gateway), found by
+    the kernel's lookup, removed, and a second removal says there was nothing."""
+    ns = route_netns
+    for dst, gw, other, addr in (("203.0.113.65/32", "198.51.100.1", "198.51.100.9", "203.0.113.65"),
+                                 ("2001:db8:7::65/128", "2001:db8:5::1", "2001:db8:5::9", "2001:db8:7::65")):
+        assert _route_probe(ns, "--action", "get", "--dst", addr)["found"] is False
+        added = _route_probe(ns, "--action", "add", "--dst", dst, "--gateway", gw)
+        assert added == {"action": "add", "dst": dst, "gateway": gw, "ifname": "v0", "existed": False}
+        assert _route_probe(ns, "--action", "add", "--dst", dst, "--gateway", gw)["existed"] is True
+        assert "exists already; not replacing it" in _route_probe(ns, "--action", "add", "--dst", dst,
+                                                                  "--gateway", other)["error"]
+        found = _route_probe(ns, "--action", "get", "--dst", addr)
+        assert (found["found"], found["gateway"], found["ifname"]) == (True, gw, "v0")
+        assert _route_probe(ns, "--action", "del", "--dst", dst)["existed"] is True
+        assert _route_probe(ns, "--action", "del", "--dst", dst)["existed"] is False
+        assert _route_probe(ns, "--action", "get", "--dst", addr)["found"] is False

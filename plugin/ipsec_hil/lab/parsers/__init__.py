@@ -22,6 +22,7 @@ MODULES = (
     "setkey",
     "setkey_spd",
     "route_get",
+    "ip_route",
     "netstat_m",
     "vmstat_z",
     "vmstat_m",

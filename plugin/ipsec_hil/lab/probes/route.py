@@ -1,10 +1,11 @@
-"""Route probe: add, delete or list the bench's temporary routes with pyroute2.
+"""Route probe: add, delete or look up the bench's temporary routes with iproute2's ``ip``.
 
 The forwarded tests need the bench PC to send into the tunnel through an appliance: a
 host route to the far side's address via the appliance's LAN address (the 000 page's
 "temporary address in the appliance's LAN /64 and a route to the peer's /64 through the
-appliance"). The route is made with pyroute2 where the bench is -- on a real bench PC over
-SSH, in the virtual lab's bench namespace -- so one probe serves both.
+appliance"). The route is made with ``ip`` where the bench is -- on a real bench PC over
+SSH, in the virtual lab's bench namespace -- so one probe serves both; its JSON answers are
+read by ipsec_hil.lab.parsers.ip_route.
 
     python -m ipsec_hil.lab.probes.route --action add --dst 198.51.100.65/32 --gateway 198.51.100.1
     python -m ipsec_hil.lab.probes.route --action del --dst 198.51.100.65/32
@@ -24,7 +25,7 @@ from ipsec_hil.lab.probes import ProbeUsage, parser, run
 
 
 def parse_args(argv: Sequence[str]):
-    p = parser("route", "add/delete/get a bench route with pyroute2")
+    p = parser("route", "add/delete/get a bench route with iproute2's ip")
     p.add_argument("--action", required=True, choices=("add", "del", "get"))
     p.add_argument("--dst", required=True)
     p.add_argument("--gateway")
@@ -45,73 +46,83 @@ def parse_args(argv: Sequence[str]):
     return a, net
 
 
-def _family(version: int) -> int:
-    import socket
+IP_CANDIDATES = ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip")
+"""Where iproute2's ``ip`` lives on a Linux bench (Debian: /usr/sbin/ip, /sbin/ip by the
+merged /usr); the PATH of a non-login SSH session may lack the sbin directories."""
 
-    return socket.AF_INET if version == 4 else socket.AF_INET6
+
+def _ip_binary() -> str:
+    import os
+    import shutil
+
+    found = shutil.which("ip") or next((c for c in IP_CANDIDATES if os.access(c, os.X_OK)), None)
+    if found is None:
+        raise RuntimeError(f"iproute2's ip not found (PATH, {', '.join(IP_CANDIDATES)})")
+    return found
 
 
-def _lookup(ipr, dst: str, family: int) -> dict | None:
-    """The route the kernel would use for ``dst``, or None when it has none (the kernel
-    answers ENETUNREACH/EHOSTUNREACH as a NetlinkError; any other error is raised)."""
-    import errno
+def _ip(*args: str) -> tuple[str, str, int]:
+    """``ip ARGS``: (stdout, stderr, status)."""
+    import subprocess
 
-    from pyroute2.netlink.exceptions import NetlinkError
+    r = subprocess.run([_ip_binary(), *args], capture_output=True, text=True, timeout=30)
+    return r.stdout, r.stderr, r.returncode
 
-    try:
-        routes = ipr.route("get", dst=dst, family=family)
-    except NetlinkError as e:
-        if e.code in (errno.ENETUNREACH, errno.EHOSTUNREACH):
-            return None
-        raise
-    if not routes:
+
+def _family_flag(version: int) -> str:
+    return "-4" if version == 4 else "-6"
+
+
+def _lookup(dst: str, version: int) -> dict | None:
+    """The route the kernel would use for ``dst`` (``ip -j route get``), or None when it
+    has none (unreachable); any other failure is raised (ParseError naming ip's answer)."""
+    from ipsec_hil.lab.parsers import ip_route
+
+    found = ip_route.parse(*_ip("-j", _family_flag(version), "route", "get", dst))
+    if found.unreachable or not found.routes:
         return None
-    r = routes[0]
-    oif = r.get_attr("RTA_OIF")
-    links = ipr.get_links(oif) if oif else []
-    return {
-        "dst": dst,
-        "gateway": r.get_attr("RTA_GATEWAY"),
-        "ifname": links[0].get_attr("IFLA_IFNAME") if links else None,
-        "prefsrc": r.get_attr("RTA_PREFSRC"),
-    }
+    r = found.routes[0]
+    return {"dst": dst, "gateway": r.gateway, "ifname": r.dev, "prefsrc": r.prefsrc}
+
+
+def _configured(net, version: int) -> list:
+    """The main table's routes to exactly ``net`` (``ip -j route show table main``: the
+    configured routes only -- IPv6's cloned exceptions, e.g. after a Packet Too Big, are
+    in the cache, not listed here)."""
+    from ipsec_hil.lab.parsers import ip_route
+
+    shown = ip_route.parse(*_ip("-j", _family_flag(version), "route", "show", "table", "main"))
+    return [r for r in shown.routes if r.dst == str(net)]
 
 
 def main(argv: Sequence[str]) -> dict:
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
-
+    """Why iproute2's ``ip`` and not pyroute2 (which the virtual lab uses): importing pyroute2
+    costs this short-lived process 0.2 s of CPU, its whole run; the own tests run it ~300
+    times (a bench route added and removed per forwarded test; issue 39)."""
     a, net = parse_args(argv)
-    fam = _family(net.version)
-    with IPRoute() as ipr:
-        if a.action == "get":
-            found = _lookup(ipr, str(net), fam)
-            return {"action": "get", "dst": str(net), "found": found is not None, **(found or {})}
-        dst, plen = str(net.network_address), net.prefixlen
-        # The main table's configured routes only: IPv6 keeps cloned cache entries
-        # (RTM_F_CLONED, e.g. after a Packet Too Big) that are not routes anyone added.
-        existing = [
-            r for r in ipr.get_routes(family=fam, table=254)
-            if r.get("dst_len") == plen and r.get_attr("RTA_DST") == dst
-            and not (r.get("flags", 0) & 0x200) and r.get_attr("RTA_TABLE", 254) == 254
-        ]
-        if a.action == "add":
-            if existing:
-                gw = existing[0].get_attr("RTA_GATEWAY")
-                if gw != str(ipaddress.ip_address(a.gateway)):
-                    raise RuntimeError(f"a route to {net} via {gw} exists already; not replacing it")
-                return {"action": "add", "dst": str(net), "gateway": gw, "existed": True}
-            try:
-                ipr.route("add", dst=dst, dst_len=plen, gateway=a.gateway, family=fam)
-            except NetlinkError as e:
-                raise RuntimeError(f"route add {net} via {a.gateway}: {e}") from None
-            found = _lookup(ipr, dst, fam) or {}
-            return {"action": "add", "dst": str(net), "gateway": a.gateway, "ifname": found.get("ifname"),
-                    "existed": False}
-        if not existing:
-            return {"action": "del", "dst": str(net), "existed": False}
-        ipr.route("del", dst=dst, dst_len=plen, family=fam, gateway=existing[0].get_attr("RTA_GATEWAY"))
-        return {"action": "del", "dst": str(net), "existed": True}
+    if a.action == "get":
+        found = _lookup(str(net), net.version)
+        return {"action": "get", "dst": str(net), "found": found is not None, **(found or {})}
+    existing = _configured(net, net.version)
+    if a.action == "add":
+        if existing:
+            gw = existing[0].gateway
+            if gw is None or ipaddress.ip_address(gw) != ipaddress.ip_address(a.gateway):
+                raise RuntimeError(f"a route to {net} via {gw} exists already; not replacing it")
+            return {"action": "add", "dst": str(net), "gateway": gw, "existed": True}
+        _out, err, status = _ip(_family_flag(net.version), "route", "add", str(net), "via", a.gateway)
+        if status != 0:
+            raise RuntimeError(f"route add {net} via {a.gateway}: {err.strip() or f'ip exit {status}'}")
+        found = _lookup(str(net.network_address), net.version) or {}
+        return {"action": "add", "dst": str(net), "gateway": a.gateway, "ifname": found.get("ifname"),
+                "existed": False}
+    if not existing:
+        return {"action": "del", "dst": str(net), "existed": False}
+    via = ["via", existing[0].gateway] if existing[0].gateway else []
+    _out, err, status = _ip(_family_flag(net.version), "route", "del", str(net), *via)
+    if status != 0:
+        raise RuntimeError(f"route del {net}: {err.strip() or f'ip exit {status}'}")
+    return {"action": "del", "dst": str(net), "existed": True}
 
 
 if __name__ == "__main__":
