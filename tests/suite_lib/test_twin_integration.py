@@ -63,6 +63,23 @@ def test_appliance_answers_typed(lab):
         dut.sysctl_set("net.inet.ipsec.dfbit", old)
 
 
+def test_a_profile_oid_the_appliance_lacks_is_named_by_the_snapshot(lab):
+    """The snapshot's sysctl stderr comes back in its own section (a command substitution,
+    not a temporary file): an OID the appliance does not know stops the read naming it and
+    its counter, while the known ones were printed on stdout as usual."""
+    import dataclasses
+
+    from ipsec_hil.lab.appliance import Appliance
+    from ipsec_hil.lab.errors import ProfileError
+
+    dut = lab.apps["dut3300"]
+    counters = {**dict(dut.profile.counters), "made_up": "dev.octep.0.ipsec.no_such_counter"}
+    wrong = Appliance(dut.name, dut.host, dataclasses.replace(dut.profile, counters=counters))
+    with pytest.raises(ProfileError, match=r"does not know dev\.octep\.0\.ipsec\.no_such_counter \(made_up\)"):
+        wrong.snapshot()
+    assert set(dut.snapshot().counters) == set(dut.profile.counters)
+
+
 def test_lab_tunnel_up_measured_and_restored(lab):
     apps, topo = lab.apps, lab.topo
     dut, peer = apps["dut3300"], apps["peer3300"]

@@ -309,20 +309,16 @@ class Appliance(ShellCommands):
         here and reduced to measuring.offload.SaOffload, the keys dropped)."""
         oids = self.counter_oids
         framework = self.offload_framework
-        lines = [
-            't=$(mktemp "${TMPDIR:-/tmp}/hil.XXXXXX") || exit 70',
-            _mark("sysctl"),
-            f"{argv('sysctl', *oids.values())} 2>\"$t\"; s1=$?",
-            _mark("sysctl-stderr", '"$s1"'),
-            'cat "$t"',
-            _mark("netstat"),
-            'netstat -s -p esp --libxo json 2>"$t"; s2=$?',
-            _mark("netstat-stderr", '"$s2"'),
-            'cat "$t"',
-        ]
-        if framework:
-            lines += [_mark("setkey"), 'setkey -D 2>"$t"; s3=$?', _mark("setkey-stderr", '"$s3"'), 'cat "$t"']
-        s = "\n".join(lines + ['rm -f "$t"', _mark("end")])
+        # Each command's stderr in a section of its own, caught by a command substitution
+        # (stdout straight to the script's, fd 3), not in a temporary file: mktemp, a cat per
+        # command and rm were five more processes in every snapshot (issue 39).
+        lines = ["exec 3>&1"]
+        for k, (name, command) in enumerate([("sysctl", argv("sysctl", *oids.values())),
+                                             ("netstat", "netstat -s -p esp --libxo json"),
+                                             *([("setkey", "setkey -D")] if framework else [])], 1):
+            lines += [_mark(name), f"e=$({command} 2>&1 >&3); s{k}=$?", _mark(f"{name}-stderr", f'"$s{k}"'),
+                      '[ -z "$e" ] || printf \'%s\\n\' "$e"']
+        s = "\n".join(lines + [_mark("end")])
         r = self._run(s)
         t = time.time()
         if r.status != 0:
