@@ -101,6 +101,35 @@ def send_request(sock, req: Request, fds: "list[int]", send_as: "list[int]") -> 
     sock.sendall(payload)
 
 
+def recv_exact(sock, n: int) -> bytes:
+    """Exactly ``n`` bytes; ValueError when the sender closes first."""
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise ValueError(f"the sender closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return buf
+
+
+def recv_header(sock) -> "tuple[bytes, list[int]]":
+    """What :func:`send_request` sent first: the header's bytes (all of them unless the
+    sender closed) and the descriptors that came with them (SCM_RIGHTS)."""
+    header, anc, _flags, _addr = sock.recvmsg(HEADER_SIZE, socket.CMSG_SPACE(len(STD_FDS) * 4))
+    received: "list[int]" = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            received += [int.from_bytes(data[i:i + 4], sys.byteorder) for i in range(0, len(data) - len(data) % 4, 4)]
+    if header and len(header) < HEADER_SIZE:
+        try:
+            header += recv_exact(sock, HEADER_SIZE - len(header))
+        except BaseException:
+            for fd in received:
+                os.close(fd)
+            raise
+    return header, received
+
+
 def parse_status(line: bytes) -> "tuple[str, int] | None":
     """("exit", N) or ("signal", N) from an answer line; None for anything else."""
     kind, _, value = line.strip().decode(errors="replace").partition(" ")

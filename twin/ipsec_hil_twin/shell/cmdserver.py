@@ -177,35 +177,18 @@ def spawn_program(req: proto.Request, fds: list[int], received: list[int]) -> su
         return None
 
 
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = conn.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ValueError(f"the client closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return buf
-
-
 def read_request(conn: socket.socket, programs: frozenset[str]) -> tuple[proto.Request, list[int], list[int]]:
     """(request, which std fds, the received descriptors); the descriptors are closed again
     when the request is malformed or not allowed (ValueError/OSError). PROGRAMS: what an
     EXEC request may start. A PEER_FDS request's descriptors are taken from the peer, and
     its empty cwd becomes the peer's (``/proc/PID/cwd``, resolved when the command chdirs:
     the peer waits meanwhile)."""
-    fds_space = socket.CMSG_SPACE(len(proto.STD_FDS) * 4)
-    header, anc, _flags, _addr = conn.recvmsg(proto.HEADER_SIZE, fds_space)
-    received: list[int] = []
-    for level, kind, data in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            received += [int.from_bytes(data[i:i + 4], sys.byteorder) for i in range(0, len(data) - len(data) % 4, 4)]
+    header, received = proto.recv_header(conn)
     try:
-        if len(header) < proto.HEADER_SIZE:
-            header += _recv_exact(conn, proto.HEADER_SIZE - len(header))
         length, fds, from_peer = proto.decode_header(header)
         if len(fds) != len(received):
             raise ValueError(f"header names {len(fds)} descriptor(s), {len(received)} came")
-        req = proto.decode_request(_recv_exact(conn, length))
+        req = proto.decode_request(proto.recv_exact(conn, length))
         if req.kind == proto.RUN and req.target not in MODULES:
             raise ValueError(f"{req.target!r} is no command of this appliance (ipsec_hil_twin.fbsd.COMMANDS)")
         if req.kind == proto.EXEC and (req.target not in programs or not req.args):

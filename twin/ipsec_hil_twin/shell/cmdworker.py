@@ -204,28 +204,12 @@ def serve(sock: socket.socket, req: proto.Request, fds: list[int], received: lis
 
 def receive(sock: socket.socket) -> tuple[proto.Request, list[int], list[int]]:
     """The next request from the server: (request, which std fds, the descriptors);
-    EOFError when the server closed the pair."""
-    space = socket.CMSG_SPACE(len(proto.STD_FDS) * 4)
-    header, anc, _flags, _addr = sock.recvmsg(proto.HEADER_SIZE, space)
+    EOFError when the server closed the pair, ValueError mid-request."""
+    header, received = proto.recv_header(sock)
     if not header:
         raise EOFError("the server closed the worker's socket")
-    received: list[int] = []
-    for level, kind, data in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            received += [int.from_bytes(data[i:i + 4], sys.byteorder) for i in range(0, len(data) - len(data) % 4, 4)]
-    while len(header) < proto.HEADER_SIZE:
-        more = sock.recv(proto.HEADER_SIZE - len(header))
-        if not more:
-            raise EOFError("the server closed the worker's socket mid-request")
-        header += more
     length, fds, _peer = proto.decode_header(header)
-    payload = b""
-    while len(payload) < length:
-        more = sock.recv(min(length - len(payload), 1 << 20))
-        if not more:
-            raise EOFError("the server closed the worker's socket mid-request")
-        payload += more
-    return proto.decode_request(payload), fds, received
+    return proto.decode_request(proto.recv_exact(sock, length)), fds, received
 
 
 def hand(sock: socket.socket, req: proto.Request, fds: list[int], received: list[int]) -> bool:
