@@ -211,6 +211,43 @@ def test_a_kicks_reason_is_readable_before_the_place_is_released(coordinator):
         claim.release()
 
 
+def test_ctrl_c_before_the_reservation_is_answered_leaves_none(coordinator, monkeypatch):
+    """Ctrl-C in the window where the coordinator has made our reservation but its answer
+    has not reached us (measured: a loaded CI run's waiter was interrupted there and left a
+    'waiting' reservation behind). Here the answer is held back 1 s and SIGINT reaches the
+    waiting main thread in that second: no reservation of ours may remain."""
+    import asyncio
+    import signal
+
+    coordinator.place("lab1", "lab1")
+    claim = PlaceClaim(_cfg(coordinator, place="lab1"), holder="alice", worker="r1", wait=30)
+    real_call = LabgridLab.call
+    main = threading.main_thread().ident
+    answered: list[str] = []
+
+    def call(self, coro, what, **kw):
+        if not what.startswith("reserve "):
+            return real_call(self, coro, what, **kw)
+
+        async def late_answer():
+            resp = await coro  # the coordinator has made the reservation ...
+            answered.append(resp.reservation.token)
+            await asyncio.sleep(1.0)  # ... and its answer is still on its way
+            return resp
+        threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT)).start()
+        return real_call(self, late_answer(), what, **kw)
+
+    monkeypatch.setattr(LabgridLab, "call", call)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist's workers may ignore it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            claim.acquire()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert answered, "the reservation request never reached the coordinator: the window was not exercised"
+    assert _reservation_state(coordinator, claim.name) is None
+
+
 def test_ctrl_c_releases_at_once_while_holding_and_while_waiting(coordinator):
     """Ctrl-C (SIGINT) is an exit path like any other: the place and the reservation go back
     at once, without waiting for a lease and without a kick."""

@@ -89,6 +89,7 @@ class PlaceClaim:
         self.lab: LabgridLab | None = None
         self.place: str | None = None
         self.token: str | None = None
+        self._reserved = False  # a CreateReservation was sent (answered or not)
         self.services: dict[str, ServiceAccess] = {}
         self.kick_note = ""  # what the previous holder's kick said, if it was kicked
         self._own_comment = ""  # the place's comment without our stamp (restored on release)
@@ -122,7 +123,11 @@ class PlaceClaim:
             filters = self.cfg.filters(self.worker)
             req = pb.CreateReservationRequest(filters={"main": pb.Reservation.Filter(filter=filters)},
                                               prio=self.cfg.prio)
-            res = Reservation.from_pb2(self.lab.rpc("CreateReservation", req, f"reserve {filters}").reservation)
+            # from the request on, the coordinator may hold a reservation of ours, even if a
+            # Ctrl-C comes before its answer: _give_back then cancels ours by name
+            self._reserved = True
+            res = Reservation.from_pb2(self.lab.rpc("CreateReservation", req, f"reserve {filters}",
+                                                    finish_on_interrupt=True).reservation)
             self.token = res.token
             log.info("%s: reservation %s for %s (prio %g) by %s", self.cfg.coordinator, res.token, filters,
                      self.cfg.prio, self.name)
@@ -263,7 +268,7 @@ class PlaceClaim:
             # Reservation first, place second: the coordinator re-plans its queue when a
             # place is released, and only then sees the place free of our reservation; in
             # the other order the next run waits for its periodic re-plan (~15 s).
-            if self.token is not None:
+            if self._reserved:
                 lab.cancel_reservations_of(self.name)
             if self.place is not None:
                 place = lab.place(self.place)

@@ -26,6 +26,7 @@ Library code: no pytest import.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import itertools
 import json
@@ -144,8 +145,14 @@ class LabgridLab:
 
     # ------------------------------------------------------------------ plumbing
 
-    def call(self, coro: Coroutine[Any, Any, T], what: str) -> T:
-        """Run ``coro`` on the session's loop; gRPC and labgrid errors become LabgridError."""
+    def call(self, coro: Coroutine[Any, Any, T], what: str, *, finish_on_interrupt: bool = False) -> T:
+        """Run ``coro`` on the session's loop; gRPC and labgrid errors become LabgridError.
+
+        ``finish_on_interrupt``: a Ctrl-C (or SystemExit) while the request is in flight
+        first lets it finish (up to the timeout), then goes on. Why: a request that
+        creates something on the coordinator (a reservation) is processed there whether
+        or not we are still listening; interrupted in that window, the caller would not
+        know what to take back, and the shared lab would keep it."""
         import grpc
 
         from labgrid.remote.client import Error as ClientError
@@ -153,6 +160,11 @@ class LabgridLab:
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return fut.result(self.timeout)
+        except (KeyboardInterrupt, SystemExit):
+            if finish_on_interrupt:
+                with contextlib.suppress(BaseException):
+                    fut.result(self.timeout)
+            raise
         except TimeoutError:
             fut.cancel()
             raise LabgridError(f"labgrid coordinator {self.coordinator}: {what}: no answer in {self.timeout:g}s") from None
@@ -161,10 +173,10 @@ class LabgridLab:
         except ClientError as exc:
             raise LabgridError(f"labgrid coordinator {self.coordinator}: {what}: {exc}") from None
 
-    def rpc(self, method: str, request: Any, what: str) -> Any:
+    def rpc(self, method: str, request: Any, what: str, *, finish_on_interrupt: bool = False) -> Any:
         async def _do() -> Any:
             return await getattr(self.session.stub, method)(request)
-        return self.call(_do(), what)
+        return self.call(_do(), what, finish_on_interrupt=finish_on_interrupt)
 
     def sync(self) -> None:
         """Wait until the coordinator has sent every update before now (places, resources)."""
