@@ -45,7 +45,7 @@ import pytest
 
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.measuring.measure import expect_equal
-from ipsec_hil.lab.rekey import (OVERLAP_DEADLINE_S, POLL_S, ChildView, EngineSample, children_of, engine_sample,
+from ipsec_hil.lab.rekey import (OVERLAP_DEADLINE_S, WATCH_S, ChildView, EngineSample, children_of, engine_sample,
                                  flowing, health_of, ike_spis, INVALID_OUT, ipsec_stats, mbufs_around, NO_SA,
                                  offloaded_ends, poll, rekey, sa_count, settled_associations)
 from ipsec_hil.lab.traffic.ping_stream import ping_stream
@@ -146,7 +146,7 @@ def test_rekey_no_leak(tunnel, record, traffic_seconds):
                     seen.extend(c.spi_out for c in kids if c.state == "INSTALLED" and c.spi_out not in seen)
                 if got is not None:
                     samples.append(got)
-            time.sleep(POLL_S)
+            time.sleep(WATCH_S)
         s.finish()
     leaks = mbufs_around(record, engines, health_before, health_of(engines))
     done = max(0, len(seen) - 1)
@@ -212,7 +212,7 @@ def test_life_time_expiry(tunnel, record, meter, traffic_seconds):
                         f"{c.spi_out} {c.state} out {c.packets_out} in {c.packets_in}" for c in kids))
                 if got is not None:
                     samples.append(got)
-            time.sleep(POLL_S)
+            time.sleep(WATCH_S)
         s.finish()
     ipsec_after = ipsec_stats(dut, family)
     assert carried, (f"the child was not re-created within {s.seconds:g} s of a {life.life_time} s life_time "

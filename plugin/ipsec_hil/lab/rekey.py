@@ -34,7 +34,7 @@ from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.tunnel import ActiveTunnel
 
 __all__ = [
-    "ASSOCIATIONS_BY_STATE", "CONFIRM_S", "OVERLAP_DEADLINE_S", "POLL_S", "ChildView", "EngineSample",
+    "ASSOCIATIONS_BY_STATE", "CONFIRM_S", "OVERLAP_DEADLINE_S", "POLL_S", "WATCH_S", "ChildView", "EngineSample",
     "children_of", "engine_sample", "flowing", "health_of", "ike_spis", "mbufs_around", "offloaded_ends",
     "poll", "rekey", "sa_count", "settled_associations", "ipsec_stats", "NO_SA", "INVALID_OUT",
 ]
@@ -49,6 +49,13 @@ T = TypeVar("T")
 #: Seconds between two reads of ``swanctl --list-sas`` while a rekey is watched: well
 #: inside the 5 s overlap, so the DELETED child's final counters are always seen.
 POLL_S = 0.3
+#: Seconds between two readings of a watch over a whole stream (test_rekey_no_leak,
+#: test_life_time_expiry: each offloading end's listing and engine count, engine_sample).
+#: What they look for lasts seconds -- a child installed until its rekey (rekey_time 4,
+#: rand_time 1), a life of 6 s, an association left behind for good -- so a reading about
+#: every second still sees each several times; at POLL_S these watches were 739 readings
+#: of one fault-matrix shard on the virtual lab, a fifth of all its SSH commands (issue 39).
+WATCH_S = 0.8
 #: Seconds before a count that disagrees with its listing is read again (engine_sample):
 #: longer than the daemon needs to catch up with a removal it already made, far shorter
 #: than a leak lasts (for good).
