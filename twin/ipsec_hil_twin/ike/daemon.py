@@ -94,8 +94,6 @@ class Daemon:
     async def start(self) -> None:
         await self.transport.listen(self.responder)
         self.server = await self.control.start()
-        # not in state.tasks: flush() (a reset) cancels those, the tick lives as long as the daemon
-        self._kept_watch = asyncio.ensure_future(self.rekeys.watch_kept())
         boot_conf = self.hd.rootpath(SWANCTL_CONF)
         if boot_conf.is_file():
             try:
