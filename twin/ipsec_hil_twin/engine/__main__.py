@@ -48,6 +48,14 @@ def _run(loop, profile_path: Path) -> None:
     prof.runcall(loop.run)
 
 
+def _poke(fd: int) -> None:
+    """One byte on the wake pipe; a full pipe already holds a wake-up the loop has not read."""
+    try:
+        os.write(fd, b"\0")
+    except BlockingIOError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ipsec_hil_twin.engine", description=__doc__)
     ap.add_argument("--host-dir", required=True, type=Path)
@@ -66,10 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("TWIN_ENGINE_QUEUE") == "off":
         queue = None
     tun = netio.open_tun_up(args.tun)
+    wake_r, wake_w = os.pipe()  # every bump wakes the idle transmit loop (datapath.WOKEN_IDLE_POLL_MS)
+    os.set_blocking(wake_w, False)
+    counters.on_bump = lambda: _poke(wake_w)
     state = EngineState(d, host, counters, None)
     state.publish()  # empty state file before the workers read it
     pids = {
-        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver, queue, cpu_ns), d / "profile-tx"), "twin-engine-tx"),
+        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver, queue, cpu_ns, wake_r), d / "profile-tx"),
+                          "twin-engine-tx"),
         "rx": fork_worker(lambda: _run(RxLoop(d, tun, host.driver, lan_Bps, cpu_ns), d / "profile-rx"), "twin-engine-rx"),
     }
     state.pids = pids

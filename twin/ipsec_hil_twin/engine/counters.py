@@ -16,7 +16,7 @@ import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ipsec_hil_twin.personality import ALL_DRIVER_COUNTERS, Counting, for_driver
 
@@ -101,6 +101,9 @@ class CounterBlock:
         finally:
             os.close(fd)
         self.a = memoryview(self._mm).cast("Q")
+        #: called after every bump (the engine's main sets it: a byte on the pipe that wakes
+        #: an idle transmit loop, datapath.TxLoop's ``wake_fd``)
+        self.on_bump: Callable[[], None] | None = None
 
     def idx(self, name: str) -> int:
         return INDEX[name]
@@ -120,6 +123,8 @@ class CounterBlock:
         if reset:
             self.a[INDEX["gen:gen_reset"]] += 1
         self.a[INDEX["gen:gen_any"]] += 1
+        if self.on_bump is not None:
+            self.on_bump()
 
     def sa_slot(self, slot: int) -> int:
         if not 0 <= slot < MAX_SA:
