@@ -44,6 +44,7 @@ import select
 import socket
 import sys
 import time
+from typing import Callable
 from pathlib import Path
 
 from ipsec_hil_twin.faults import JsonWatch, dfbit, fault_params
@@ -79,6 +80,26 @@ IDLE_POLL_MS = 100
 #: second, an idle loop cost 2.2 ms of CPU a second, and a virtual lab's transmit loops are
 #: idle most of their life (issue 39: ~7,000 appliance-seconds in one run of the own tests)
 WOKEN_IDLE_POLL_MS = 2000
+
+
+def idle_wait(tun: int, wake: int | None) -> Callable[[], None]:
+    """The idle transmit loop's wait for esp0 (readable) or the control's wake pipe (a
+    generation bump), at most IDLE_POLL_MS -- WOKEN_IDLE_POLL_MS with a pipe; the pipe's
+    bytes are read away (the generation says what changed)."""
+    waiter = select.poll()
+    waiter.register(tun, select.POLLIN)
+    if wake is not None:
+        os.set_blocking(wake, False)
+        waiter.register(wake, select.POLLIN)
+    timeout = IDLE_POLL_MS if wake is None else WOKEN_IDLE_POLL_MS
+
+    def wait() -> None:
+        if waiter.poll(timeout) and wake is not None:
+            try:
+                os.read(wake, 4096)
+            except BlockingIOError:
+                pass
+    return wait
 
 
 class TxLoop(_Loop):
@@ -207,14 +228,7 @@ class TxLoop(_Loop):
         a = self.a
         tun = self.tun
         os.set_blocking(tun, False)
-        waiter = select.poll()
-        waiter.register(tun, select.POLLIN)
-        wait = waiter.poll
-        wake, idle_ms = self.wake_fd, IDLE_POLL_MS
-        if wake is not None:
-            os.set_blocking(wake, False)
-            waiter.register(wake, select.POLLIN)
-            idle_ms = WOKEN_IDLE_POLL_MS
+        idle = idle_wait(tun, self.wake_fd)
         mono = time.monotonic
         pend = self.pend
         p, records, flush = pend.p, pend.records, pend.flush
@@ -254,13 +268,7 @@ class TxLoop(_Loop):
                 pkt, dep = popleft() if ahead else (b"", 0.0)  # (a batch all dropped: nothing)
             else:
                 flush(wall)
-                # an idle loop still sees a delete soon (woken, or at the latest after
-                # idle_ms): its drain starts then
-                if wait(idle_ms) and wake is not None:
-                    try:
-                        os.read(wake, 4096)  # the bumps' bytes; the generation says what changed
-                    except BlockingIOError:
-                        pass
+                idle()  # an idle loop still sees a delete soon: its drain starts then
                 pkt = b""
             if a[ig_any] != g_any:
                 self.reload()
