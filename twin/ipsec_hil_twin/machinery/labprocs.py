@@ -206,3 +206,48 @@ def kill_netns_processes(ns_names: list[str]) -> None:
             for p in victims:
                 _reap(p)
             time.sleep(0.05)
+
+
+IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x8, 0x80, 0x100, 0x200
+IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
+
+
+class FileChanges:
+    """A descriptor that becomes readable when ``name`` in ``directory`` is written, renamed
+    into place, created or removed (inotify(7) on the directory: an atomic replace is a
+    rename). Why: a process that looked at a file's mtime ten times a second to notice a
+    change (the engine's faults.json) woke that often for its whole life; waiting on this
+    it wakes when the file changes, and at once. Raises OSError where inotify is missing."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.name = name.encode()
+        fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"inotify_init1: {os.strerror(err)}")
+        if _libc.inotify_add_watch(fd, os.fsencode(directory), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE) < 0:
+            err = ctypes.get_errno()
+            os.close(fd)
+            raise OSError(err, f"inotify_add_watch {directory}: {os.strerror(err)}")
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def changed(self) -> bool:
+        """Read the queued events; True if one names the file (or the queue overflowed)."""
+        hit = False
+        while True:
+            try:
+                buf = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return hit
+            i = 0
+            while i + 16 <= len(buf):  # struct inotify_event: wd, mask, cookie, len, name[len]
+                mask = int.from_bytes(buf[i + 4:i + 8], sys.byteorder)
+                n = int.from_bytes(buf[i + 12:i + 16], sys.byteorder)
+                hit = hit or mask & 0x4000 != 0 or buf[i + 16:i + 16 + n].rstrip(b"\0") == self.name  # IN_Q_OVERFLOW
+                i += 16 + n
+
+    def close(self) -> None:
+        os.close(self.fd)
