@@ -230,20 +230,28 @@ while (now := time.time()) < end:
 """
 
 
-def test_noise_moves_a_paced_streams_rate_epoch_by_epoch(lab, tunnels):
-    """Six epochs of one stream each way over the two XGS 136s' paced ports, both streams
-    50 % over the pace: quiet136's carries the pace in every epoch, noisy136's the pace
-    times each epoch's n_rate -- a window with a dip of at least 7 % is chosen ahead from
-    the documented draw, so the two differ where it is."""
-    epoch_s = NOISE["epoch_s"]
-    first = math.floor((time.time() + 1.5) / epoch_s)
+#: Windows measured at most: the quiet stream is the experiment's control, and a window in
+#: which it left its pace was disturbed by the host, not the model (a CI run at load 5:
+#: quiet136 carried 1,333 frames/s in one epoch against 2,227 in the other five, an
+#: engine not scheduled for ~0.4 s), so it is measured once more; a twin whose quiet port
+#: does not hold its pace fails both.
+NOISE_WINDOWS = 2
+
+
+def _noise_window(first: int) -> tuple[list[int], list[float]]:
+    """The next six epochs from ``first`` with a dip of at least 7 % and two at n_rate 1."""
     for e in range(first, first + 240):
         window = list(range(e, e + 6))
         rates = [n_rate(x) for x in window]
         if min(rates) <= 0.93 and sum(r >= 0.995 for r in rates) >= 2:
-            break
-    else:
-        pytest.fail("no epoch with n_rate <= 0.93 in the next two minutes of draws")
+            return window, rates
+    pytest.fail("no epoch with n_rate <= 0.93 in the next two minutes of draws")
+
+
+def _per_epoch_rates(lab, tunnels, window: list[int]) -> tuple[list[float], list[float]]:
+    """(quiet136's, noisy136's) frames a second in each epoch of ``window``, both streams
+    sent 50 % over the pace through their XGS 136 to the DUT."""
+    epoch_s = NOISE["epoch_s"]
     start, end = window[0] * epoch_s, (window[-1] + 1) * epoch_s
     pace_pps = PACE_MBIT * 1e6 / 8 / WIRE
     time.sleep(max(0.0, start - 0.8 - time.time()))
@@ -274,12 +282,31 @@ def test_noise_moves_a_paced_streams_rate_epoch_by_epoch(lab, tunnels):
         return [sum(1 for t in ts if x * epoch_s + 0.15 <= t < (x + 1) * epoch_s - 0.02) / (epoch_s - 0.17)
                 for x in window]
 
-    quiet, noisy = per_epoch(ENDS["quiet136"][0]), per_epoch(ENDS["noisy136"][0])
-    table = "\n".join(f"  epoch {x}: n_rate {n:.3f}  quiet {q:7.1f}  noisy {z:7.1f} frames/s"
-                      for x, n, q, z in zip(window, rates, quiet, noisy))
-    mid = statistics.median(quiet)
-    assert mid == pytest.approx(pace_pps, rel=0.05), f"quiet136 is not at its pace {pace_pps:.0f}:\n{table}"
-    assert all(abs(q / mid - 1) <= 0.03 for q in quiet), f"without noise every epoch carries the pace:\n{table}"
+    return per_epoch(ENDS["quiet136"][0]), per_epoch(ENDS["noisy136"][0])
+
+
+def test_noise_moves_a_paced_streams_rate_epoch_by_epoch(lab, tunnels):
+    """Six epochs of one stream each way over the two XGS 136s' paced ports, both streams
+    50 % over the pace: quiet136's carries the pace in every epoch, noisy136's the pace
+    times each epoch's n_rate -- a window with a dip of at least 7 % is chosen ahead from
+    the documented draw, so the two differ where it is."""
+    pace_pps = PACE_MBIT * 1e6 / 8 / WIRE
+    disturbed = []
+    for attempt in range(1, NOISE_WINDOWS + 1):
+        window, rates = _noise_window(math.floor((time.time() + 1.5) / NOISE["epoch_s"]))
+        quiet, noisy = _per_epoch_rates(lab, tunnels, window)
+        table = "\n".join(f"  epoch {x}: n_rate {n:.3f}  quiet {q:7.1f}  noisy {z:7.1f} frames/s"
+                          for x, n, q, z in zip(window, rates, quiet, noisy))
+        mid = statistics.median(quiet)
+        assert mid == pytest.approx(pace_pps, rel=0.05), f"quiet136 is not at its pace {pace_pps:.0f}:\n{table}"
+        if all(abs(q / mid - 1) <= 0.03 for q in quiet):
+            break
+        disturbed.append(f"window {attempt}:\n{table}")
+    else:
+        pytest.fail("without noise every epoch carries the pace, but quiet136 left it in every window:\n"
+                    + "\n".join(disturbed))
+    if disturbed:
+        print("a window the host disturbed (quiet136 off its pace), measured again:\n" + "\n".join(disturbed))
     ref = statistics.median(z for z, n in zip(noisy, rates) if n >= 0.995)
     assert ref == pytest.approx(pace_pps, rel=0.05), f"noisy136 at n_rate 1 is not at its pace:\n{table}"
     assert all(abs(z / ref - n) <= 0.03 for z, n in zip(noisy, rates)), f"noisy136 left its draws:\n{table}"
