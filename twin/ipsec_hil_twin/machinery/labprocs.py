@@ -209,6 +209,7 @@ def kill_netns_processes(ns_names: list[str]) -> None:
 
 
 IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x8, 0x80, 0x100, 0x200
+IN_Q_OVERFLOW = 0x4000  # <sys/inotify.h>: events were lost, so any file may have changed
 IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 
 
@@ -246,7 +247,7 @@ class FileChanges:
             while i + 16 <= len(buf):  # struct inotify_event: wd, mask, cookie, len, name[len]
                 mask = int.from_bytes(buf[i + 4:i + 8], sys.byteorder)
                 n = int.from_bytes(buf[i + 12:i + 16], sys.byteorder)
-                hit = hit or mask & 0x4000 != 0 or buf[i + 16:i + 16 + n].rstrip(b"\0") == self.name  # IN_Q_OVERFLOW
+                hit = hit or mask & IN_Q_OVERFLOW != 0 or buf[i + 16:i + 16 + n].rstrip(b"\0") == self.name
                 i += 16 + n
 
     def close(self) -> None:
