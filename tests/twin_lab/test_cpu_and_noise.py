@@ -230,11 +230,11 @@ while (now := time.time()) < end:
 """
 
 
-#: Windows measured at most: the quiet stream is the experiment's control, and a window in
-#: which it left its pace was disturbed by the host, not the model (a CI run at load 5:
-#: quiet136 carried 1,333 frames/s in one epoch against 2,227 in the other five, an
-#: engine not scheduled for ~0.4 s), so it is measured once more; a twin whose quiet port
-#: does not hold its pace fails both.
+#: Windows measured at most: an engine not scheduled for a few hundred ms on a loaded host
+#: takes an epoch off its model (CI runs at load 5: quiet136 carried 1,333 frames/s in one
+#: epoch against 2,227 in the other five; another time noisy136 8 % under its draw), so a
+#: window with an epoch off is measured once more; the draws are seeded, so a twin whose
+#: pace or noise is wrong fails both.
 NOISE_WINDOWS = 2
 
 
@@ -299,16 +299,15 @@ def test_noise_moves_a_paced_streams_rate_epoch_by_epoch(lab, tunnels):
                           for x, n, q, z in zip(window, rates, quiet, noisy))
         mid = statistics.median(quiet)
         assert mid == pytest.approx(pace_pps, rel=0.05), f"quiet136 is not at its pace {pace_pps:.0f}:\n{table}"
-        if all(abs(q / mid - 1) <= 0.03 for q in quiet):
+        ref = statistics.median(z for z, n in zip(noisy, rates) if n >= 0.995)
+        assert ref == pytest.approx(pace_pps, rel=0.05), f"noisy136 at n_rate 1 is not at its pace:\n{table}"
+        if all(abs(q / mid - 1) <= 0.03 for q in quiet) and all(abs(z / ref - n) <= 0.03 for z, n in zip(noisy, rates)):
             break
         disturbed.append(f"window {attempt}:\n{table}")
     else:
-        pytest.fail("without noise every epoch carries the pace, but quiet136 left it in every window:\n"
-                    + "\n".join(disturbed))
+        pytest.fail("quiet136 off its pace or noisy136 off its draws in every window:\n" + "\n".join(disturbed))
     if disturbed:
-        print("a window the host disturbed (quiet136 off its pace), measured again:\n" + "\n".join(disturbed))
-    ref = statistics.median(z for z, n in zip(noisy, rates) if n >= 0.995)
-    assert ref == pytest.approx(pace_pps, rel=0.05), f"noisy136 at n_rate 1 is not at its pace:\n{table}"
-    assert all(abs(z / ref - n) <= 0.03 for z, n in zip(noisy, rates)), f"noisy136 left its draws:\n{table}"
+        print("a window the host disturbed (an engine off its model for an epoch), measured again:\n"
+              + "\n".join(disturbed))
     dip = rates.index(min(rates))
     assert noisy[dip] / ref <= 0.96 < quiet[dip] / mid, f"the noise's dip is not where it was drawn:\n{table}"
