@@ -12,8 +12,16 @@ interleaved order and judges each rate figure (:mod:`ipsec_hil.lab.measuring.bui
 Exit status (ipsec_hil.exitcodes), most serious first: whatever already ended the run badly
 (tests failed = 1, lab not up = 17, ...) stands; else a comparison that could not be
 measured gives ``COMPARISON_NOT_MEASURED`` (the lab broke, no verdict); else any
-figure's "regression" gives ``CANDIDATE_REGRESSION``. The verdicts are printed and on
-the page whatever the exit status.
+figure's "regression" gives ``CANDIDATE_REGRESSION``; else any figure left "unresolved"
+(its interval crosses the threshold) gives ``COMPARISON_UNRESOLVED``: a merge bot that reads
+0 may merge, and an unresolved figure has not shown that it may. The verdicts are printed
+and on the page whatever the exit status.
+
+The one-line answer (:func:`verdict_line`, the terminal's, the page's first screen and
+Allure's) says "no regression" only when every figure is proved no worse than its parent:
+an unresolved figure reads with its interval ("unresolved: candidate/parent between 1.019
+and 1.063"), and a figure measured worse within the threshold or the lab's noise is named
+as worse (issue 54: a CPU figure at x1.041 [1.019, 1.063] was once "no regression", exit 0).
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from ipsec_hil.lab.reporting.allure_results import Attachment, write_result
 from ipsec_hil.lab.measuring.build_comparison import (FIGURES, KNOWN_FIGURES, RATE_CONFIGURATION, BuildComparison,
                                                       Builds, check_figures, compare_builds)
 from ipsec_hil.lab.cases import TunnelCase, tunnel_cases
-from ipsec_hil.lab.decision.compare import Rule
+from ipsec_hil.lab.decision.compare import Comparison, Rule, Verdict
 from ipsec_hil.lab.decision.errors import DecisionError
 from ipsec_hil.lab.decision.sequential import FIXED_PAIRS, SequentialRule
 from ipsec_hil.lab.decision.plot import plot_comparisons
@@ -106,7 +114,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--parent-driver", action="append", default=[], metavar="MODEL=PATH",
                     help="the build the --driver candidate replaces: after the tests, measure both in "
                          "interleaved trials and judge each rate figure (regression: exit "
-                         f"{int(HilExitCode.CANDIDATE_REGRESSION)})")
+                         f"{int(HilExitCode.CANDIDATE_REGRESSION)}; unresolved: exit "
+                         f"{int(HilExitCode.COMPARISON_UNRESOLVED)})")
     group.addoption("--compare-design", choices=("sequential", "fixed"), default="sequential",
                     help="sequential (default): pairs until each figure's interval decides against +-2.5 %% "
                          "or the budget ends (decision/sequential.py); fixed: --compare-pairs pairs, +-5 %% rule")
@@ -170,17 +179,22 @@ def _write_outputs(config: pytest.Config, pr: ParentRun) -> None:
                 _allure_result(alluredir, r, c, png)
 
 
-def _allure_result(alluredir: str, r: BuildComparison, c, png: bytes) -> None:
-    """One Allure result per figure: failed on a regression; its historyId is the model and
-    figure, so Allure's history trends candidate/parent per figure across runs."""
+#: Allure's status per verdict: an unresolved figure is not a pass ("unknown": no claim either way)
+ALLURE_STATUS = {Verdict.REGRESSION: "failed", Verdict.UNRESOLVED: "unknown"}
+
+
+def _allure_result(alluredir: str, r: BuildComparison, c: Comparison, png: bytes) -> None:
+    """One Allure result per figure: failed on a regression, unknown when unresolved; its
+    historyId is the model and figure, so Allure's history trends candidate/parent per figure
+    across runs."""
     write_result(
         alluredir, name=f"candidate vs parent: {r.model} {c.figure}",
         full_name=f"compare::{r.model}::{c.figure}", history_id=f"ipsec-hil-compare-{r.model}-{c.figure}",
-        status="failed" if c.verdict.value == "regression" else "passed", message=c.summary(),
+        status=ALLURE_STATUS.get(c.verdict, "passed"), message=c.summary(),
         suite="candidate vs parent", description=f"{r.tunnel_case}: parent {r.builds.parent}, candidate "
                                                  f"{r.builds.candidate}",
         parameters={"ratio": f"{c.ratio:.3f}", "interval": f"[{c.ci_low:.3f}, {c.ci_high:.3f}]",
-                    "verdict": c.verdict.value},
+                    "verdict": c.answer()},
         attachments=[Attachment("parent vs candidate", png, "image/png", "png"),
                      Attachment("trials.json", json.dumps(c.to_dict(), indent=1).encode(), "application/json", "json")])
 
@@ -208,23 +222,52 @@ def _finish(pr: ParentRun, ctx: RunContext, session: pytest.Session) -> None:
             lab.close()
         _write_outputs(config, pr)
     _report(config, pr)
-    if session.exitstatus == 0 and pr.not_measured:
-        session.exitstatus = HilExitCode.COMPARISON_NOT_MEASURED
-    elif session.exitstatus == 0 and any(r.regressions for r in pr.results):
-        session.exitstatus = HilExitCode.CANDIDATE_REGRESSION
+    if session.exitstatus == 0:
+        session.exitstatus = exit_status(pr)
+
+
+def exit_status(pr: ParentRun) -> int:
+    """The comparison's own exit status, for a run whose tests passed (the module's docstring:
+    the order, most serious first)."""
+    if pr.not_measured:
+        return HilExitCode.COMPARISON_NOT_MEASURED
+    if any(r.regressions for r in pr.results):
+        return HilExitCode.CANDIDATE_REGRESSION
+    if any(r.unresolved for r in pr.results):
+        return HilExitCode.COMPARISON_UNRESOLVED
+    return 0
 
 
 def verdict_line(pr: ParentRun) -> str:
-    """The run's one-line answer to "does the candidate make anything worse than its parent"."""
+    """The run's one-line answer to "does the candidate make anything worse than its parent".
+
+    "no regression" only when no figure is a regression, none is unresolved and none was
+    measured worse than its parent (its interval wholly on the worse side of 1.00)."""
     if pr.not_measured:
         return "NOT MEASURED: " + "; ".join(pr.not_measured)
-    regs = [c for r in pr.results for c in r.regressions]
+    figures = [(r.model, c) for r in pr.results for c in r.comparisons]
+
+    def interval(c: Comparison) -> str:
+        return f"x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+
+    regs = [(m, c) for m, c in figures if c.verdict is Verdict.REGRESSION]
+    unresolved = [(m, c) for m, c in figures if c.verdict is Verdict.UNRESOLVED]
+    heads = []
     if regs:
-        return f"REGRESSION in {len(regs)} figure(s): " + "; ".join(
-            f"{r.model} {c.figure} x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]" for r in pr.results
-            for c in r.regressions)
-    return "no regression: " + "; ".join(f"{r.model} {c.figure} {c.verdict.value}" for r in pr.results
-                                         for c in r.comparisons)
+        heads.append(f"REGRESSION in {len(regs)} figure(s): " + "; ".join(f"{m} {c.figure} {interval(c)}"
+                                                                         for m, c in regs))
+    if unresolved:
+        heads.append(f"UNRESOLVED in {len(unresolved)} figure(s): " + "; ".join(f"{m} {c.figure} {c.answer()}"
+                                                                                for m, c in unresolved))
+    if heads:
+        return "; also ".join(heads)
+    worse = [(m, c) for m, c in figures if c.worse_than_parent]
+    if worse:
+        return (f"no figure past the threshold, but worse than the parent in {len(worse)} figure(s) (within the "
+                "threshold or the lab's noise): " + "; ".join(f"{m} {c.figure} {c.answer()} {interval(c)}"
+                                                               for m, c in worse)
+                + "".join(f"; {m} {c.figure} {c.answer()}" for m, c in figures if not c.worse_than_parent))
+    return "no regression: " + "; ".join(f"{m} {c.figure} {c.answer()}" for m, c in figures)
 
 
 def summary_lines(pr: ParentRun) -> list[str]:

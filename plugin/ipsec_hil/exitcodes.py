@@ -27,6 +27,12 @@ class HilExitCode(enum.IntEnum):
     #: ``--parent-driver``: the comparison could not be measured (the lab broke during it,
     #: or the candidate was never deployed): no verdict, which is not a pass.
     COMPARISON_NOT_MEASURED = 23
+    #: ``--parent-driver``: a figure's comparison is unresolved -- its interval crosses the
+    #: threshold (the budget of pairs ended first), so neither a regression nor "no change" is
+    #: proved: more trials are needed, which is not a pass. A failed test (1), a comparison
+    #: not measured (23) and a regression in another figure (22) take precedence. Listed
+    #: here beside 22 and 23; its number is the one that was free when it came (issue 54).
+    COMPARISON_UNRESOLVED = 28
     #: preflight (every run's first phase, or ``--hil-preflight``): the lab is not ready
     #: (a module missing, charon down, a port's address or MTU wrong, a bench tool missing).
     PREFLIGHT_FAILED = 24

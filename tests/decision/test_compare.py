@@ -33,10 +33,16 @@ def test_real_20_percent_regression_caught_19_of_20():
     assert sum(v is Verdict.REGRESSION for v in verdicts) >= 19, verdicts
 
 
+NOT_A_CHANGE = (Verdict.NO_CHANGE, Verdict.UNRESOLVED)
+
+
 def test_identical_builds_no_change_19_of_20():
+    """No false alarm in 19 of 20; "no change" only where the interval proves +-5 % (13 of
+    20 at 6 pairs of 3 % noise), the rest unresolved -- once counted as "no change" too."""
     sc = _scenario("identical builds")
     verdicts = scenario_verdicts(sc, pairs=RECOMMENDED_PAIRS, repetitions=20, seed=2)
-    assert sum(v is Verdict.NO_CHANGE for v in verdicts) >= 19, verdicts
+    assert sum(v in NOT_A_CHANGE for v in verdicts) >= 19, verdicts
+    assert sum(v is Verdict.NO_CHANGE for v in verdicts) >= 10, verdicts
 
 
 def test_20_percent_faster_is_progression():
@@ -47,7 +53,8 @@ def test_20_percent_faster_is_progression():
 def test_drift_fools_sequential_unpaired_but_not_interleaved_paired():
     paired = scenario_verdicts(_scenario("identical, lab drifts -20 %, interleaved"), repetitions=20, seed=4)
     unpaired = scenario_verdicts(_scenario("identical, lab drifts -20 %, sequential"), repetitions=20, seed=4)
-    assert sum(v is Verdict.NO_CHANGE for v in paired) >= 19, paired
+    assert sum(v in NOT_A_CHANGE for v in paired) >= 19, paired
+    assert sum(v is Verdict.NO_CHANGE for v in paired) >= 10, paired
     # the same drift, measured parent-first and compared unpaired, reads as a regression in
     # most comparisons (bench: 13-19 of 20 depending on the seed; the floor is half)
     assert sum(v is Verdict.REGRESSION for v in unpaired) >= 10, unpaired
@@ -101,8 +108,9 @@ def test_equivalence_proved_only_when_the_interval_is_inside_the_band():
     tight = compare("x", p, [v * 1.01 for v in p])
     assert tight.verdict is Verdict.NO_CHANGE and tight.equivalence_proved
     wide = compare("x", p, [1000.0, 1200.0, 850.0, 1000.0, 1150.0, 880.0])
-    assert wide.verdict is Verdict.NO_CHANGE and not wide.equivalence_proved
-    assert "unresolved" in wide.summary()
+    assert wide.verdict is Verdict.UNRESOLVED and not wide.equivalence_proved
+    words = f"unresolved: candidate/parent between {wide.ci_low:.3f} and {wide.ci_high:.3f}"
+    assert wide.summary().startswith(f"x: {words} (the interval crosses 1 +- 5 %: more trials needed)")
 
 
 def test_compare_trials_pairs_by_order_and_schedules():

@@ -99,5 +99,6 @@ def test_the_budget_ends_a_phase_that_cannot_decide(monkeypatch):
     _Phase(monkeypatch, cpu_ratio=1.0, up_noise=0.2)  # +-20 %: no interval narrows to +-2.5 % in 4 pairs
     out = _run(SequentialRule(max_pairs=4), figures=("up",))
     (up,) = out.comparisons
-    assert out.pairs == 4 and up.verdict.value == "no change" and not up.equivalence_proved
+    assert out.pairs == 4 and up.verdict.value == "unresolved" and not up.equivalence_proved
+    assert up in out.unresolved and not out.regressions
     assert "budget" in (up.reason or "")

@@ -132,7 +132,7 @@ def test_interval_inside_the_margin_proves_no_change(direction):
 @pytest.mark.parametrize("direction", list(Direction))
 def test_interval_across_an_edge_continues(direction):
     look = sequential_look("up", _trials(WIDE), direction=direction)
-    assert not look.decided and look.comparison.verdict is Verdict.NO_CHANGE
+    assert not look.decided and look.comparison.verdict is Verdict.UNRESOLVED
     assert not look.comparison.equivalence_proved
     assert "after 4 of at most 16 pairs: not decided, measure another pair" in look.reason
     # 5 % slower with a 2 % spread: 5 pairs leave the interval across 0.975, the 6th decides
@@ -146,9 +146,11 @@ def test_budget_end_is_decided_unresolved(direction):
     rule = SequentialRule(max_pairs=4)
     look = sequential_look("up", _trials(WIDE), direction=direction, rule=rule)
     c = look.comparison
-    assert look.decided and c.verdict is Verdict.NO_CHANGE and not c.equivalence_proved
+    assert look.decided and c.verdict is Verdict.UNRESOLVED and not c.equivalence_proved
     assert look.reason.startswith("budget of 4 pairs ended: unresolved, 97.5 % interval [")
-    assert "unresolved" in c.summary()
+    words = f"unresolved: candidate/parent between {c.ci_low:.3f} and {c.ci_high:.3f}"
+    assert c.answer() == words and f"up: {words} (the interval crosses 1 +- 2.5 %: more trials needed)" in c.summary()
+    assert c.to_dict()["verdict"] == "unresolved" and c.to_dict()["answer"] == words
 
 
 def test_comparison_carries_the_sequential_rule():

@@ -9,6 +9,7 @@ The scenarios and cases live here so the tests (tests/decision) check exactly th
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -165,13 +166,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for rule in RULES:
         print(f"# Comparison ({rule}): expected verdict in {reps} repetitions, trial noise "
               f"{REL_SD:.0%} relative sd (both rules see the same trials; jumpavg ignores pairing)")
-        print(f"{'scenario':66} " + " ".join(f"{p:>2} pairs" for p in args.pairs))
+        print(f"{'scenario':66} " + " ".join(f"{p:>2} pairs, unresolved" for p in args.pairs))
         for sc in SCENARIOS:
-            hits = [
-                sum(v is sc.expected for v in scenario_verdicts(sc, pairs=p, repetitions=reps, rule=rule))
-                for p in args.pairs
-            ]
-            print(f"{sc.name + ' -> ' + sc.expected.value:66} " + " ".join(f"{h:>5}/{reps}" for h in hits))
+            counts = [Counter(scenario_verdicts(sc, pairs=p, repetitions=reps, rule=rule)) for p in args.pairs]
+            print(f"{sc.name + ' -> ' + sc.expected.value:66} "
+                  + " ".join(f"{c[sc.expected]:>5}/{reps}, {c[Verdict.UNRESOLVED]:>10}" for c in counts))
         print()
     print(f"# Search: {reps} seeds per case; options {SEARCH_OPTIONS}")
     print(f"{'case':50} {'trials min/mean/max':>20} {'traffic s mean':>15} {'bracketed':>12}")

@@ -16,14 +16,20 @@ Why this rule (the one the gate states on its page):
   so a run is reproducible), recompute the ratio, take the ``(1-confidence)/2`` and
   ``(1+confidence)/2`` quantiles. Resampling pairs keeps the drift inside each resample
   (both members move together), so the interval is as narrow as the pairing allows.
-* Verdict with a **practical-equivalence threshold** ``t`` (default 5 %): for a
-  higher-is-better figure, *regression* when the whole interval lies below ``1 - t``,
-  *progression* when it lies wholly above ``1 + t``, *no change* otherwise (mirrored for
-  lower-is-better figures). A "regression" therefore blocks a merge only when it is both
-  real (outside the noise) and large enough to matter (beyond ``t``): the claim on the page
-  is "slower by at least t, at 95 % confidence". ``equivalence_proved`` says whether the
-  interval lies wholly inside ``[1 - t, 1 + t]``; a *no change* without it is unresolved
-  (the page says "more trials needed"), not a pass in disguise.
+* Verdict with a **practical-equivalence threshold** ``t`` (default 5 %,
+  :func:`interval_verdict`): for a higher-is-better figure, *regression* when the whole
+  interval lies below ``1 - t``, *progression* when it lies wholly above ``1 + t``, *no
+  change* when it lies wholly inside ``[1 - t, 1 + t]`` (equivalence proved), and
+  *unresolved* when it crosses ``1 - t`` or ``1 + t`` (mirrored for lower-is-better figures).
+  A "regression" therefore blocks a merge only when it is both real (outside the noise) and
+  large enough to matter (beyond ``t``): the claim on the page is "slower by at least t, at
+  95 % confidence". "No change" is the mirror claim, "within t, at 95 % confidence", and is
+  said only when the interval proves it. Why *unresolved* is a verdict of its own: it used
+  to be a "no change" with ``equivalence_proved`` false, and a CPU figure at x1.041 [1.019,
+  1.063] -- shown to cost more, not shown to cost more than the threshold -- was summarised
+  as "no regression" and exited 0 (issue 54). An unresolved figure reads "unresolved:
+  candidate/parent between 1.019 and 1.063" (:meth:`Comparison.answer`) and the run exits
+  ``COMPARISON_UNRESOLVED``: more trials are needed, and that is not a pass.
 
 Alternative considered: FD.io CSIT's per-patch comparison runs parent and current builds
 alternately too, then groups the concatenated samples with its ``jumpavg`` model (minimum
@@ -89,7 +95,11 @@ class Direction(str, Enum):
 class Verdict(str, Enum):
     REGRESSION = "regression"
     PROGRESSION = "progression"
+    #: equivalence proved: the interval lies wholly inside the threshold's band (jumpavg, the
+    #: alternative rule with no interval: one group of samples was the cheaper description)
     NO_CHANGE = "no change"
+    #: the interval crosses the threshold: neither a change nor its absence is proved
+    UNRESOLVED = "unresolved"
     #: the change is within the run's own same-build noise: left out of the verdict, with a reason
     NOT_JUDGED = "not judged"
 
@@ -138,7 +148,6 @@ class Comparison:
     ratio: float
     ci_low: float
     ci_high: float
-    equivalence_proved: bool
     paired: bool
     rule: Rule
     parent: tuple[float, ...]
@@ -167,15 +176,34 @@ class Comparison:
     def candidate_mean(self) -> float:
         return sum(self.candidate) / len(self.candidate)
 
+    @property
+    def equivalence_proved(self) -> bool:
+        """The interval lies wholly inside ``[1 - t, 1 + t]``: what "no change" means, and only that."""
+        return self.verdict is Verdict.NO_CHANGE
+
+    @property
+    def worse_than_parent(self) -> bool:
+        """The interval excludes 1.00 on the worse side, whatever the verdict: the candidate
+        was measured worse, by less than the threshold (no change), by an unknown amount
+        (unresolved) or by no more than the lab's noise (not judged). The run's answer never
+        calls such a figure "no regression" (issue 54)."""
+        return self.ci_high < 1.0 if self.direction is Direction.HIGHER_IS_BETTER else self.ci_low > 1.0
+
+    def answer(self) -> str:
+        """The verdict in the words of the run's answer, the page's first screen and the JSON:
+        an unresolved figure with the interval it is unresolved between, so nobody reads it
+        as a pass ("unresolved: candidate/parent between 1.019 and 1.063")."""
+        if self.verdict is Verdict.UNRESOLVED:
+            return f"unresolved: candidate/parent between {self.ci_low:.3f} and {self.ci_high:.3f}"
+        return self.verdict.value
+
     def summary(self) -> str:
         """One line for the page: verdict, effect and interval, trial counts, rule."""
         how = f"{self.n_parent} pairs" if self.paired else f"{self.n_parent}+{self.n_candidate} unpaired"
-        unresolved = "" if self.verdict is not Verdict.NO_CHANGE or self.equivalence_proved else (
-            " (unresolved: interval crosses the threshold, more trials needed)"
-        )
-        why = f" ({self.reason})" if self.reason else ""
+        why = self.reason or (f"the interval crosses 1 +- {100 * self.rule.threshold:g} %: more trials needed"
+                              if self.verdict is Verdict.UNRESOLVED else None)
         return (
-            f"{self.figure}: {self.verdict.value}{unresolved}{why}: candidate/parent = {self.ratio:.3f} "
+            f"{self.figure}: {self.answer()}{f' ({why})' if why else ''}: candidate/parent = {self.ratio:.3f} "
             f"[{self.ci_low:.3f}, {self.ci_high:.3f}] ({self.direction.value}; {how}; "
             f"{self.method or self.rule.describe()})"
         )
@@ -184,6 +212,9 @@ class Comparison:
         out = asdict(self)
         out["direction"] = self.direction.value
         out["verdict"] = self.verdict.value
+        out["answer"] = self.answer()
+        out["equivalence_proved"] = self.equivalence_proved
+        out["worse_than_parent"] = self.worse_than_parent
         out["parent"] = list(self.parent)
         out["candidate"] = list(self.candidate)
         return out
@@ -298,25 +329,38 @@ def compare(
     rule = rule or Rule()
     p, c = _checked(figure, parent, candidate, rule, direction, paired=paired)
     low, high = _bootstrap_interval(p, c, rule, paired=paired)
-    below, above = high < 1.0 - rule.threshold, low > 1.0 + rule.threshold
-    if direction is Direction.HIGHER_IS_BETTER:
-        verdict = Verdict.REGRESSION if below else Verdict.PROGRESSION if above else Verdict.NO_CHANGE
-    else:
-        verdict = Verdict.REGRESSION if above else Verdict.PROGRESSION if below else Verdict.NO_CHANGE
     return Comparison(
         figure=figure,
         unit=unit,
         direction=direction,
-        verdict=verdict,
+        verdict=interval_verdict(low, high, rule.threshold, direction),
         ratio=float(c.mean() / p.mean()),
         ci_low=low,
         ci_high=high,
-        equivalence_proved=1.0 - rule.threshold <= low and high <= 1.0 + rule.threshold,
         paired=paired,
         rule=rule,
         parent=tuple(float(x) for x in p),
         candidate=tuple(float(x) for x in c),
     )
+
+
+def interval_verdict(low: float, high: float, threshold: float, direction: Direction) -> Verdict:
+    """The verdict an interval ``[low, high]`` of candidate/parent gives against ``+-threshold``.
+
+    Wholly past ``1 -+ threshold`` on the worse side: regression; on the better side:
+    progression; wholly inside ``[1 - threshold, 1 + threshold]``: no change (equivalence
+    proved); across either edge: unresolved. The one rule both designs use (the fixed
+    bootstrap here, :mod:`.sequential`'s looks), so they cannot disagree on what an interval means.
+    """
+    below, above = high < 1.0 - threshold, low > 1.0 + threshold
+    worse, better = (below, above) if direction is Direction.HIGHER_IS_BETTER else (above, below)
+    if worse:
+        return Verdict.REGRESSION
+    if better:
+        return Verdict.PROGRESSION
+    if 1.0 - threshold <= low and high <= 1.0 + threshold:
+        return Verdict.NO_CHANGE
+    return Verdict.UNRESOLVED
 
 
 def _bootstrap_interval(p: np.ndarray, c: np.ndarray, rule: Rule, *, paired: bool) -> tuple[float, float]:

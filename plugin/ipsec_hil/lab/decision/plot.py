@@ -32,7 +32,7 @@ def _figure(**kw: Any) -> "Figure":
     return Figure(**kw)
 
 VERDICT_COLOURS = {Verdict.REGRESSION: "#c0392b", Verdict.PROGRESSION: "#1e8449", Verdict.NO_CHANGE: "#34495e",
-                   Verdict.NOT_JUDGED: "#7f8c8d"}
+                   Verdict.UNRESOLVED: "#d68910", Verdict.NOT_JUDGED: "#7f8c8d"}
 PARENT_COLOUR, CANDIDATE_COLOUR = "#2e86c1", "#e67e22"
 
 

@@ -11,11 +11,12 @@ measuring that figure as soon as a look is ``decided``.
 pair from 3 to 16 pairs). At a look with k pairs: the interval at the per-look level
 ``1 - (1 - confidence) / looks`` (99.64 % with 14 looks); for a higher-is-better figure
 *regression* when the whole interval lies below ``1 - m``, *progression* when it lies wholly
-above ``1 + m``, *no change* with ``equivalence_proved`` when it lies wholly inside
+above ``1 + m``, *no change* (equivalence proved) when it lies wholly inside
 ``[1 - m, 1 + m]`` (mirrored for lower-is-better figures: a CPU time per packet regresses
-*upwards*). Otherwise the look is not decided -- unless k is the budget ``max_pairs``: then
-it is decided as *no change* without ``equivalence_proved`` ("budget ended: unresolved"),
-a statement that no claim could be made, never a pass in disguise.
+*upwards*; :func:`.compare.interval_verdict`, the fixed design's rule too). Otherwise the look
+is *unresolved* and not decided -- unless k is the budget ``max_pairs``: then it is decided
+as *unresolved* ("budget ended: unresolved"), a statement that no claim could be made,
+never a pass in disguise (the run exits ``COMPARISON_UNRESOLVED``).
 
 **The interval: paired Student t on per-pair log ratios.** For pair i,
 ``d_i = log(candidate_i / parent_i)``; the interval is ``exp(mean(d) +- t * sd(d) / sqrt(k))``
@@ -63,7 +64,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from ipsec_hil.lab.decision.compare import Comparison, Direction, Rule, Verdict, split_trials
+from ipsec_hil.lab.decision.compare import Comparison, Direction, Rule, Verdict, interval_verdict, split_trials
 from ipsec_hil.lab.decision.errors import bad
 
 
@@ -71,7 +72,7 @@ from ipsec_hil.lab.decision.errors import bad
 class SequentialRule:
     """The sequential design's parameters, declared before the first trial and printed with every look.
 
-    ``margin``: equivalence margin, a ratio within ``[1 - margin, 1 + margin]`` is "no change";
+    ``margin``: equivalence margin, an interval wholly within ``[1 - margin, 1 + margin]`` is "no change";
     ``confidence``: family-wise over all looks of one figure (the error rate is <= 1 - confidence);
     ``min_pairs``: the first look; ``max_pairs``: the budget, the last look.
     """
@@ -167,16 +168,13 @@ def sequential_look(
     level = rule.level_per_look()
     low, high = log_ratio_interval(parent, candidate, level)
     lo_edge, hi_edge = 1.0 - rule.margin, 1.0 + rule.margin
-    below, above = high < lo_edge, low > hi_edge
-    inside = lo_edge <= low and high <= hi_edge
-    worse, better = (below, above) if direction is Direction.HIGHER_IS_BETTER else (above, below)
-    verdict = Verdict.REGRESSION if worse else Verdict.PROGRESSION if better else Verdict.NO_CHANGE
+    verdict = interval_verdict(low, high, rule.margin, direction)
     interval = f"{_percent(level)} interval [{low:.3f}, {high:.3f}]"
     after = f"after {k} pair{'s' * (k > 1)}"
-    if below or above:
-        side = f"below {lo_edge:.3f}" if below else f"above {hi_edge:.3f}"
+    if verdict in (Verdict.REGRESSION, Verdict.PROGRESSION):
+        side = f"below {lo_edge:.3f}" if high < lo_edge else f"above {hi_edge:.3f}"
         reason = f"{interval} wholly {side} {after}: {verdict.value}"
-    elif inside:
+    elif verdict is Verdict.NO_CHANGE:
         reason = f"{interval} wholly inside [{lo_edge:.3f}, {hi_edge:.3f}] {after}: no change (equivalence proved)"
     elif k >= rule.max_pairs:
         reason = (f"budget of {rule.max_pairs} pairs ended: unresolved, {interval} neither wholly inside "
@@ -192,7 +190,6 @@ def sequential_look(
         ratio=math.fsum(candidate) / math.fsum(parent),
         ci_low=low,
         ci_high=high,
-        equivalence_proved=inside,
         paired=True,
         # compare.Rule's fields as the plot and the JSON read them: threshold = margin,
         # confidence = the per-look level (below 1 by Rule's check even at its limit)
@@ -201,7 +198,7 @@ def sequential_look(
         candidate=tuple(candidate),
         method=rule.describe(),
     )
-    return SequentialLook(decided=below or above or inside or k >= rule.max_pairs, comparison=comparison,
+    return SequentialLook(decided=verdict is not Verdict.UNRESOLVED or k >= rule.max_pairs, comparison=comparison,
                           pairs=k, reason=reason)
 
 
@@ -382,8 +379,8 @@ class OperatingRates:
     runs: int
     regression: float
     progression: float
-    proved: float  # no change, equivalence proved
-    unresolved: float  # no change without proof (sequential: the budget ended)
+    proved: float  # no change (equivalence proved)
+    unresolved: float  # unresolved: the interval crossed the margin (sequential: the budget ended)
     not_judged: float  # the fixed rule's same-build-noise screen (compare_trials)
     median_pairs: float
 
@@ -443,8 +440,8 @@ def _rates(design: str, ratio: float, rel_sd: float, got: list[tuple[Comparison,
         design=design, candidate_ratio=ratio, rel_sd=rel_sd, runs=len(got),
         regression=share(lambda c: c.verdict is Verdict.REGRESSION),
         progression=share(lambda c: c.verdict is Verdict.PROGRESSION),
-        proved=share(lambda c: c.verdict is Verdict.NO_CHANGE and c.equivalence_proved),
-        unresolved=share(lambda c: c.verdict is Verdict.NO_CHANGE and not c.equivalence_proved),
+        proved=share(lambda c: c.verdict is Verdict.NO_CHANGE),
+        unresolved=share(lambda c: c.verdict is Verdict.UNRESOLVED),
         not_judged=share(lambda c: c.verdict is Verdict.NOT_JUDGED),
         median_pairs=float(np.median([pairs for _, pairs in got])),
     )

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ipsec_hil.lab.decision.compare import (CANDIDATE, PARENT, Comparison, Direction, Rule, compare_trials,
+from ipsec_hil.lab.decision.compare import (CANDIDATE, PARENT, Comparison, Direction, Rule, Verdict, compare_trials,
                                          interleaved_schedule)
 from ipsec_hil.lab.decision.sequential import SequentialRule, sequential_look
 from ipsec_hil.lab.driver import DriverDeployment, ModuleBuild, local_build
@@ -64,7 +64,7 @@ KNOWN_FIGURES = FIGURES + (PDR, CPU)
 #: passes once is met, one that fails is measured again and missed only if it fails twice.
 #: With one trial deciding, a single stall of a shared machine set the upper bound of a
 #: whole search: a CI run's parent searched 96/20/103/99 Mbit/s, and the 20 % slower
-#: candidate's verdict was "no change (unresolved)" at x0.92 [0.69, 1.90].
+#: candidate's verdict was unresolved ("no change (unresolved)" then) at x0.92 [0.69, 1.90].
 PDR_LOSS, PDR_WIDTH, PDR_EXCEED, PDR_TRIALS_PER_LOAD = 0.005, 0.02, 0.5, 2
 
 
@@ -131,7 +131,12 @@ class BuildComparison:
 
     @property
     def regressions(self) -> list[Comparison]:
-        return [c for c in self.comparisons if c.verdict.value == "regression"]
+        return [c for c in self.comparisons if c.verdict is Verdict.REGRESSION]
+
+    @property
+    def unresolved(self) -> list[Comparison]:
+        """The figures whose interval crosses the threshold: no verdict either way, not a pass."""
+        return [c for c in self.comparisons if c.verdict is Verdict.UNRESOLVED]
 
     def to_dict(self) -> dict[str, Any]:
         return {

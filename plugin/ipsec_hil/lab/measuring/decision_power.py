@@ -14,8 +14,12 @@ Scenarios, each a candidate of the XGS 136's driver against a parent:
 - ``cpu x F``: ``twin-cpu-factor=1/F`` -- the same rate, 1/F the kernel CPU per packet (a
   build that still fills the link and costs more: "F of the parent" in efficiency).
 
-Identical builds are judged on both figures (``up``, ``cpu``): a verdict other than "no
-change" on either is a false alarm. A regression scenario measures only the figure its
+Identical builds are judged on both figures (``up``, ``cpu``): a regression or progression
+on either is a false alarm, an unresolved figure is neither a false alarm nor a pass (its own
+column). A regression scenario's changed figure is detected only as a regression; an
+unresolved one is counted in the unresolved column, never as "no change" or silently as
+not detected (issue 54: a CPU x0.95 decision ended unresolved at x1.041 [1.019, 1.063]). A
+regression scenario measures only the figure its
 build changes (the CPU figure still rides on an up stream): the gate's sequential design
 stops when every figure it measures is decided, and an unchanged figure proving itself
 within +-2.5 % would hold each decision to the budget -- the identical builds measure that.
@@ -106,6 +110,12 @@ def _summary(c) -> dict:
             "equivalence_proved": c.equivalence_proved, "pairs": c.n_parent}
 
 
+def _unresolved(row: dict) -> bool:
+    """A figure left unresolved. Records written before issue 54 (``--table-only`` on an old
+    file) called it "no change" without ``equivalence_proved``."""
+    return row["verdict"] == "unresolved" or (row["verdict"] == "no change" and not row["equivalence_proved"])
+
+
 def decide(active, dep: DriverDeployment, scenario: Scenario, workdir: Path, *, seconds: float,
            rule: SequentialRule) -> Decision:
     """One comparison of a fresh parent and candidate on ``active`` (the candidate loaded
@@ -143,6 +153,7 @@ def _rates(decisions: list[Decision], design: str, figure: str) -> dict:
     return {"n": n,
             "regression": sum(r["verdict"] == "regression" for r in rows) / n,
             "progression": sum(r["verdict"] == "progression" for r in rows) / n,
+            "unresolved": sum(_unresolved(r) for r in rows) / n,
             "equivalent": sum(r["equivalence_proved"] for r in rows) / n,
             "median_ratio": statistics.median(r["ratio"] for r in rows),
             "median_width": statistics.median(width),
@@ -151,10 +162,13 @@ def _rates(decisions: list[Decision], design: str, figure: str) -> dict:
 
 def table(decisions: list[Decision]) -> list[str]:
     """The printed table: per scenario and design, what the changed figure's verdicts were
-    (detection), what the unchanged figure's were (false alarms), and the time it took."""
+    (detection), what the unchanged figure's were (false alarms), how many of the figures
+    shown were unresolved (the changed one's when there is one, else the unchanged ones'),
+    and the time it took."""
     out = ["| scenario | design | N | detected (changed figure: regression) | false alarms (unchanged figure "
-           "called different) | median ratio [median interval width] | median pairs | median s / decision |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+           "called different) | unresolved | median ratio [median interval width] | median pairs | "
+           "median s / decision |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     by: dict[str, list[Decision]] = {}
     for d in decisions:
         by.setdefault(d.scenario, []).append(d)
@@ -168,11 +182,14 @@ def table(decisions: list[Decision]) -> list[str]:
             false = round(sum((a.get("regression", 0) + a.get("progression", 0)) * a.get("n", 0) for a in alarms))
             count = sum(a.get("n", 0) for a in alarms)
             shown = [(kind, changed)] if changed else list(zip(others, alarms))
+            unresolved = round(sum(r.get("unresolved", 0) * r.get("n", 0) for _, r in shown))
+            judged = sum(r.get("n", 0) for _, r in shown)
             secs = statistics.median(d.wall_seconds if design == "sequential" else d.fixed_seconds for d in ok) if ok else 0
             out.append(
                 f"| {name} | {design} | {len(ok)}{f' ({len(ds) - len(ok)} failed)' if len(ok) < len(ds) else ''} | "
                 f"{'-' if not changed else format(changed['regression'], '.0%')} | "
                 f"{f'{false}/{count} ({false / count:.0%})' if count else '-'} | "
+                f"{f'{unresolved}/{judged} ({unresolved / judged:.0%})' if judged else '-'} | "
                 + ", ".join(f"{'' if changed else f + ' '}{r.get('median_ratio', 0):.3f} [{r.get('median_width', 0):.3f}]"
                             for f, r in shown) + " | "
                 + ", ".join(f"{r.get('median_pairs', 0):g}" for _, r in shown) + f" | {secs:.0f} |")
