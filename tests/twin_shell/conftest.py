@@ -102,7 +102,8 @@ class EngineDoubleForFormatTests(JsonlDouble):
             self.driver_loaded = bool(req.get("loaded"))
             return {"ok": True}
         if op == "status":
-            return {"ok": True, "pid": os.getpid(), "driver_loaded": self.driver_loaded}
+            return {"ok": True, "pid": os.getpid(), "driver_loaded": self.driver_loaded,
+                    "fbsd_routes": {r["dst"]: r["gateway"] for r in self.routes}}
         if op == "route":
             key = (req.get("dst"), req.get("gateway"))
             if req.get("action") == "add":

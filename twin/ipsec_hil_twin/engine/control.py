@@ -343,6 +343,7 @@ class EngineState:
                 "driver": self.driver_name, "md5": self.driver_md5, "host": self.host.name,
                 "model": self.host.model, "workers": self.pids, "alive": alive,
                 "sa_count": len(self.sas), "routes": sorted(self.fbsd_routes),
+                "fbsd_routes": dict(self.fbsd_routes),  # with their gateways: netstat -r lists them
                 "engine": self.c.engine_stats(), "sizes": SIZES_SOURCE, "cpu": cost_now(self),
                 "uptime": round(time.time() - self.started, 3)}
 

@@ -31,7 +31,7 @@ class Command(namedtuple("Command", "module wrapper emulates")):
 
 COMMANDS: dict[str, Command] = {
     "sysctl": Command("ipsec_hil_twin.fbsd.sysctl", "stdlib", "sysctl(8): the net.inet.ipsec and driver subtrees"),
-    "netstat": Command("ipsec_hil_twin.fbsd.netstat", "stdlib", "netstat(1) -s -p esp|ipsec|ipsec6 and -m, text and libxo json"),
+    "netstat": Command("ipsec_hil_twin.fbsd.netstat", "stdlib", "netstat(1) -s -p esp|ipsec|ipsec6|ip|ip6, -m and -r, text and libxo json"),
     "vmstat": Command("ipsec_hil_twin.fbsd.vmstat", "stdlib", "vmstat(8) -z / -m: UMA zones and malloc types (ipsec_hil_twin.fbsd._kmem)"),
     "setkey": Command("ipsec_hil_twin.fbsd.setkey", "stdlib", "setkey(8) -D / -DP from the engine's SA table"),
     "kldload": Command("ipsec_hil_twin.fbsd.kldload", "stdlib", "kldload(8) of the offload driver (ipsec_hil_twin.fbsd.kld)"),
@@ -65,6 +65,7 @@ HELPER_MODULES: dict[str, str] = {
     "osrel": "the OPNsense / FreeBSD release an appliance runs and what differs between releases",
     "version": "uname/freebsd-version/opnsense-version behind their three names",
     "netstat_ip": "netstat -s -p ip|ip6: FreeBSD's ipstat/ip6stat from the namespace's own IP counters",
+    "netstat_route": "netstat -r: FreeBSD 14's routing table from the namespace's routes and the engine's",
     "cptime": "the appliance's CPU time as sysctl kern.cp_time / kern.clockrate show it (a model, issue 41)",
 }
 """The modules of this package that are no command themselves."""

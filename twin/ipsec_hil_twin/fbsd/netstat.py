@@ -1,6 +1,7 @@
-"""netstat(1) `-s -p esp|ipsec|ipsec6|ip|ip6` and `-m` of FreeBSD 14, text and `--libxo json`.
+"""netstat(1) `-s -p esp|ipsec|ipsec6|ip|ip6`, `-m` and `-r` of FreeBSD 14, text and `--libxo json`.
 
 `-p ip` / `-p ip6`: ipsec_hil_twin.fbsd.netstat_ip (the namespace's own IP counters).
+`-r [-46nW] [-f family] [-F fib]`: ipsec_hil_twin.fbsd.netstat_route (the namespace's routes).
 
 The counters are the engine's `esp` statistics (FreeBSD 14's JSON keys, typos included:
 `esp-statictics`, `receieve-bytes`).  With ipsec.ko unloaded the sysctl is missing and
@@ -66,10 +67,31 @@ def _plural(n: int, text: str) -> str:
     return text.replace("{s}", "" if n == 1 else "s").replace("{es}", "" if n == 1 else "es")
 
 
+USAGE = """\
+usage: netstat [-46AaCcLnRSTWx] [-f protocol_family | -p protocol]
+               [-M core] [-N system]
+       netstat -i | -I interface [-46abdhnW] [-f address_family]
+               [-M core] [-N system]
+       netstat -w wait [-I interface] [-46d] [-M core] [-N system]
+               [-q howmany]
+       netstat -s [-46sz] [-f protocol_family | -p protocol]
+               [-M core] [-N system]
+       netstat -i | -I interface -s [-46s]
+               [-f protocol_family | -p protocol] [-M core] [-N system]
+       netstat -m [-M core] [-N system]
+       netstat -B [-z] [-I interface]
+       netstat -r [-46AnW] [-F fibnum] [-f address_family]
+               [-M core] [-N system]
+       netstat -rs [-s] [-M core] [-N system]
+       netstat -g [-46W] [-f address_family] [-M core] [-N system]
+       netstat -gs [-46s] [-f address_family] [-M core] [-N system]
+       netstat -Q
+"""
+"""main.c usage(), whole: what FreeBSD prints after any option it does not know."""
+
+
 def usage() -> int:
-    sys.stderr.write("usage: netstat [-46AaCcLnRSTWx] [-f protocol_family | -p protocol]\n"
-                     "               [-M core] [-N system]\n"
-                     "       netstat -s [-46sz] [-f protocol_family | -p protocol]\n")
+    sys.stderr.write(USAGE)
     return 1
 
 
@@ -98,6 +120,7 @@ def main(argv: list[str]) -> int:
     sflag = 0
     mflag = zflag = False
     proto: str | None = None
+    given: list[tuple[str, str | None]] = []  # options -r reads, in the order typed (netstat_route)
     i = 0
     while i < len(args):
         a = args[i]
@@ -112,19 +135,22 @@ def main(argv: list[str]) -> int:
                 zflag = True
             elif ch == "m":
                 mflag = True
-            elif ch == "p":
+            elif ch in "pfF":
                 rest = a[j + 1:]
                 if rest:
-                    proto = rest
+                    value = rest
                 elif i + 1 < len(args):
                     i += 1
-                    proto = args[i]
+                    value = args[i]
                 else:
-                    sys.stderr.write("netstat: option requires an argument -- p\n")
+                    sys.stderr.write(f"netstat: option requires an argument -- {ch}\n")
                     return usage()
+                if ch == "p":
+                    proto = value
+                given.append((ch, value))
                 break
-            elif ch in "46nW":
-                pass
+            elif ch in "46AnWlr":
+                given.append((ch, None))
             else:
                 sys.stderr.write(f"netstat: illegal option -- {ch}\n")
                 return usage()
@@ -132,8 +158,12 @@ def main(argv: list[str]) -> int:
         i += 1
     if mflag and not sflag:
         return _mbufs(style)
+    if ("r", None) in given:
+        from ipsec_hil_twin.fbsd import netstat_route  # here: the -s path stays as cheap as before
+
+        return netstat_route.routepr(given, sflag, style)
     if not sflag or proto is None:
-        c.err(PROG, "only `-s -p esp|ipsec|ipsec6|ip|ip6` and `-m` are emulated on this appliance")
+        c.err(PROG, "only `-s -p esp|ipsec|ipsec6|ip|ip6`, `-m` and `-r` are emulated on this appliance")
         return 1
     if proto in ("ip", "ip6"):
         from ipsec_hil_twin.fbsd import netstat_ip  # here: the esp path stays as cheap as before
