@@ -17,6 +17,12 @@ The plugin is named with ``-p`` as well as loaded from its entry point: with
 PYTEST_DISABLE_PLUGIN_AUTOLOAD set the entry point is not read, and under one name pytest
 never registers it twice.
 
+What a person types: a virtual lab's template (the default) is started for the run and
+torn down after (root: network namespaces; the lab not coming up exits 17, LAB_NOT_UP), a
+running lab's lab.resolved.yaml or a hardware lab file is used as it is; a lab file that is
+missing or invalid, or an option pytest does not know, is pytest's usage error (exit 4,
+`ERROR: ...` naming the file and line).
+
 In a checkout, ``bash tools/run-acceptance`` is the same run with the checkout's files.
 """
 

@@ -2,7 +2,9 @@
 
 `up` prints one JSON line {"resolved", "prefix", "run_dir"} and returns while a detached
 supervisor keeps the lab running (DESIGN.md "The virtual lab at run time").  Errors go
-to stderr as one line starting `twin: ` and exit 1 (2 for usage errors).
+to stderr as one line starting `twin: ` and exit 1 (2 for usage errors). `up` takes a lab
+file as written (topologies/virtual.yaml: it is this command that makes its template a
+running lab); the suite's console scripts name this command when given such a template.
 """
 from __future__ import annotations
 
@@ -112,8 +114,16 @@ def cmd_reboot(a: argparse.Namespace) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """Usage errors as one line starting `twin: ` (exit 2), like every other error here; its
+    subcommands' parsers are of this class too (argparse's default)."""
+
+    def error(self, message: str):
+        self.exit(2, f"twin: {self.prog}: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m ipsec_hil_twin", description="the virtual IPsec lab")
+    ap = Parser(prog="python -m ipsec_hil_twin", description="the virtual IPsec lab")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def where(p: argparse.ArgumentParser) -> None:

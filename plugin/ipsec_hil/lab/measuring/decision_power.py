@@ -33,6 +33,12 @@ rate rows what a gate of that design saw of a costlier build.
 The lab should carry its noise model (``noise:`` on the DUT in the lab file): the twin's
 paced engine is otherwise nearly deterministic and the figures would say nothing of a real
 lab. ``tools/decision-power`` writes such a copy of the lab file and runs this.
+
+The lab: ``--topology``'s file, a virtual lab's template started here (and torn down), a
+running virtual lab's lab.resolved.yaml or a hardware lab used as it is. Exit status: 0 the
+table printed; 2 a lab file that is missing or invalid, an option it cannot take, no
+``--out`` to read for ``--table-only`` (one line: ipsec_hil.cli); 17 the virtual lab did
+not come up (ipsec_hil.exitcodes LAB_NOT_UP).
 """
 from __future__ import annotations
 
@@ -47,6 +53,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ipsec_hil.cli import ArgumentParser, InputError, load_lab_file, unreadable
+from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.cases import tunnel_cases
 from ipsec_hil.lab.decision.compare import Rule, compare_trials
 from ipsec_hil.lab.decision.sequential import FIXED_PAIRS, SequentialRule
@@ -55,6 +63,7 @@ from ipsec_hil.lab.live_lab import Lab
 from ipsec_hil.lab.measuring.build_comparison import (CPU, RATE_CONFIGURATION, Builds, compare_builds, direction_of,
                                                       figure_name, unit_of)
 from ipsec_hil.lab.tunnel import bring_up
+from ipsec_hil.virtual_lab import VirtualLabError
 
 FIGURES = ("up", CPU)
 LEVELS = (0.98, 0.95, 0.90, 0.80)
@@ -297,8 +306,9 @@ def noisy_copy(lab_file: Path, out: Path) -> Path:
 
 
 def _with_lab(lab_file: Path, noise: bool, work: Path, body) -> None:
-    """Run ``body(resolved lab file)`` on the lab of ``lab_file``: a virtual one is started
-    (with the noise model when asked) and torn down after; a hardware one is used as it is."""
+    """Run ``body(resolved lab file)`` on the lab of ``lab_file``: a virtual lab's template is
+    started (with the noise model when asked) and torn down after; a running virtual lab's
+    resolved file, or a hardware lab's, is used as it is."""
     import secrets
 
     from ipsec_hil import virtual_lab
@@ -309,7 +319,7 @@ def _with_lab(lab_file: Path, noise: bool, work: Path, body) -> None:
     for tunnel in topology.tunnels.values():  # a virtual lab's keys, as the plugin sets them
         if topology.lab.virtual and tunnel.psk.env and not os.environ.get(tunnel.psk.env):
             os.environ[tunnel.psk.env] = secrets.token_urlsafe(24)
-    if not topology.lab.virtual:
+    if not topology.lab.virtual or virtual_lab.is_running_lab(topology):
         body(lab_file)
         return
     source = noisy_copy(lab_file, work / f"{lab_file.stem}-noise.yaml") if noise else lab_file
@@ -320,30 +330,49 @@ def _with_lab(lab_file: Path, noise: bool, work: Path, body) -> None:
         virtual_lab.stop(vl)
 
 
+def _levels(text: str) -> list[float]:
+    """``--levels 0.98,0.95``: fractions of the parent (argparse says which text it refused)."""
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected fractions like 0.98,0.95, found {text!r}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ipsec_hil.lab.measuring.decision_power", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m ipsec_hil.lab.measuring.decision_power", description=__doc__.split("\n")[0])
     ap.add_argument("--topology", type=Path, default=Path("topologies/virtual.yaml"),
                     help="the lab file (default: the virtual lab, started and torn down here)")
     ap.add_argument("--no-noise", action="store_true", help="a virtual lab without the twin's noise model")
     ap.add_argument("--model", default="xgs136")
     ap.add_argument("--runs", type=int, default=5, help="decisions per regression scenario (default 5)")
     ap.add_argument("--identical-runs", type=int, default=20, help="decisions of identical builds (default 20)")
-    ap.add_argument("--levels", default=",".join(f"{x:g}" for x in LEVELS), help="fractions of the parent")
+    ap.add_argument("--levels", type=_levels, default=list(LEVELS), help="fractions of the parent, comma-separated")
     ap.add_argument("--seconds", type=float, default=2.0, help="seconds per trial (default 2: the gate's --compare-seconds)")
     ap.add_argument("--budget", type=int, default=SequentialRule().max_pairs, help="the sequential design's budget of pairs")
     ap.add_argument("--out", type=Path, default=Path("reports/decision-power.jsonl"))
     ap.add_argument("--table-only", action="store_true", help="print the table of --out's decisions, measure nothing")
     args = ap.parse_args(argv)
-    if not args.table_only:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.unlink(missing_ok=True)
-        t0 = time.monotonic()
-        _with_lab(args.topology, not args.no_noise, args.out.parent, lambda resolved: run(
-            resolved, model=args.model, runs=args.runs, identical_runs=args.identical_runs,
-            levels=[float(x) for x in args.levels.split(",")], seconds=args.seconds,
-            rule=SequentialRule(max_pairs=args.budget), out=args.out, log=lambda s: print(s, flush=True)))
-        print(f"measured in {time.monotonic() - t0:.0f} s", flush=True)
-    decisions = [Decision(**json.loads(line)) for line in args.out.read_text().splitlines() if line.strip()]
+    try:
+        if not args.table_only:
+            load_lab_file(ap.prog, args.topology, then=None)  # refused in one line before any lab starts
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.unlink(missing_ok=True)
+            t0 = time.monotonic()
+            _with_lab(args.topology, not args.no_noise, args.out.parent, lambda resolved: run(
+                resolved, model=args.model, runs=args.runs, identical_runs=args.identical_runs,
+                levels=args.levels, seconds=args.seconds,
+                rule=SequentialRule(max_pairs=args.budget), out=args.out, log=lambda s: print(s, flush=True)))
+            print(f"measured in {time.monotonic() - t0:.0f} s", flush=True)
+        try:
+            lines = args.out.read_text().splitlines()
+        except OSError as exc:
+            raise unreadable(ap.prog, args.out, exc) from None
+    except InputError as exc:
+        return exc.report()
+    except VirtualLabError as exc:
+        print(f"{ap.prog}: virtual lab: {exc}", file=sys.stderr)
+        return HilExitCode.LAB_NOT_UP
+    decisions = [Decision(**json.loads(line)) for line in lines if line.strip()]
     print(f"\n{len(decisions)} decisions, {args.seconds:g} s trials, sequential: {SequentialRule(max_pairs=args.budget).describe()}; "
           f"fixed: {Rule().describe()}, first {FIXED_PAIRS} pairs\n")
     print("\n".join(table(decisions)))

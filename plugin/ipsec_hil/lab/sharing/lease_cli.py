@@ -8,7 +8,9 @@ places and reservations ARE the lock: ``status`` shows them, ``break`` kicks the
 (labgrid's ``release --kick``) with the reason recorded in the coordinator's place comment.
 
 Exit status: 0 done, 1 a lock could not be read or broken (the message names the host and
-the file), 2 bad arguments or topology.
+the file), 2 bad arguments, a lab file that is missing or invalid, or a virtual lab's
+template (its leases are on the running lab: one line naming the command that starts it,
+ipsec_hil.cli).
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import socket
 import sys
 from pathlib import Path
 
+from ipsec_hil.cli import ArgumentParser, InputError, load_lab_file
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.sharing.lock import BENCH_LOCK_PATH, DEFAULT_LOCK_PATH, ApplianceLock, bench_lock_path
 from ipsec_hil.lab.remote import Host
 from ipsec_hil.lab.remote.factory import host_from_mgmt
-from ipsec_hil.lab.topology import Topology, load_topology
-from ipsec_hil.lab.expectations.hardware import REGISTRY
+from ipsec_hil.lab.topology import Topology
 
 
 def who_am_i() -> str:
@@ -83,7 +85,7 @@ def _labgrid(topo: Topology, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="ipsec-hil-lease",
+    ap = ArgumentParser(prog="ipsec-hil-lease",
                                  description="Show or break the leases of a lab's hosts (or its labgrid places).")
     ap.add_argument("command", choices=("status", "break"))
     ap.add_argument("topology", type=Path)
@@ -96,12 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "break" and not args.reason.strip():
         ap.error("break needs --reason TEXT (recorded for the broken run and the next one)")
     try:
-        topo = load_topology(args.topology, models=REGISTRY)
+        topo = load_lab_file(ap.prog, args.topology, then="give `ipsec-hil-lease status|break` its lab.resolved.yaml")
         for name in args.hosts if topo.lab.labgrid is None else ():
             topo.host(name)
-    except (LabError, OSError) as exc:
-        print(f"{args.topology}: {exc}", file=sys.stderr)
-        return 2
+    except LabError as exc:  # a host the lab file does not have
+        return InputError(f"{ap.prog}: {args.topology}: {exc}").report()
+    except InputError as exc:
+        return exc.report()
     try:
         return _appliance_leases(topo, args) if topo.lab.labgrid is None else _labgrid(topo, args)
     except LabError as exc:

@@ -10,12 +10,13 @@ topology model, so the cap applies) through :class:`TunnelProvisioner`, exactly 
 seconds per child. A figure, not a timed assert: the machine's load moves it.
 
 TOPOLOGY is any lab's topology file: the virtual lab's resolved one (``tools/bench-bringup``
-starts the lab, runs this, stops it) or a real lab's.
+starts the lab, runs this, stops it) or a real lab's. Exit status 2 (ipsec_hil.cli, one
+line): a lab file that is missing or invalid, a virtual lab's template (the line names
+tools/bench-bringup), a tunnel it lacks, counts it cannot take, an unknown option.
 """
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import secrets
 import socket
@@ -24,12 +25,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
+from ipsec_hil.cli import ArgumentParser, InputError, load_lab_file
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.sharing.lock import ApplianceLock
 from ipsec_hil.lab.provision import Secret, TunnelPlan, TunnelProvisioner
 from ipsec_hil.lab.remote import host_from_mgmt
-from ipsec_hil.lab.topology import Topology, TunnelConfig, load_topology
-from ipsec_hil.lab.expectations.hardware import REGISTRY, host_profile
+from ipsec_hil.lab.topology import Topology, TunnelConfig
+from ipsec_hil.lab.expectations.hardware import host_profile
+from ipsec_hil.lab.topology.messages import describe
 from ipsec_hil.lab.topology.tunnels import Children
 
 PHASES = ("install", "load", "initiate", "verify", "terminate", "restore")
@@ -133,10 +138,7 @@ def measure(apps: dict[str, Appliance], topology: Topology, tunnel: str, count: 
     return fig
 
 
-def run(topology_path: str, tunnel: str, counts: list[int]) -> list[Figure]:
-    topo = load_topology(topology_path, models=REGISTRY)
-    if tunnel not in topo.tunnels:
-        raise SystemExit(f"{topology_path}: no tunnel {tunnel!r} (has {', '.join(sorted(topo.tunnels))})")
+def run(topo: Topology, tunnel: str, counts: list[int]) -> list[Figure]:
     t = topo.tunnels[tunnel]
     names = (t.local.host, t.remote.host)
     apps = {n: Appliance(n, CountingHost(host_from_mgmt(n, topo.hosts[n].mgmt, topo.lab.known_hosts)),
@@ -192,15 +194,35 @@ def summary(figs: list[Figure]) -> list[str]:
     return out
 
 
+def _checked(prog: str, args) -> tuple[Topology, list[int]]:
+    """The lab file and the counts, refused in one line (InputError) when unusable."""
+    topo = load_lab_file(prog, args.topology, then="run this on its lab.resolved.yaml "
+                         "(tools/bench-bringup does both, and stops the lab after)")
+    if args.tunnel not in topo.tunnels:
+        raise InputError(f"{prog}: {args.topology}: no tunnel {args.tunnel!r} (has {', '.join(sorted(topo.tunnels))})")
+    try:
+        counts = [int(x) for x in args.counts.split(",")]
+        for n in counts:
+            config_with(topo, args.tunnel, n)
+    except ValidationError as exc:  # a count the tunnel's children cannot take: the model's words
+        raise InputError(f"{prog}: --counts {args.counts}: {'; '.join(describe(e) for e in exc.errors())}") from None
+    except ValueError as exc:  # not a number
+        raise InputError(f"{prog}: --counts {args.counts}: {exc}") from None
+    return topo, counts
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ipsec_hil.lab.traffic.bench_bringup", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m ipsec_hil.lab.traffic.bench_bringup", description=__doc__.split("\n")[0])
     ap.add_argument("topology")
     ap.add_argument("--tunnel", default="many")
     ap.add_argument("--counts", default="1,6,64,256")
     args = ap.parse_args(argv)
-    counts = [int(x) for x in args.counts.split(",")]
+    try:
+        topo, counts = _checked(ap.prog, args)
+    except InputError as exc:
+        return exc.report()
     print(header(), flush=True)
-    figs = run(args.topology, args.tunnel, counts)
+    figs = run(topo, args.tunnel, counts)
     for line in summary(figs):
         print(line)
     return 0
