@@ -115,12 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     wake_r, wake_w = os.pipe()  # every bump wakes the idle transmit loop (datapath.WOKEN_IDLE_POLL_MS)
     os.set_blocking(wake_w, False)
     counters.on_bump = lambda: _poke(wake_w)
+    ports = tuple((p.ifname, p.addresses) for p in host.ports)  # each port's drops are counted apart
     state = EngineState(d, host, counters, None)
     state.publish()  # empty state file before the workers read it
     pids = {
-        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver, queue, cpu_ns, wake_r), d / "profile-tx"),
-                          "twin-engine-tx"),
-        "rx": fork_worker(lambda: _run(RxLoop(d, tun, host.driver, lan_Bps, cpu_ns), d / "profile-rx"), "twin-engine-rx"),
+        "tx": fork_worker(lambda: _run(TxLoop(d, tun, host.driver, queue, cpu_ns, wake_r, ports, args.tun),
+                                       d / "profile-tx"), "twin-engine-tx"),
+        "rx": fork_worker(lambda: _run(RxLoop(d, tun, host.driver, lan_Bps, cpu_ns, ports), d / "profile-rx"),
+                          "twin-engine-rx"),
     }
     state.pids = pids
     routes = Routes(args.tun)

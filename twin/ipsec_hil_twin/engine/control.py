@@ -328,8 +328,9 @@ class EngineState:
         return set_seq(self, req)
 
     def op_counters(self, req: dict) -> dict:
-        snap = self.c.snapshot(self.host.driver)
-        return {"ok": True, **snap}
+        drops = self.c.port_drops()  # each port's (counters.PORT_DROP_KINDS), by interface name
+        return {"ok": True, **self.c.snapshot(self.host.driver),
+                "ports": {p.ifname: drops[k] for k, p in enumerate(self.host.ports[:len(drops)])}}
 
     def op_status(self, req: dict) -> dict:
         alive = {}

@@ -57,11 +57,11 @@ from .esp import SEQ_LOW
 from .pacer import WIRE_EXTRA, PortQueue
 from .loop_base import IGEN_ANY, Loop as _Loop
 from .out_build import counter_indexes as _idx
-from .out_build import out_sa_of
+from .out_build import odrop_slots, out_sa_of
 from .rxloop import RxLoop
 from .sa_state import OutSa
 from .selectors import ADDR4, ADDR6, addr_key, addresses_only, fast_key, flow, policy_pairs, sel_match
-from .txfaults import ClearLeak
+from .txfaults import ClearLeak, OutputQueueFull
 from .sizes import forwarded_gate, gate_checks, outer_df
 
 __all__ = ["DRAIN_S", "RxLoop", "TxLoop"]  # RxLoop lives in .rxloop (this module grew past one job's size)
@@ -106,8 +106,11 @@ class TxLoop(_Loop):
     """esp0 -> select SA -> FreeBSD gate -> pace -> seal -> raw socket."""
 
     def __init__(self, host_dir: Path, tun_fd: int, driver: str, queue_bytes: int | None = None,
-                 cpu_ns: float | None = None, wake_fd: int | None = None) -> None:
+                 cpu_ns: float | None = None, wake_fd: int | None = None,
+                 ports: tuple[tuple[str, tuple[str, ...]], ...] = (), tun_name: str = "esp0") -> None:
         super().__init__(host_dir, tun_fd, driver, cpu_ns)
+        self.odrop_of = odrop_slots(ports)  # address -> its port's output-drop slot (host.json's ports)
+        self.esp0_drops = EspRingDrops(tun_name)  # esp0's own drops: the paced port's
         self.wake_fd = wake_fd  # read end of the control's wake pipe (WOKEN_IDLE_POLL_MS), or None
         self.counting = cnt = for_driver(driver).counting
         self.pend = PendingCounts(self.a, _idx(cnt.tx_forwarded + cnt.tx_own + cnt.tx_own_output_step) + _idx(
@@ -122,8 +125,9 @@ class TxLoop(_Loop):
         self.keyf = fast_key  # the flow cache's key: addr_key when every selector allows it
         self.own_step: list = []
         self.faults_ver = -1
-        self.port = PortQueue(tun_fd, queue_bytes)  # the paced port and its stated queue
+        self.port = PortQueue(tun_fd, queue_bytes, counts=self.a)  # the paced port and its stated queue
         self.fault_n = 0
+        self.oq = OutputQueueFull()  # fault oq_drop_counted
         self.extra_pending = 0
         self.outer_df = netio.OuterDf()  # outer DF per dfbit (ipsec_output.c ipsec_encap)
         self.leak = ClearLeak()  # fault cleartext_leak
@@ -141,7 +145,7 @@ class TxLoop(_Loop):
             key = (e["spi"], e["dst"])
             old = self.sas.get(key)
             try:
-                osa = out_sa_of(e, self.counting, self.socks, self.c)
+                osa = out_sa_of(e, self.counting, self.socks, self.c, self.odrop_of)
             except (OSError, ValueError, KeyError) as exc:  # e.g. src not an address here
                 print(f"engine tx: SA spi={e.get('spi', 0):#x} not usable: {exc}", file=sys.stderr)
                 continue
@@ -243,9 +247,8 @@ class TxLoop(_Loop):
         fp = fault_params
         next_check = 0.0
         f_drop = f_icv = f_replay = f_nh = f_frag = f_ptb = f_slow = f_esn = f_pad = None
-        f_uncounted = None
+        f_uncounted = f_oq = f_clear = None
         f_padx = f_nonce = False
-        f_clear = None
         df = 0
         df_work = False  # an outer DF to set or to clear (dfbit, or sockets left with DF)
         df_by = (False, False)
@@ -285,6 +288,7 @@ class TxLoop(_Loop):
                     charge_out(self.order, cost)
                 next_check = now + min(0.1, cost.until - t)  # looked at again by the epoch's end
                 flush(wall)
+                self.esp0_drops.count(port)
                 if self.gone and min(t for _, t in self.gone.values()) <= now:
                     self.gone = {k: v for k, v in self.gone.items() if v[1] > now}
                     self._pair_up()
@@ -292,13 +296,8 @@ class TxLoop(_Loop):
                 self.sysctl.refresh(now, force=True)
                 self._faults_changed()
                 F = self.faults
-                f_drop, f_icv, f_replay = fp(F, "drop_every"), fp(F, "corrupt_icv"), fp(F, "replay")
-                f_nh, f_frag, f_ptb = fp(F, "wrong_next_header"), fp(F, "fragment_instead_of_ptb"), fp(F, "wrong_ptb_mtu")
-                f_slow = fp(F, "slow_first_stream")
-                f_uncounted = fp(F, "expired_drops_uncounted")
-                f_padx, f_nonce = fp(F, "esp_pad_extra") is not None, fp(F, "gcm_nonce_swapped") is not None
-                f_clear = fp(F, "cleartext_leak")
-                f_esn, f_pad = fp(F, "esn_high_bits_lost"), fp(F, "pad_length_lost")
+                (f_drop, f_icv, f_replay, f_nh, f_frag, f_ptb, f_slow, f_uncounted, f_padx, f_nonce, f_clear, f_oq,
+                 f_esn, f_pad) = tx_fault_params(F)
                 # fault ipv4_df_gate: gate forwarded IPv4 by its DF bit (dfbit 2's rule)
                 # although net.inet.ipsec.dfbit says 0 -- the 000 page's IPv4 test must fail
                 df = 2 if fp(F, "ipv4_df_gate") is not None else dfbit(self.sysctl)
@@ -318,6 +317,10 @@ class TxLoop(_Loop):
                 if f_uncounted is None:
                     for i in incs:
                         a[i] += 1
+                continue
+            if dep is None and osa.offloaded:  # the port's queue was full before the driver took it
+                if osa.odrop_idx >= 0:
+                    a[osa.odrop_idx] += 1
                 continue
             n = len(pkt)
             nh = 4 if v == 4 else 41
@@ -360,9 +363,9 @@ class TxLoop(_Loop):
             # pacing: the port is the bottleneck; the frame leaves when the port's model sends
             # it (its stated queue full: dropped as it was admitted), costed as the wire does:
             # ESP, the outer header, Ethernet's header and its 24 bytes of preamble, FCS, gap
-            if osa.pace:
-                port.wait(dep, osa.pace, len(esp) + osa.outer_hdr + WIRE_EXTRA, n)
-            else:
+            if osa.pace and dep is not None:  # (dep None: counted below, then dropped: queue_full)
+                port.wait(dep, osa.pace, len(esp) + osa.outer_hdr + WIRE_EXTRA, n, osa.odrop_idx)
+            elif not osa.pace:
                 port.rate = 0.0  # an unpaced SA's packets model no port queue
             for i in incs:
                 p[i] += 1
@@ -380,6 +383,9 @@ class TxLoop(_Loop):
             if f_pad is not None and n % 16 == f_pad.get("residue", 9):
                 a[i_faulted] += 1  # fault pad_length_lost: counted, never sent
                 continue
+            if dep is None or f_oq is not None and self.oq.full(a, osa, f_oq):  # fault oq_drop_counted
+                queue_full(a, osa, dep)
+                continue
             if f_clear is not None:
                 self.leak.send(osa.src, pkt)
             if f_drop is not None or f_icv is not None or f_replay is not None:
@@ -394,25 +400,73 @@ class TxLoop(_Loop):
                 if f_replay is not None and k % max(1, int(f_replay.get("every", 50))) == 0:
                     _send(a, osa, esp)
                     a[i_faulted] += 1
-            try:
-                osa.sock.sendto(esp, osa.addr)
-            except OSError as exc:
-                _send_failed(a, osa, exc)
+            _send(a, osa, esp)
 
+
+def tx_fault_params(F: JsonWatch) -> tuple:
+    """The transmit loop's faults, in the order TxLoop.run unpacks them (read every 0.1 s):
+    each one's parameters or None; esp_pad_extra and gcm_nonce_swapped as booleans."""
+    fp = fault_params
+    return (fp(F, "drop_every"), fp(F, "corrupt_icv"), fp(F, "replay"), fp(F, "wrong_next_header"),
+            fp(F, "fragment_instead_of_ptb"), fp(F, "wrong_ptb_mtu"), fp(F, "slow_first_stream"),
+            fp(F, "expired_drops_uncounted"), fp(F, "esp_pad_extra") is not None,
+            fp(F, "gcm_nonce_swapped") is not None, fp(F, "cleartext_leak"), fp(F, "oq_drop_counted"),
+            fp(F, "esn_high_bits_lost"), fp(F, "pad_length_lost"))
+
+
+class EspRingDrops:
+    """esp0's own drops (its ring full while the transmit loop was behind: Linux's TUN
+    counts them in tx_dropped), added to the paced port's output-drop slot as they appear.
+    On FreeBSD the kernel hands a packet to the interface's send queue and counts one it
+    refuses there (IFCOUNTER_OQDROPS); esp0 is the twin's way into the engine, so its
+    drops are that port's. Read every 0.1 s of traffic (the loop's check), not per packet."""
+
+    def __init__(self, tun_name: str) -> None:
+        self.path = f"/sys/class/net/{tun_name}/statistics/tx_dropped"
+        self.seen = self._read()
+
+    def _read(self) -> int | None:
+        try:
+            with open(self.path) as fh:
+                return int(fh.read())
+        except (OSError, ValueError):
+            return None  # no such device here (a unit test's loop): nothing to count
+
+    def count(self, port: PortQueue) -> None:
+        now = self._read()
+        if now is None or self.seen is None:
+            self.seen = now
+            return
+        if now > self.seen:
+            port.count_drops(now - self.seen)
+        self.seen = now
+
+
+def queue_full(a, osa: OutSa, dep: float | None) -> None:
+    """A kernel-run SA's packet that found its port's queue full (``dep`` None: the port
+    model refused it, pacer.PortQueue.admit): FreeBSD's esp_output counted it (esps_output,
+    the bytes, the histogram: done above), ip_output then met the full send queue:
+    IFCOUNTER_OQDROPS, the port's output drops. (An offloaded SA's packet never reaches
+    here: the port's queue refused it before the driver counted it.) ``dep`` set: fault
+    oq_drop_counted already counted it (txfaults.OutputQueueFull)."""
+    if dep is None and osa.odrop_idx >= 0:
+        a[osa.odrop_idx] += 1
 
 
 def _send(a, osa: OutSa, esp: bytes) -> None:
-    """One more copy of a sealed frame (fault replay): sent, or counted as a failed send."""
+    """Send a sealed frame (netio.send_frame), or count it as a failed send."""
     try:
-        osa.sock.sendto(esp, osa.addr)
+        netio.send_frame(osa.sock, esp, osa.addr)
     except OSError as exc:
         _send_failed(a, osa, exc)
 
 
 def _send_failed(a, osa: OutSa, exc: OSError) -> None:
-    """A send the kernel refused, counted on the SA's index and the engine's."""
+    """A send the kernel refused, counted on the SA's index and the engine's: for an
+    offloaded SA the driver's transmit drop (the port's queue was full after the driver
+    counted the frame: ENOBUFS, netio.tx_socket says why it is seen)."""
     a[osa.fail_idx] += 1
     if osa.fail_idx != INDEX["eng:tx_sendfail"]:
         a[INDEX["eng:tx_sendfail"]] += 1
-    if exc.errno not in (105, 11, 90):  # ENOBUFS, EAGAIN, EMSGSIZE
+    if exc.errno not in netio.FRAME_ERRNOS:
         print(f"engine tx: send failed: {exc}", file=sys.stderr)

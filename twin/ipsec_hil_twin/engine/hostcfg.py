@@ -16,6 +16,8 @@ from typing import Any
 from ipsec_hil_twin.personality import PERSONALITIES, Personality, PersonalityError, for_driver
 from ipsec_hil_twin.machinery.runtime import read_json
 
+from .counters import MAX_PORTS
+
 
 @dataclass(frozen=True)
 class PortCfg:
@@ -89,6 +91,9 @@ def load_host(path: Path) -> HostConfig:
                              addresses=tuple(addrs), mtu=int(p.get("mtu", 1500)),
                              rate_mbit=(float(p["rate_mbit"]) if p.get("rate_mbit") else None),
                              queue_bytes=(int(p["queue_bytes"]) if p.get("queue_bytes") else None)))
+    if len(ports) > MAX_PORTS:
+        raise ValueError(f"{path}: ports: the engine counts the drops of at most {MAX_PORTS} ports "
+                         f"(ipsec_hil_twin.engine.counters.MAX_PORTS), found {len(ports)}")
     counters = data.get("counters") or {}
     if not isinstance(counters, dict):
         raise ValueError(f"{path}: counters: expected a mapping logical name -> oid")

@@ -31,6 +31,11 @@ IP_PKTINFO = 8  # linux/in.h (Python's socket module lacks it)
 IPV6_MTU_DISCOVER = 23
 IPV6_PMTUDISC_DONT = 0
 IPV6_DONTFRAG = 62
+IP_RECVERR = 11  # linux/in.h
+IPV6_RECVERR = 25  # linux/in6.h
+SO_MEMINFO = 55  # asm-generic/socket.h: the socket's sk_meminfo, SK_MEMINFO_VARS u32s
+SK_MEMINFO_DROPS = 8  # linux/sock_diag.h: the index of sk_drops (frames the socket had no room for)
+SK_MEMINFO_VARS = 9
 BUF = 32 * 1024 * 1024  # > a TCP window of ESP frames: a burst never overflows
 
 
@@ -89,10 +94,14 @@ def _bufs(s: socket.socket, rcv: int, snd: int) -> None:
             s.setsockopt(socket.SOL_SOCKET, fallback, val)
 
 
-def rx_socket(family: int) -> socket.socket:
-    """Receive every ESP packet addressed to this namespace (family AF_INET/AF_INET6)."""
+def rx_socket(family: int, ifname: str | None = None) -> socket.socket:
+    """Receive every ESP packet addressed to this namespace (family AF_INET/AF_INET6) that
+    arrives on port ``ifname`` (SO_BINDTODEVICE; None: on any), so that a frame the socket
+    had no room for is one port's missed frame (:func:`socket_drops`)."""
     s = socket.socket(family, socket.SOCK_RAW, IPPROTO_ESP)
     _bufs(s, BUF, 1 << 16)
+    if ifname is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
     if family == socket.AF_INET6:
         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVPKTINFO, 1)
     return s
@@ -108,19 +117,52 @@ def _attach_drop_all(s: socket.socket) -> None:
 
 def tx_socket(src: str, proto: int = IPPROTO_ESP) -> socket.socket:
     """A send-only ESP socket bound to the SA's outer source; outer may be fragmented.
-    proto IPPROTO_UDP: for NAT-T, the caller writes the UDP header (udp_encap_header)."""
+    proto IPPROTO_UDP: for NAT-T, the caller writes the UDP header (udp_encap_header).
+
+    With IP_RECVERR / IPV6_RECVERR: a frame the port's qdisc drops (the shaped link's
+    queue full) fails its sendto with ENOBUFS, so the engine counts it as the driver's
+    transmit drop. Without it Linux reports success for a frame it dropped (raw_sendmsg:
+    ``if (err == -ENOBUFS && !recverr) err = 0``) and the frame vanished counted as sent,
+    nowhere as lost (issue 52). The option also makes an ICMP error about an earlier frame
+    fail the next sendto once (the socket's pending error): :func:`send_frame` sends again."""
     family = socket.AF_INET6 if ":" in src else socket.AF_INET
     s = socket.socket(family, socket.SOCK_RAW, proto)
     _attach_drop_all(s)
     _bufs(s, 4096, BUF)
     if family == socket.AF_INET:
         s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DONT)
+        s.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
         s.bind((src, 0))
     else:
         s.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DONT)
         s.setsockopt(socket.IPPROTO_IPV6, IPV6_DONTFRAG, 0)
+        s.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVERR, 1)
         s.bind((src, 0, 0, 0))
     return s
+
+
+#: errnos of a sendto that failed for the frame itself: the qdisc's drop (ENOBUFS), a full
+#: socket buffer (EAGAIN), a frame too large (EMSGSIZE). Any other is the socket's pending
+#: error from an ICMP message about an EARLIER frame (IP_RECVERR): this frame was not sent
+#: and is sent again once.
+FRAME_ERRNOS = (105, 11, 90)
+
+
+def send_frame(sock: socket.socket, frame: bytes, addr: tuple) -> None:
+    """sendto, once more when the first failure was an earlier frame's ICMP error
+    (:data:`FRAME_ERRNOS`); an OSError that remains is this frame's own loss."""
+    try:
+        sock.sendto(frame, addr)
+    except OSError as exc:
+        if exc.errno in FRAME_ERRNOS:
+            raise
+        sock.sendto(frame, addr)
+
+
+def socket_drops(s: socket.socket) -> int:
+    """The frames ``s`` had no room for since it was opened (SO_MEMINFO's sk_drops)."""
+    raw = s.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, 4 * SK_MEMINFO_VARS)
+    return struct.unpack_from("I", raw, 4 * SK_MEMINFO_DROPS)[0]
 
 
 def udp_encap_header(esp_len: int) -> bytes:
@@ -129,14 +171,17 @@ def udp_encap_header(esp_len: int) -> bytes:
     return struct.pack("!HHHH", NATT_PORT, NATT_PORT, 8 + esp_len, 0)
 
 
-def udp_encap_rx_socket() -> socket.socket:
+def udp_encap_rx_socket(ifname: str | None = None) -> socket.socket:
     """UDP 4500 of the namespace (IKE stays on 500 in the twin, so the engine owns 4500):
     each datagram is an ESP packet unless it starts with the non-ESP marker (4 zero
-    bytes, IKE) or is a 1-byte NAT keepalive; IP_PKTINFO tells which address it came to."""
+    bytes, IKE) or is a 1-byte NAT keepalive; IP_PKTINFO tells which address it came to.
+    ``ifname``: only what arrives on that port (one socket a port may bind 4500 each)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     _bufs(s, BUF, 1 << 16)
     s.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+    if ifname is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
     s.bind(("0.0.0.0", NATT_PORT))
     return s
 

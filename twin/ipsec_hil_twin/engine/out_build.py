@@ -7,7 +7,7 @@ import socket
 from ipsec_hil_twin.personality import Counting
 
 from . import netio
-from .counters import ALG_OF_CIPHER, HIST_OUT, INDEX, CounterBlock
+from .counters import ALG_OF_CIPHER, HIST_OUT, INDEX, CounterBlock, port_drop
 from .esp import make_suite
 from .sa_state import OutSa
 from .selectors import parse_selector
@@ -19,11 +19,22 @@ def counter_indexes(names: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(INDEX[n] for n in names)
 
 
-def out_sa_of(e: dict, cnt: Counting, socks: dict[str, socket.socket], c: CounterBlock) -> OutSa:
+def odrop_slots(ports: tuple[tuple[str, tuple[str, ...]], ...]) -> dict[str, int]:
+    """Each address of the host's ports (``(ifname, CIDRs)`` in host.json's order) -> its
+    port's output-drop slot in the counter block."""
+    import ipaddress
+
+    return {str(ipaddress.ip_interface(a).ip): INDEX[port_drop(k, "odrop")]
+            for k, (_ifname, addrs) in enumerate(ports) for a in addrs}
+
+
+def out_sa_of(e: dict, cnt: Counting, socks: dict[str, socket.socket], c: CounterBlock,
+              odrop_of: dict[str, int] | None = None) -> OutSa:
     """The transmit loop's record of one outbound SA entry of the journal: its socket (one
     per source address and encapsulation, kept in ``socks``), cipher, limits, pace and the
     counter indexes a packet on it moves -- the driver's when offloaded (``cnt``: the
-    model's counting), the kernel's ESP statistics and histogram when not."""
+    model's counting), the kernel's ESP statistics and histogram when not; ``odrop_of``:
+    the output-drop slot of the port each of the host's addresses is on."""
     I = INDEX
     src = e["src"]
     encap = bool(e.get("encap"))  # NAT-T: ESP in UDP 4500 (RFC 3948), IPv4 outer only
@@ -55,4 +66,5 @@ def out_sa_of(e: dict, cnt: Counting, socks: dict[str, socket.socket], c: Counte
         outer_hdr=40 if outer == "ipv6" else 20,
         fixed=FRAMING[e["cipher"]].fixed + encap_header(outer, encap),
         dead=bool(e.get("expired")),
+        odrop_idx=(odrop_of or {}).get(src, -1),
     )

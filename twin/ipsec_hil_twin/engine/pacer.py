@@ -7,7 +7,7 @@ import select
 import time
 from collections import deque
 
-from ipsec_hil_twin.machinery.netns import ETHERNET_WIRE_OVERHEAD
+from ipsec_hil_twin.machinery.netns import DEFAULT_QUEUE_BYTES, ETHERNET_WIRE_OVERHEAD, tbf_sizes
 
 from .netio import RING_PACKETS
 
@@ -51,17 +51,23 @@ class PortQueue:
     OVERHEAD = 96  # ESP in IPv4 (~58 with GCM) and Ethernet's 38, until a frame is paced
     BATCH = 1024  # packets read in one look at esp0 (the ring holds 1,000)
     RING = RING_PACKETS  # packets the queue holds at most, model or not: esp0's ring
-    BURST = 65536  # bytes the port may send at once after a stall (the token bucket's depth)
+    BURST = 65536  # bytes the port may send at once after a stall at most (the token bucket's depth)
 
-    def __init__(self, tun: int, queue_bytes: int | None, clock=time.monotonic) -> None:
+    def __init__(self, tun: int, queue_bytes: int | None, clock=time.monotonic, counts=None) -> None:
         self.tun, self.q, self.clock = tun, queue_bytes, clock
         self.ahead: deque = deque()  # (packet, departure time)
         self.rate = 0.0  # bytes a second the port drains at: the last paced SA's
         self.backlog = 0.0  # the model's queue in bytes at time self.t
         self.t = self.seen = clock()
         self.dropped = 0
+        #: where a drop is counted for FreeBSD to show (issue 52): ``counts[drop_slot]``, the
+        #: paced port's IFCOUNTER_OQDROPS slot (engine.counters.port_drop), set with the rate
+        #: by :meth:`leave_at`; None (unit tests): ``dropped`` only
+        self.counts = counts
+        self.drop_slot = -1
         self.overhead = self.OVERHEAD  # bytes a packet adds on the wire (the last paced frame's)
         self.tokens, self.last = 0.0, self.t  # the actual output's token bucket (:meth:`wait`)
+        self.depth = float(self.BURST)  # its depth at the current rate (:meth:`bucket`)
         self._poll = None
 
     def admit(self, n: int, arrival: float) -> float | None:
@@ -77,7 +83,7 @@ class PortQueue:
         self.t = arrival
         if self.q is not None and b > 0.0 and b + n > self.q:
             self.backlog = b
-            self.dropped += 1
+            self.dropped += 1  # the transmit loop counts it where FreeBSD does (datapath: dep None)
             return None
         b += n + self.overhead
         self.backlog = b
@@ -98,24 +104,57 @@ class PortQueue:
             admit, put, ahead, ring = self.admit, self.ahead.append, self.ahead, self.RING
             for i, pkt in enumerate(got, 1):
                 if len(ahead) >= ring:  # the ring's limit, what esp0 itself would drop: not queued, not modelled
-                    self.dropped += 1
+                    self._drop()
                     continue
-                dep = admit(len(pkt), start + span * i / k)
-                if dep is not None:
-                    put((pkt, dep))
+                # refused (None): still queued, for the loop to count where FreeBSD would --
+                # before the driver for an offloaded SA, after esp_output for the kernel's cipher
+                put((pkt, admit(len(pkt), start + span * i / k)))
         self.seen = now
         return k
 
+    def count_drops(self, k: int) -> None:
+        """``k`` packets lost on the way into this queue (esp0's ring: datapath.EspRingDrops)."""
+        self._drop(k)
+
+    def _drop(self, k: int = 1) -> None:
+        """``k`` packets the port's queue refused: counted, and shown as the paced port's
+        output drops when a slot is set (the packets never reached the driver's counters)."""
+        self.dropped += k
+        if self.counts is not None and self.drop_slot >= 0:
+            self.counts[self.drop_slot] += k
+
+    @classmethod
+    def bucket(cls, rate_Bps: float, queue_bytes: int | None) -> float:
+        """The catch-up bucket's depth for a port of ``rate_Bps``: half the bucket of the
+        tbf that shapes the port's link (machinery.netns.tbf_sizes), at most BURST.
+
+        Why (issue 52): the engine's frames pass that tbf after this model, two queues in a
+        row. With a deeper bucket than the tbf's (65,536 against 50,000 bytes at 100
+        Mbit/s) every catch-up left the difference queued in the tbf, and the tbf's own
+        dequeue runs late on a busy kernel (its watchdog timer): sampled every 10 ms through
+        six streams on an idle machine its queue held 54 KB at the 90th percentile and 63 KB
+        at the 99th, of the 81 KB it holds -- two jumbo frames from a drop, and a drop
+        there came after the driver counted the frame: it vanished from the ledger. Half
+        the tbf's bucket leaves the tbf's queue empty after a catch-up, so the tbf may run
+        late by its whole queue (6.5 ms at 100 Mbit/s) before it drops a frame, and one it
+        drops is counted all the same (netio.tx_socket)."""
+        if not rate_Bps:
+            return float(cls.BURST)
+        burst, _limit = tbf_sizes(rate_Bps * 8 / 1e6, queue_bytes or DEFAULT_QUEUE_BYTES)
+        return float(min(cls.BURST, burst // 2))
+
     def leave_at(self, departure: float, rate_Bps: float, wire: int, n: int) -> float:
         """When the frame of ``wire`` bytes (its packet's ``n`` before ESP) may leave: at
-        ``departure`` (the model's port sends it then) and, after a stall, no faster than the port's rate with a bucket of BURST (a
+        ``departure`` (the model's port sends it then) and, after a stall, no faster than the port's rate with a bucket of :meth:`bucket` (a
         stalled engine catches up at the rate, as the token bucket before it did: a catch-up
         at once overflowed the next link's queue). ``rate_Bps`` is the port's rate from now on."""
+        if rate_Bps != self.rate:
+            self.depth = self.bucket(rate_Bps, self.q)
         self.rate = rate_Bps
         now = self.clock()
         tokens = self.tokens + (now - self.last) * rate_Bps
-        if tokens > self.BURST:
-            tokens = float(self.BURST)
+        if tokens > self.depth:
+            tokens = float(self.depth)
         tokens -= wire
         self.tokens, self.last = tokens, now
         self.overhead = wire - n  # what admission adds to the packets it queues next
@@ -123,8 +162,10 @@ class PortQueue:
             return now - tokens / rate_Bps
         return departure
 
-    def wait(self, departure: float, rate_Bps: float, wire: int, n: int) -> None:
-        """Hold the caller until :meth:`leave_at`, draining esp0 into the queue meanwhile."""
+    def wait(self, departure: float, rate_Bps: float, wire: int, n: int, drop_slot: int = -1) -> None:
+        """Hold the caller until :meth:`leave_at`, draining esp0 into the queue meanwhile;
+        ``drop_slot``: the paced port's output-drop slot from now on."""
+        self.drop_slot = drop_slot
         departure = self.leave_at(departure, rate_Bps, wire, n)
         while True:
             left = departure - self.clock()

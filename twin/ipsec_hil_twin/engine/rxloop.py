@@ -21,7 +21,8 @@ from ipsec_hil_twin.personality import for_driver
 
 from . import netio
 from .cost import charge_in
-from .counters import ALG_OF_CIPHER, HIST_ALGS, HIST_IN, INDEX, SA_BYTES, SA_PACKETS, PendingCounts, RxCounters
+from .counters import (ALG_OF_CIPHER, HIST_ALGS, HIST_IN, INDEX, SA_BYTES, SA_PACKETS, PendingCounts, RxCounters,
+                       port_drop)
 from .esp import EspError, ReplayWindow, make_suite
 from .loop_base import IGEN_ANY, Loop as _Loop
 from .pacer import CatchUp
@@ -45,12 +46,10 @@ class RxLoop(_Loop):
     """raw ESP -> SA by (SPI, dst) -> replay check -> ICV -> decrypt -> checks -> esp0."""
 
     def __init__(self, host_dir: Path, tun_fd: int, driver: str, lan_Bps: float | None = None,
-                 cpu_ns: float | None = None) -> None:
+                 cpu_ns: float | None = None, ports: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> None:
         super().__init__(host_dir, tun_fd, driver, cpu_ns)
         self.catch_up = CatchUp(lan_Bps)  # after a stall, out at the port's rate (pacer.CatchUp)
-        self.s4 = netio.rx_socket(socket.AF_INET)
-        self.s6 = netio.rx_socket(socket.AF_INET6)
-        self.su = netio.udp_encap_rx_socket()
+        self.inputs = PortInputs(ports)  # ESP in by port: a frame a socket had no room for is its port's
         self.sas: dict[tuple[int, bytes], InSa] = {}
         self.x = x = RxCounters.of(for_driver(driver).counting)
         # what every delivered frame moves, summed per epoll batch (PendingCounts)
@@ -60,6 +59,8 @@ class RxLoop(_Loop):
         self.f_slow: dict | None = None
         self.f_icv_ok: dict | None = None
         self.f_pad: int | None = None
+        self.f_loss = 0  # fault wire_loss_uncounted's n (0: off)
+        self.lost = 0  # frames seen while it is on
 
     def reload(self) -> None:
         st = self._take_generations()
@@ -97,6 +98,8 @@ class RxLoop(_Loop):
         fp, F = fault_params, self.faults
         self.f_slow = fp(F, "slow_first_stream")
         self.f_icv_ok = fp(F, "tampered_icv_delivered")
+        loss = fp(F, "wire_loss_uncounted")
+        self.f_loss = 0 if loss is None else max(1, int(loss.get("n", 100)))
         pad = fp(F, "pad_length_lost")
         self.f_pad = None if pad is None else int(pad.get("residue", 9))
         off_by_one = fp(F, "replay_window_off_by_one") is not None
@@ -111,14 +114,14 @@ class RxLoop(_Loop):
     def run(self) -> None:
         self.reload()
         ep = select.epoll()
-        for s in (self.s4, self.s6, self.su):
+        kinds = {}  # fd -> (socket, kind: 4, 6 or "udp")
+        for s, kind, _slot in self.inputs.socks:
             s.setblocking(False)
             ep.register(s.fileno(), select.EPOLLIN)
+            kinds[s.fileno()] = (s, kind)
         buf = bytearray(65536)
         mv = memoryview(buf)
         anc = socket.CMSG_SPACE(20)
-        s4, s6 = self.s4, self.s6
-        f4, f6, fu = s4.fileno(), s6.fileno(), self.su.fileno()
         frame = self.frame
         flush = self.pend.flush
         while True:
@@ -133,18 +136,19 @@ class RxLoop(_Loop):
             if self.faults.refresh(time.monotonic()):
                 self.faults_changed()
             for fd, _ in events:  # at most 64 frames per socket, then store the counts, re-check generations
-                if fd == f4:
+                sock, kind = kinds[fd]
+                if kind == 4:
                     for _i in range(64):
                         try:
-                            n = s4.recv_into(buf)
+                            n = sock.recv_into(buf)
                         except BlockingIOError:
                             break
                         ihl = (buf[0] & 15) * 4
                         frame(bytes(mv[ihl:n]), bytes(buf[16:20]))
-                elif fd == f6:
+                elif kind == 6:
                     for _i in range(64):
                         try:
-                            n, ancdata, _fl, _addr = s6.recvmsg_into([buf], anc)
+                            n, ancdata, _fl, _addr = sock.recvmsg_into([buf], anc)
                         except BlockingIOError:
                             break
                         dst = b""
@@ -152,13 +156,14 @@ class RxLoop(_Loop):
                             if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_PKTINFO:
                                 dst = bytes(data[:16])
                         frame(bytes(mv[:n]), dst)
-                elif fd == fu:
-                    self._udp_batch(buf, mv)
+                else:
+                    self._udp_batch(sock, buf, mv)
+            self.inputs.count_drops(self.a)
             flush(self.wall)
 
-    def _udp_batch(self, buf: bytearray, mv: memoryview) -> None:
+    def _udp_batch(self, su: socket.socket, buf: bytearray, mv: memoryview) -> None:
         """ESP from UDP 4500 (udp_ipsec_input), up to 64 datagrams."""
-        for esp, dst in netio.natt_datagrams(self.su, buf, mv, 64):
+        for esp, dst in netio.natt_datagrams(su, buf, mv, 64):
             sa = self.sas.get((int.from_bytes(esp[:4], "big"), dst))
             if sa is None or not sa.encap:  # `sav->natt == NULL`: esps_notdb, before any driver
                 self.a[X_NO_TDB] += 1
@@ -170,6 +175,10 @@ class RxLoop(_Loop):
         counters every delivered frame moves go to `self.pend` (stored after the batch),
         the rest to the block at once."""
         a = self.a
+        if self.f_loss:  # fault wire_loss_uncounted: every n-th frame lost on the wire, before any counter
+            self.lost += 1
+            if not self.lost % self.f_loss:
+                return
         if len(esp) < 8:  # FreeBSD ipsec_common_input: esps_hdrops before any SA lookup
             a[X_NOT_ESP] += 1
             a[X_SHORT_HEADER] += 1
@@ -243,3 +252,34 @@ class RxLoop(_Loop):
             return
         if off:
             p[x.done_v4 if nh == 4 else x.done_v6] += 1
+
+
+class PortInputs:
+    """The receive loop's sockets: raw ESP (IPv4, IPv6) and UDP 4500, one of each per port
+    of host.json (``ports``: (ifname, CIDRs) in order; SO_BINDTODEVICE), or one of each for
+    the whole namespace when none is given (a unit test's loop).
+
+    Why per port (issue 52): a frame a socket had no room for (SO_MEMINFO's drops) is a
+    frame that port's NIC missed -- FreeBSD's IFCOUNTER_IQDROPS, `netstat -i`'s Idrop --
+    so :meth:`count_drops` adds each socket's new drops to its port's input-drop slot
+    (engine.counters.port_drop). One socket for all ports could not say whose it was."""
+
+    def __init__(self, ports: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
+        names: list[tuple[str | None, int]] = [(ifname, INDEX[port_drop(k, "idrop")])
+                                               for k, (ifname, _addrs) in enumerate(ports)] or [(None, -1)]
+        #: (socket, kind: 4, 6 or "udp", its port's input-drop slot)
+        self.socks: list[tuple[socket.socket, object, int]] = []
+        for ifname, slot in names:
+            self.socks += [(netio.rx_socket(socket.AF_INET, ifname), 4, slot),
+                           (netio.rx_socket(socket.AF_INET6, ifname), 6, slot),
+                           (netio.udp_encap_rx_socket(ifname), "udp", slot)]
+        self.seen = [0] * len(self.socks)
+
+    def count_drops(self, a) -> None:
+        """Each socket's drops since the last look, onto its port's slot."""
+        for i, (s, _kind, slot) in enumerate(self.socks):
+            d = netio.socket_drops(s)
+            if d != self.seen[i]:
+                if slot >= 0:
+                    a[slot] += d - self.seen[i]
+                self.seen[i] = d

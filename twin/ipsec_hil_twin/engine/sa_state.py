@@ -55,6 +55,9 @@ class OutSa:
     #: installed until charon's DELETE exchange ends; a packet it selects is counted
     #: ips_out_nosa + ips_out_inval (FreeBSD ipsec4/6_allocsa, perform_request) and freed
     dead: bool = False
+    #: its port's output-drop slot (engine.counters.port_drop: the port its outer source
+    #: address is on), -1 when no port of host.json has that address
+    odrop_idx: int = -1
 
     def record_seq(self) -> int:
         """The sequence number its counter record shows: the last one sent."""
