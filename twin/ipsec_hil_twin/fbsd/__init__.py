@@ -64,6 +64,7 @@ HELPER_MODULES: dict[str, str] = {
     "install": "writes the DIR/bin wrappers from COMMANDS",
     "osrel": "the OPNsense / FreeBSD release an appliance runs and what differs between releases",
     "version": "uname/freebsd-version/opnsense-version behind their three names",
+    "netstat_if": "netstat -i / -I IF [-d]: the ports' counters, the drops FreeBSD counts there included",
     "netstat_ip": "netstat -s -p ip|ip6: FreeBSD's ipstat/ip6stat from the namespace's own IP counters",
     "netstat_route": "netstat -r: FreeBSD 14's routing table from the namespace's routes and the engine's",
     "cptime": "the appliance's CPU time as sysctl kern.cp_time / kern.clockrate show it (a model, issue 41)",

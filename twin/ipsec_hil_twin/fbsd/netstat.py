@@ -2,6 +2,7 @@
 
 `-p ip` / `-p ip6`: ipsec_hil_twin.fbsd.netstat_ip (the namespace's own IP counters).
 `-r [-46nW] [-f family] [-F fib]`: ipsec_hil_twin.fbsd.netstat_route (the namespace's routes).
+`-i | -I IF [-46bdnW] [-f family]`: ipsec_hil_twin.fbsd.netstat_if (the ports' counters, drops included).
 
 The counters are the engine's `esp` statistics (FreeBSD 14's JSON keys, typos included:
 `esp-statictics`, `receieve-bytes`).  With ipsec.ko unloaded the sysctl is missing and
@@ -135,7 +136,7 @@ def main(argv: list[str]) -> int:
                 zflag = True
             elif ch == "m":
                 mflag = True
-            elif ch in "pfF":
+            elif ch in "pfFI":
                 rest = a[j + 1:]
                 if rest:
                     value = rest
@@ -149,7 +150,7 @@ def main(argv: list[str]) -> int:
                     proto = value
                 given.append((ch, value))
                 break
-            elif ch in "46AnWlr":
+            elif ch in "46AnWlrbdi":
                 given.append((ch, None))
             else:
                 sys.stderr.write(f"netstat: illegal option -- {ch}\n")
@@ -158,6 +159,10 @@ def main(argv: list[str]) -> int:
         i += 1
     if mflag and not sflag:
         return _mbufs(style)
+    if ("i", None) in given or any(ch == "I" for ch, _v in given):
+        from ipsec_hil_twin.fbsd import netstat_if  # here: the -s path stays as cheap as before
+
+        return netstat_if.intpr(given, style)
     if ("r", None) in given:
         from ipsec_hil_twin.fbsd import netstat_route  # here: the -s path stays as cheap as before
 
