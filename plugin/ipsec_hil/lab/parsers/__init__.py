@@ -8,6 +8,7 @@ from ._base import ParseError
 MODULES = (
     "sysctl",
     "netstat_esp",
+    "netstat_if",
     "netstat_ip",
     "netstat_ipsec",
     "swanctl_list_sas",
