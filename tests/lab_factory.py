@@ -76,7 +76,8 @@ class TestLab(VirtualLab):
         from ipsec_hil.lab.remote import host_from_mgmt
 
         topo = self.topo
-        self._opened.update({n: Appliance(n, host_from_mgmt(n, h.mgmt, topo.lab.known_hosts), host_profile(h))
+        self._opened.update({n: Appliance(n, host_from_mgmt(n, h.mgmt, topo.lab.known_hosts), host_profile(h),
+                                          ports=tuple(h.ports))
                              for n, h in topo.hosts.items() if h.role == "appliance"})
         return self._opened
 

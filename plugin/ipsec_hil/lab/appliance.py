@@ -44,6 +44,7 @@ from ipsec_hil.lab.parsers import (
     kldstat,
     md5,
     netstat_esp,
+    netstat_if,
     ping,
     route_get,
     setkey,
@@ -271,11 +272,15 @@ class ShellCommands:
 class Appliance(ShellCommands):
     """An OPNsense appliance reached through a Host, described by its hardware profile."""
 
-    def __init__(self, name: str, host: Any, profile: HardwareProfile, command_timeout: float = 60.0) -> None:
+    def __init__(self, name: str, host: Any, profile: HardwareProfile, command_timeout: float = 60.0,
+                 ports: tuple[str, ...] = ()) -> None:
         self.name = name
         self.host = host
         self.profile = profile
         self.command_timeout = command_timeout
+        #: the lab file's ports of this appliance (their FreeBSD interface names): each
+        #: snapshot reads their input and output drops (netstat -i -d), a ledger's doors
+        self.ports = tuple(ports)
         #: (time.monotonic() since when, the snapshot): the last counter read and since when
         #: its values were read unchanged (measure.unchanged_since), from which
         #: measure.settle_all may start instead of reading and waiting again.
@@ -315,6 +320,7 @@ class Appliance(ShellCommands):
         lines = ["exec 3>&1"]
         for k, (name, command) in enumerate([("sysctl", argv("sysctl", *oids.values())),
                                              ("netstat", "netstat -s -p esp --libxo json"),
+                                             *([("netstat-if", netstat_if.DROPS_COMMAND)] if self.ports else []),
                                              *([("setkey", "setkey -D")] if framework else [])], 1):
             lines += [_mark(name), f"e=$({command} 2>&1 >&3); s{k}=$?", _mark(f"{name}-stderr", f'"$s{k}"'),
                       '[ -z "$e" ] || printf \'%s\\n\' "$e"']
@@ -345,12 +351,13 @@ class Appliance(ShellCommands):
         if sec.get("netstat-stderr.arg", "0") != "0":
             raise TransportError(f"{self.name}: netstat -s -p esp failed: {sec.get('netstat-stderr', '').strip()}")
         esp = netstat_esp.parse(sec["netstat"])
+        ifs = _port_drops(self.name, self.ports, sec) if self.ports else {}
         sas: tuple[offload.SaOffload, ...] = ()
         if framework:
             if sec.get("setkey-stderr.arg", "0") != "0":
                 raise TransportError(f"{self.name}: setkey -D failed: {sec.get('setkey-stderr', '').strip()}")
             sas = offload.from_setkey(setkey.parse(sec["setkey"]))
-        snap = Snapshot(self.name, t, counters, _esp_counts(esp), bool(esp.loaded), sas)
+        snap = Snapshot(self.name, t, counters, _esp_counts(esp), bool(esp.loaded), sas, ifs)
         self.last_read = unchanged_since(self.last_read, snap, time.monotonic())
         return snap
 
@@ -558,6 +565,22 @@ class Appliance(ShellCommands):
     def _boottime(self) -> str | None:
         r = self._run("sysctl -n kern.boottime", timeout=20)
         return r.stdout.strip() if r.status == 0 and r.stdout.strip() else None
+
+
+def _port_drops(name: str, ports: tuple[str, ...], sec: dict[str, str]) -> dict[str, tuple[int, int | None]]:
+    """Each of ``ports``' (input drops, output drops) from a snapshot's `netstat -i` section."""
+    command = netstat_if.DROPS_COMMAND
+    if sec.get("netstat-if-stderr.arg", "0") != "0":
+        raise TransportError(f"{name}: {command} failed: {sec.get('netstat-if-stderr', '').strip()}")
+    table = netstat_if.parse(sec["netstat-if"])
+    out: dict[str, tuple[int, int | None]] = {}
+    for port in ports:
+        row = table.get(port)
+        if row is None:
+            raise TransportError(f"{name}: {command} shows no interface {port} (the lab file's port); it shows "
+                                 f"{', '.join(i.name for i in table.interfaces) or 'none'}")
+        out[port] = (row.idrops, row.odrops)
+    return out
 
 
 def _esp_counts(esp: netstat_esp.EspStats) -> dict[str, int]:

@@ -33,7 +33,8 @@ def build_appliances(topology: Topology) -> tuple[dict[str, Appliance], dict[str
             jump = host_from_mgmt(f"{name}-jump", h.mgmt.jump, known_hosts)
         hosts[name] = host_from_mgmt(name, h.mgmt, known_hosts, jump=jump)
     apps = {
-        name: Appliance(name, hosts[name], host_profile(h), command_timeout=h.mgmt.command_timeout)
+        name: Appliance(name, hosts[name], host_profile(h), command_timeout=h.mgmt.command_timeout,
+                        ports=tuple(h.ports))
         for name, h in topology.hosts.items()
         if h.is_appliance
     }

@@ -121,6 +121,33 @@ def tx_drop_refs(appliance: str, profile: HardwareProfile, kernel_cipher: bool =
     return [] if kernel_cipher else [f"{appliance}:{n}" for n in profile.roles.tx_drops]
 
 
+def if_drop(port: str, way: str) -> str:
+    """The ledger name of ``port``'s drops going ``way`` ("in": netstat -i's Idrop, the
+    receive ring full; "out": its Drop, the send queue full): a snapshot's key
+    (measuring.measure.Snapshot.values) and a door's name in one place."""
+    if way not in ("in", "out"):
+        raise ValueError(f"if_drop: way must be 'in' or 'out', not {way!r}")
+    return f"if.{port}.{'idrop' if way == 'in' else 'odrop'}"
+
+
+def loss_doors(sender: str, sender_profile: HardwareProfile, sender_port: str, receiver: str,
+               receiver_port: str, kernel_cipher: bool = False) -> list[str]:
+    """Every door between ``sender``'s count of what it encrypted and ``receiver``'s count
+    of what it decrypted (issue 52: a ledger closes on counts): the sender's transmit drops
+    (the profile's ``tx_drops``: encrypted, then dropped at a full transmit queue; for the
+    kernel's cipher, which counts a frame before the interface takes it, the sender port's
+    output drops instead) and the receiver port's input drops (a missed receive ring) --
+    `netstat -i -d`'s Drop and Idrop, if_data's ifi_oqdrops and ifi_iqdrops, kept by every
+    FreeBSD the suite meets (14.x, 15.x) for every interface, so the model's profile names
+    only its driver's own door. A frame lost anywhere else is counted nowhere: the
+    conservation then fails, as it must."""
+    doors = tx_drop_refs(sender, sender_profile, kernel_cipher)
+    if kernel_cipher:
+        doors.append(f"{sender}:{if_drop(sender_port, 'out')}")
+    doors.append(f"{receiver}:{if_drop(receiver_port, 'in')}")
+    return doors
+
+
 def largest_tcp_payload(config: TunnelConfig, mtu: int) -> int:
     """The most TCP payload one packet through the tunnel can carry: the largest inner
     packet minus its IP header and the smallest TCP header."""

@@ -101,6 +101,9 @@ class PageEntry:
     duration: float = 0.0
     tunnel_case: str | None = None  # e.g. "lab-v4in4-gcm" (ipsec_hil.lab.cases.TunnelCase.id)
     known_issue: str | None = None  # KnownIssueVerdict.text(): the issue and whether it reproduced
+    #: a failed test's record on this lab before this run ("failed 2 of its last 20 runs on
+    #: lab virtual"; reporting.history), so a reviewer tells a new defect from an old flake
+    history: str | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -266,6 +269,8 @@ def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = 
             w(f"### {e.title}")
             w("")
             w(f"`{e.nodeid}` -- **driver defect:** {_md_cell(_first_line(e.reason))}")
+            if e.history:
+                w(f"- history: {_md_cell(e.history)}")
             for c in e.checks:
                 if not c.held:
                     w(f"- **BROKEN**: {_md_cell(c.text)}" + (f" ({_md_cell(c.detail)})" if c.detail else ""))
@@ -287,6 +292,14 @@ def render_page(run: RunInfo, entries: Sequence[PageEntry], base: Path | None = 
             w(f"- {_md_cell(e.title)}: {_md_cell(c.text)} ({_md_cell(c.detail)})")
     else:
         w("None." if any(e.checks for e in entries) else "None checked.")
+
+    counted = [(e, c) for e in entries for c in e.checks if c.loss]
+    if counted:  # issue 52: a frame a door counted is loss, shown with its counter, not a vanished one
+        w("")
+        w("## Counted loss")
+        w("")
+        for e, c in counted:
+            w(f"- {_md_cell(e.title)}: {_md_cell(c.text)} -- {_md_cell(c.detail)}")
 
     w("")
     w("## What is not established")
