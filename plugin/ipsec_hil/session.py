@@ -55,6 +55,7 @@ from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.sharing.holds import HOLDS
 from ipsec_hil.lab.errors import LabError, TopologyError
 from ipsec_hil.lab.live_lab import HardwareFacts, read_hardware
+from ipsec_hil.lab.reporting import history
 from ipsec_hil.lab.reporting.report import RunInfo, write_allure_files, write_page
 from ipsec_hil.lab.topology import Topology, load_topology
 from ipsec_hil.lab.expectations.hardware import REGISTRY
@@ -364,7 +365,9 @@ class HilSession:
             verdict=([self.nothing_measured] if self.nothing_measured else [])
             + [line for lines in config.hook.pytest_hil_page_verdict(config=config) for line in (lines or [])],
         )
-        path = write_page(run, self.entries.page_entries(), reports_dir(config), name=PAGE_NAME,
+        entries = self.entries.page_entries()
+        notes.append(history.annotate(reports_dir(config), self.topology.lab.name, entries, self.started.isoformat()))
+        path = write_page(run, entries, reports_dir(config), name=PAGE_NAME,
                           allure_results=getattr(config.option, "allure_report_dir", None))
         sections = [s for s in config.hook.pytest_hil_page_sections(config=config) if s]
         if sections:
