@@ -33,19 +33,20 @@ NODES = {
 }
 
 
-def _run(lab, tmp_path, node: str):
-    return suite_run([node, "--traffic-seconds", "0.5", "-q"], tmp_path, lab=lab, timeout=600)
+def _run_with(lab, tmp_path, node: str, host: str, fault: str, n: int):
+    """The node in a pytest of its own on ``lab`` with ``fault`` on ``host``, off again after."""
+    handle = lab.attach()
+    handle.fault(host, fault, n=n)
+    try:
+        return suite_run([node, "--traffic-seconds", "0.5", "-q"], tmp_path, lab=lab, timeout=600)
+    finally:
+        handle.clear_faults()
 
 
 @pytest.mark.parametrize("model", sorted(NODES))
 def test_a_frame_lost_uncounted_breaks_conservation(model, lab, tmp_path):
     node, _sender, receiver, words, _door = NODES[model]
-    handle = lab.attach()
-    handle.fault(receiver, "wire_loss_uncounted", n=50)
-    try:
-        r = _run(lab, tmp_path, node)
-    finally:
-        handle.clear_faults()
+    r = _run_with(lab, tmp_path, node, receiver, "wire_loss_uncounted", 50)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out[-3000:]
     assert "invariant broken" in out and words in out and "differ by +" in out, out[-3000:]
@@ -57,12 +58,7 @@ def test_a_frame_lost_and_counted_is_counted_loss_not_a_failure(model, lab, tmp_
     app = lab.apps[sender]
     port = {"xgs136": "port8", "dut3300": "wan10g"}[sender]
     before = app.snapshot().values()
-    handle = lab.attach()
-    handle.fault(sender, "oq_drop_counted", n=2000)
-    try:
-        r = _run(lab, tmp_path, node)
-    finally:
-        handle.clear_faults()
+    r = _run_with(lab, tmp_path, node, sender, "oq_drop_counted", 2000)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     after = app.snapshot().values()
     driver = door.split(":", 1)[1]
