@@ -14,6 +14,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -102,6 +103,30 @@ def exit_status_of(returncode: int) -> int:
     return 128 + (-returncode) if returncode < 0 else returncode
 
 
+def connect_unix(conn: socket.socket, path: Path, timeout: float) -> None:
+    """Connect ``conn`` (AF_UNIX, stream) to ``path``, waiting up to ``timeout`` while the
+    listener's accept queue is full.
+
+    Why not ``settimeout`` and ``connect``: a socket with a timeout is non-blocking, and a
+    non-blocking AF_UNIX connect to a listener whose queue is full fails at once with
+    EAGAIN (Linux unix_stream_connect; TCP would say EINPROGRESS and wait). The command
+    server is one thread that accepts between requests: 80 SSH commands at once beside
+    two busy loops found its queue full, and those shells were refused ("cannot start
+    shell: Resource temporarily unavailable", status 126; issue 52). A blocking connect
+    sleeps until the server accepts, bounded by SO_SNDTIMEO (then EAGAIN, an OSError)."""
+    conn.setblocking(True)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(timeout))
+    try:
+        conn.connect(str(path))
+    finally:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(0.0))
+
+
+def _timeval(seconds: float) -> bytes:
+    whole = int(seconds)
+    return struct.pack("ll", whole, int((seconds - whole) * 1e6))
+
+
 class ServedShell:
     """The shell of one exec request, started by the appliance's command server.
 
@@ -128,8 +153,8 @@ class ServedShell:
         self.stderr = os.fdopen(pipes[2][0], "rb")
         self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            connect_unix(self.conn, sock, SHELL_START_SECONDS)
             self.conn.settimeout(SHELL_START_SECONDS)
-            self.conn.connect(str(sock))
             req = proto.Request(proto.EXEC, SHELL, [os.fsencode(a) for a in argv], os.fsencode(cwd),
                                 {os.fsencode(k): os.fsencode(v) for k, v in env.items()})
             proto.send_request(self.conn, req, far, list(proto.STD_FDS))

@@ -317,8 +317,15 @@ class SshHost(SftpFiles):
         err_so_far: list[bytes] = []
         try:
             chan.exec_command(SH_COMMAND)
-            send_all(chan, payload)
-            chan.shutdown_write()
+            try:
+                send_all(chan, payload)
+            except OSError:
+                if not (chan.closed or chan.exit_status_ready()):
+                    raise
+                # the shell ended before it read its script (it could not start: status
+                # 126, say): its status and stderr say why, not "Socket is closed"
+            if not chan.closed:
+                chan.shutdown_write()
             out, err, status = drain(chan, self.name, t0 + timeout, timeout, err_so_far)
         except CommandTimeout:
             chan.close()
