@@ -38,7 +38,7 @@ def _run_with(lab, tmp_path, node: str, host: str, fault: str, n: int):
     handle = lab.attach()
     handle.fault(host, fault, n=n)
     try:
-        return suite_run([node, "--traffic-seconds", "0.5", "-q"], tmp_path, lab=lab, timeout=600)
+        return suite_run([node, "--traffic-seconds", "0.2", "-q"], tmp_path, lab=lab, timeout=600)
     finally:
         handle.clear_faults()
 
