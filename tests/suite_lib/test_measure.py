@@ -16,6 +16,7 @@ from ipsec_hil.lab.measuring.measure import (
     Snapshot,
     collect_checks,
     expect_at_least,
+    expect_conserved,
     expect_equal,
     expect_within,
     expect_zero,
@@ -281,3 +282,50 @@ def test_no_secret_in_invariant_messages():
     with pytest.raises(InvariantError) as ei:
         expect_equal(lg, "dut3300:tx_encrypt", 1, f"keyed with {psk}")
     assert "hunter2" not in str(ei.value)
+
+
+def _doors_ledger(sent: int, received: int, tx_drop: int, idrop: int, odrop: int = 0) -> Ledger:
+    """The 136 sent ``sent``, the peer decrypted ``received``; the doors between moved so."""
+    before = [Snapshot("xgs136", 0.0, {"tx_taken": 0, "tx_drop": 0}, {}, ifs={"port8": (0, 0)}),
+              Snapshot("peer3300", 0.0, {"rx_done": 0}, {}, ifs={"port8": (0, 0)})]
+    after = [Snapshot("xgs136", 1.0, {"tx_taken": sent, "tx_drop": tx_drop}, {}, ifs={"port8": (0, odrop)}),
+             Snapshot("peer3300", 1.0, {"rx_done": received}, {}, ifs={"port8": (idrop, 0)})]
+    return Ledger.from_snapshots(before, after, "six streams")
+
+
+DOORS = ["xgs136:tx_drop", "peer3300:if.port8.idrop"]
+
+
+def test_the_ledger_closes_on_counts_exactly_and_counted_loss_is_judged_by_the_loss_rule():
+    """Issue 52: sent = received + every door, exactly; what the doors counted is loss, at most
+    the tolerance of what was sent, recorded with its counters for the page."""
+    with collect_checks() as checks:
+        assert expect_conserved(_doors_ledger(10_000, 9_995, 3, 2), "xgs136:tx_taken", "peer3300:rx_done", "six",
+                                drops=DOORS, tolerance=0.001, at_least=100) == 10_000
+    loss = [c for c in checks if c.loss]
+    assert len(loss) == 1 and loss[0].held and loss[0].loss == 5
+    assert "xgs136:tx_drop +3, peer3300:if.port8.idrop +2" in loss[0].text and "5 of 10,000 frames lost" in loss[0].detail
+    with collect_checks() as checks:  # nothing lost: no counted-loss check at all
+        expect_conserved(_doors_ledger(10_000, 10_000, 0, 0), "xgs136:tx_taken", "peer3300:rx_done", "six",
+                         drops=DOORS, tolerance=0.001, at_least=100)
+    assert not [c for c in checks if c.loss]
+
+
+def test_a_frame_lost_uncounted_fails_even_where_a_door_moved():
+    """The old rule took an inexact equality within the tolerance once a drop counter moved:
+    one counted drop hid any number of vanished frames. Now the ledger must close."""
+    with pytest.raises(InvariantError, match=r"differ by \+6"):
+        expect_conserved(_doors_ledger(10_000, 9_993, 1, 0), "xgs136:tx_taken", "peer3300:rx_done", "six",
+                         drops=DOORS, tolerance=0.01, at_least=100)
+
+
+def test_counted_loss_above_the_loss_rule_fails_naming_its_doors():
+    with collect_checks() as checks, pytest.raises(InvariantError, match=r"30 of 10,000 frames lost \(0.3000%\)"):
+        expect_conserved(_doors_ledger(10_000, 9_970, 30, 0), "xgs136:tx_taken", "peer3300:rx_done", "six",
+                         drops=DOORS, tolerance=0.001, at_least=100)
+    assert checks[-1].loss == 30 and not checks[-1].held
+
+
+def test_a_port_without_a_drop_column_has_no_output_door():
+    s = Snapshot("a", 0.0, {}, {}, ifs={"port8": (4, None)})
+    assert s.values() == {"if.port8.idrop": 4}
