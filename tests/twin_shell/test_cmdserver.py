@@ -312,13 +312,21 @@ def test_the_command_gets_the_clients_fds_cwd_and_environment_when_it_sends_none
     assert (r.returncode, r.stdout, r.stderr) == (0, "FreeBSD\n", "")
 
 
-SHELL_VIEW = ("echo pid $$; echo stat `cut -d' ' -f6 /proc/$$/stat`; grep -E '^Sig(Ign|Blk)' /proc/$$/status; "
+SHELL_VIEW = ("echo pid $$; echo stat `cut -d' ' -f6 /proc/$$/stat`; "
+              "/bin/sh -c 'n=0; until grep -q sigsuspend /proc/$PPID/wchan || [ $n -ge 1000 ]; do n=$((n+1)); "
+              "sleep 0.005; done; grep -E \"^Sig(Ign|Blk)\" /proc/$PPID/status; echo waiting `cat /proc/$PPID/wchan`'; "
               "ls -l /proc/$$/fd >! /tmp/.fds.$$; sed -n 's/.* \\([0-9]*\\) -> \\(.*\\)/fd \\1 \\2/p' /tmp/.fds.$$; "
               "rm -f /tmp/.fds.$$; echo cwd `pwd`")
 """tcsh reports what it is: its pid, session, ignored and blocked signals, descriptors and
 working directory, from /proc ($$ is the shell's own pid). The descriptors are listed by
 a command the shell waits for, into a file: listed from a pipeline (``ls | sed``) they
-raced the shell's own pipe ends, open while it starts the pipeline (ci54: fds 6 and 7)."""
+raced the shell's own pipe ends, open while it starts the pipeline (ci54: fds 6 and 7).
+The signal masks are read by a child once the shell waits for it in sigsuspend (its
+wchan; up to 5 s): read at once, they raced the shell too -- between its fork and its
+wait tcsh has not yet blocked SIGINT, and a child that read /proc then saw SigBlk 0 where
+the waiting shell shows 2 (issue 52: 1 of 60 served shells beside two busy loops, and 3
+of 300 plain tcsh runs; 0 of 200 on an idle machine). Where the shell is when it is read
+is the condition, never the masks the test compares."""
 
 
 def _view(text: str) -> dict[str, str]:
@@ -347,6 +355,7 @@ def test_the_shell_is_spawned_with_only_its_pipes_in_a_session_of_its_own(applia
     ref = _view(subprocess.run(["/usr/bin/tcsh", "-f", "-c", SHELL_VIEW], capture_output=True, text=True,
                                timeout=30, start_new_session=True).stdout)
     assert view["stat"] == view["pid"], f"session {view['stat']}, shell {view['pid']}: not a session leader"
+    assert "sigsuspend" in view["waiting"] and "sigsuspend" in ref["waiting"], (view, ref)
     assert (view["SigIgn"], view["SigBlk"]) == (ref["SigIgn"], ref["SigBlk"]), (view, ref)
     fds = {k: v for k, v in view.items() if k.startswith("fd")}
     assert {"fd0", "fd1", "fd2"} <= set(fds), fds
