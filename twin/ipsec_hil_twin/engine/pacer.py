@@ -134,14 +134,17 @@ class PortQueue:
         dequeue runs late on a busy kernel (its watchdog timer): sampled every 10 ms through
         six streams on an idle machine its queue held 54 KB at the 90th percentile and 63 KB
         at the 99th, of the 81 KB it holds -- two jumbo frames from a drop, and a drop
-        there came after the driver counted the frame: it vanished from the ledger. Half
-        the tbf's bucket leaves the tbf's queue empty after a catch-up, so the tbf may run
-        late by its whole queue (6.5 ms at 100 Mbit/s) before it drops a frame, and one it
-        drops is counted all the same (netio.tx_socket)."""
+        there came after the driver counted the frame: it vanished from the ledger. A
+        bucket no deeper than the tbf's leaves the tbf's queue empty after a catch-up, so the
+        tbf may run late by its whole queue (6.5 ms at 100 Mbit/s) before it drops a frame,
+        and one it drops is counted all the same (netio.tx_socket). Not smaller: the bucket
+        is what a stalled engine catches up with, and a busy CPU stalls it (a bucket of
+        41 KB failed the noise test's paced stream in 2 of 3 runs beside two busy loops,
+        65 KB in none of 2)."""
         if not rate_Bps:
             return float(cls.BURST)
         burst, _limit = tbf_sizes(rate_Bps * 8 / 1e6, queue_bytes or DEFAULT_QUEUE_BYTES)
-        return float(min(cls.BURST, burst // 2))
+        return float(min(cls.BURST, burst))
 
     def leave_at(self, departure: float, rate_Bps: float, wire: int, n: int) -> float:
         """When the frame of ``wire`` bytes (its packet's ``n`` before ESP) may leave: at
