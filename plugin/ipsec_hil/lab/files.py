@@ -15,11 +15,13 @@ Library code: no pytest import.
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import os
 import re
 import shlex
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, TypeVar
@@ -44,15 +46,34 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+def whoami() -> str:
+    """``user@machine`` of this process (who wrote a journal entry, who holds a lease)."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 -- no user name (a container without one): the uid
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class JournalEntry:
     """Where an entry lies in the host's journal, which run wrote it, when and on which host
-    (what every kind of entry has; a dead run's entries are recovered by the next run)."""
+    (what every kind of entry has; a dead run's entries are recovered by the next run), and
+    from which machine and process (``machine``: user@machine, ``pid``): the next run says
+    whose state it undid (ipsec_hil.lab.dead_runs)."""
 
     journal_path: str
     run_id: str
     created: float = field(default_factory=time.time)
     host: str = ""
+    machine: str = field(default_factory=whoami)
+    pid: int = field(default_factory=os.getpid)
+
+    def writer(self) -> str:
+        """``run R of user@machine (pid N)`` as the entry records it (older entries: the run only)."""
+        who = f" of {self.machine}" if self.machine else ""
+        pid = f" (pid {self.pid})" if self.pid else ""
+        return f"run {self.run_id}{who}{pid}"
 
 
 @dataclass(frozen=True)
@@ -100,8 +121,14 @@ def _journal_object(text: str, where: str, kind: str, want: dict[str, type]) -> 
 
 
 def _stamp(d: dict[str, Any]) -> dict[str, Any]:
-    """When and on which host a journal entry was written (optional in older entries)."""
-    return {"created": float(d.get("created", 0.0)), "host": str(d.get("host", ""))}
+    """When, on which host, from which machine and process a journal entry was written
+    (optional in older entries)."""
+    try:
+        pid = int(d.get("pid", 0) or 0)
+    except (TypeError, ValueError):
+        pid = 0
+    return {"created": float(d.get("created", 0.0)), "host": str(d.get("host", "")),
+            "machine": str(d.get("machine", "")), "pid": pid}
 
 
 def _when(created: float) -> str:
@@ -326,6 +353,15 @@ def pending_undos(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: f
     """Every undo entry on the host, oldest first."""
     return _read_journal(host, journal_dir, UNDO_SUFFIX, UndoEntry.from_json, f"list undo journal {journal_dir}",
                          timeout)
+
+
+def journal_files(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float = 60) -> list[str]:
+    """The names of every file in the journal (entries, copies, unfinished ones); empty when
+    there is none or no journal. One round trip, taking no lock: whether a dead run may have
+    left something, before waiting for any lease to find out whose it is."""
+    r = host.run(f"j={_q(journal_dir)}\n" + '[ -d "$j" ] || exit 0\nls -A "$j"\n', timeout=timeout).check(
+        f"list journal {journal_dir}")
+    return [line for line in r.stdout.splitlines() if line]
 
 
 def recover(host: Host, journal_dir: str = DEFAULT_JOURNAL_DIR, timeout: float = 60) -> list[str]:

@@ -262,6 +262,9 @@ class ApplianceLock:
         self.held = False
         self.expires: float = 0
         self.broken_note = ""  # who broke the previous holder's lease and why, if someone did
+        #: the dead holder this acquire took the lock over from (its record as the lock held
+        #: it), None when the lock was free: whose state the recovery that follows undoes
+        self.took_over: LockInfo | None = None
         self._on_lost = on_lost
         self.keeper = LeaseKeeper(f"{host.name}:{path}", self._renew, every=renew_every, lease=self.lease,
                                   on_lost=self._lost)
@@ -351,19 +354,24 @@ class ApplianceLock:
                 # it is dead; its journal is recovered by whoever takes the lock next.
                 log.warning("%s: lease %s expired %.0fs ago (%s); taking it over", self.host.name,
                             self.path, now - other.expires, other.describe(now))
-                self._remove_if(content, f"taken over by {self.info.describe()}: expired lease of {other.describe(now)}")
+                if self._remove_if(content, f"taken over by {self.info.describe()}: expired lease of "
+                                   f"{other.describe(now)}"):
+                    self.took_over = other
                 continue
             if other is not None and _provably_dead(other):
                 # Killed (SIGKILL, power) on THIS machine: its pid is gone, so the lock is
                 # stale for certain without waiting for its lease to expire.
                 log.warning("%s: lock %s belongs to a run that no longer exists on this machine "
                             "(%s); taking it over", self.host.name, self.path, other.describe())
-                self._remove_if(content, "")
+                if self._remove_if(content, ""):
+                    self.took_over = other
                 continue
             if self.break_if_older_than is not None and age is not None and age > self.break_if_older_than:
                 log.warning("%s: breaking lock %s, %ds old (> %gs): %s", self.host.name, self.path, age,
                             self.break_if_older_than, other.describe() if other else content[:200])
-                self._remove_if(content, f"broken by {self.info.describe()}: older than {self.break_if_older_than:g}s")
+                if self._remove_if(content, f"broken by {self.info.describe()}: older than "
+                                   f"{self.break_if_older_than:g}s"):
+                    self.took_over = other
                 continue
             if self.patience.over():
                 who = other.describe(now) if other else f"unreadable record {content[:200]!r}"
