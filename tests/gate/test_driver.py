@@ -113,7 +113,11 @@ def test_a_crashed_run_is_recovered_and_reloaded(lab, tmp_path):
     fake = _fake_module(tmp_path, "crashed-run")
     dep = DriverDeployment(dut, fake, run_id="gate-test-crash")
     dep.deploy()
-    # the run "dies" here: no restore(); the next run recovers from the appliance's journal
+    # the run "dies" here: no restore(); the next run recovers from the appliance's journal.
+    # (Its lease, which a dead run's next run takes over -- tests/gate/test_dead_driver_run.py
+    # -- is given up here: this process lives on, and a lease it kept renewing would hold the
+    # appliance's driver for good.)
+    dep.abandon()
     assert dut.module_info().md5 == hashlib.md5(fake.read_bytes()).hexdigest()
     done = recover_driver(dut)
     assert any(line.endswith("reloaded the restored module") for line in done)
@@ -142,7 +146,9 @@ def test_keep_leaves_the_build_loaded_and_the_previous_file_beside_it(lab, tmp_p
     # put the original back for the other tests, as an operator would: deploy the kept file
     back = tmp_path / "previous.ko"
     back.write_bytes(original)
-    DriverDeployment(dut, back, run_id="gate-test-keep").deploy()  # its journal entry: the fake
+    again = DriverDeployment(dut, back, run_id="gate-test-keep")
+    again.deploy()  # its journal entry: the fake
+    again.abandon()  # its lease (its journal entry is dropped below)
     dut.host.remove(kept)
     for b in files.pending(dut.host, DRIVER_JOURNAL_DIR):
         files.discard(dut.host, b)

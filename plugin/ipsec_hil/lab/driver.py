@@ -30,6 +30,7 @@ from typing import Any
 
 from ipsec_hil.lab import files
 from ipsec_hil.lab.errors import LabError, ProvisionError, TransportError
+from ipsec_hil.lab.sharing.lock import ApplianceLock, LockHeld
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,18 @@ MODULE_MODE = 0o555  # FreeBSD installs modules r-xr-xr-x
 #: the suite's ``lab`` fixture recovers that journal whenever it gets the appliance lock
 #: (it takes unlocked entries for a dead run's), and the driver's backup must outlive the
 #: lock for the whole run -- there it would be "recovered" mid-run, under the tests' feet.
-#: This journal is recovered by :func:`recover_driver` (every ``--driver`` run does first).
+#: This journal is recovered by :func:`recover_driver`: at the start of every run that
+#: touches the appliance, with or without ``--driver`` (ipsec_hil.lab.dead_runs), and by
+#: a deployment before its own backup.
 DRIVER_JOURNAL_DIR = "/var/db/ipsec-hil/driver-journal"
+#: The lease of a deployment, held from before its backup until its journal entry is gone
+#: (restored, or kept by ``--keep-driver``). Why a lease of its own: the driver's backup
+#: outlives the appliance's lease (``run.lock`` is held only while a tunnel is up), so a
+#: journal entry alone cannot tell a dead run's build under test from a live run's; this
+#: lease can -- renewed while its run lives, taken over once it is dead (its pid gone on
+#: this machine, its lease expired on any) -- so the next run recovers a dead run's driver
+#: and never a live one's.
+DRIVER_LOCK_PATH = "/var/db/ipsec-hil/driver.lock"
 
 
 class DriverError(LabError):
@@ -116,7 +127,8 @@ class DriverDeployment:
     """
 
     def __init__(self, appliance: Any, local_path: str | Path, *, run_id: str = "manual",
-                 journal_dir: str = DRIVER_JOURNAL_DIR, timeout: float = 120) -> None:
+                 journal_dir: str = DRIVER_JOURNAL_DIR, timeout: float = 120, holder: str = "",
+                 lease_wait: float = 600, lock_path: str = DRIVER_LOCK_PATH) -> None:
         self.appliance = appliance
         self.host = appliance.host
         self.local_path = Path(local_path)
@@ -129,6 +141,16 @@ class DriverDeployment:
         self.previous: ModuleBuild | None = None
         self.result: DeployResult | None = None
         self.steps: list[str] = []
+        self.holder = holder or f"{files.whoami()}: driver under test ({self.local_path.name})"
+        self.lease_wait = lease_wait
+        self.lock_path = lock_path
+        #: the deployment's lease (:data:`DRIVER_LOCK_PATH`), held from deploy() until the
+        #: previous module is back (or kept)
+        self.lease: Any = None
+        #: what a dead run's deployment had left in the journal, recovered by deploy() first
+        self.recovered: list[str] = []
+        #: that dead run as its lease recorded it (None: its lease had been released)
+        self.recovered_from: Any = None
 
     # ------------------------------------------------------------------ remote helpers
 
@@ -195,13 +217,58 @@ class DriverDeployment:
         self.steps.append(f"kldload {self.module_file}")
         return new
 
-    # ------------------------------------------------------------------ the two steps
+    # ------------------------------------------------------------------ the lease
+
+    def take_lease(self) -> None:
+        """The deployment's lease (waiting up to ``lease_wait`` s for a live holder: two
+        runs never swap one appliance's driver at once). ``deploy()`` takes it when the
+        caller has not; a caller that also takes the appliance's lease takes this one first
+        (waiting for another run's build under test while holding the appliance would keep
+        that run from it). Idempotent."""
+        if self.lease is not None:
+            return
+        lease = ApplianceLock(self.host, self.holder, path=self.lock_path, run_id=self.run_id,
+                              wait=self.lease_wait, poll=2)
+        try:
+            lease.acquire()
+        except LockHeld as exc:
+            raise DriverError(f"{self.appliance.name}: its driver is another run's build under test: {exc}") from None
+        self.lease = lease
+
+    def _recover_dead(self) -> None:
+        """Holding the lease, whatever the driver journal holds is a dead run's (its run died
+        after this run's start, or nobody recovered it): put back before our own backup."""
+        if files.journal_files(self.host, self.journal_dir, self.timeout):
+            self.recovered_from = self.lease.took_over if self.lease is not None else None
+            self.recovered = recover_driver(self.appliance, self.journal_dir, self.timeout)
+            log.warning("%s: a dead run's driver recovered before deploying: %s", self.appliance.name,
+                        "; ".join(self.recovered))
+
+    def _release_lease(self) -> None:
+        """Give the lease back (nothing is sent to a host this run lost: ApplianceLock.release)."""
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            lease.release()
+
+    def abandon(self) -> None:
+        """Stop holding the lease without restoring: given back (nothing is sent to an
+        appliance this run lost to another: its new holder's recovery restores the previous
+        module from the journal)."""
+        self._release_lease()
+
+    # ------------------------------------------------------------------ deploy and restore
 
     def deploy(self) -> DeployResult:
         """Upload, verify md5, unload the running module, load the new one, check it."""
         data, want = local_build(self.local_path)
-        self.previous = self._state()
-        self.backup = files.backup(self.host, self.module_file, self.journal_dir, self.run_id, self.timeout)
+        self.take_lease()
+        try:
+            self._recover_dead()
+            self.previous = self._state()
+            self.backup = files.backup(self.host, self.module_file, self.journal_dir, self.run_id, self.timeout)
+        except BaseException:
+            self._release_lease()
+            raise
         self.steps.append(f"backed up {self.backup.describe()}")
         try:
             now, kernel_log = self._install(self.local_path, data, want)
@@ -267,6 +334,7 @@ class DriverDeployment:
         load left the appliance without a driver until the next ``--driver`` run (found by
         tests/safety/test_every_step.py: Ctrl-C at each of the restore's remote steps)."""
         if self.backup is None:
+            self._release_lease()
             return None
         try:
             return self._restore(self.backup)
@@ -276,6 +344,11 @@ class DriverDeployment:
             if self.backup is not None:
                 self._restore(self.backup)
             raise
+        finally:
+            # given back however the restore ended: a backup left in the journal is then the
+            # next run's to recover (this process may live on: a lease it kept renewing would
+            # keep every other run from it)
+            self._release_lease()
 
     def _restore(self, b: files.Backup) -> ModuleBuild:
         self.unload()
@@ -299,6 +372,7 @@ class DriverDeployment:
         journal entry is dropped (else the next run's recovery would undo the choice).
         Returns the kept file's path, or None if nothing was backed up."""
         if self.backup is None:
+            self._release_lease()
             return None
         b = self.backup
         kept = self.module_file + ".previous"
@@ -306,6 +380,7 @@ class DriverDeployment:
             self._run(f"cp -p {_q(b.backup_path)} {_q(kept)}\n", "keep").check(f"keep previous module as {kept}")
         files.discard(self.host, b, self.timeout)
         self.backup = None
+        self._release_lease()
         log.warning("%s: --keep-driver: %s stays loaded; previous module kept as %s", self.appliance.name,
                     self.local_path, kept if b.existed else "(none existed)")
         return kept if b.existed else None
