@@ -48,6 +48,7 @@ from ipsec_hil.lab.decision.plot import plot_comparisons
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.live_lab import Lab
 from ipsec_hil.lab.tunnel import bring_up
+from ipsec_hil.lab.traffic.bench_routes import BenchRoutes
 from ipsec_hil.session import reports_dir, wants_lab
 
 log = logging.getLogger(__name__)
@@ -147,20 +148,19 @@ def _compare_model(config: pytest.Config, lab: Lab, pr: ParentRun, model: str, c
                        f"({RATE_CONFIGURATION})")
     builds = Builds(model, pr.parents[model], candidate)
     dr = driver_run(config)
-    with bring_up(lab, case, run_id="cmp-" + uuid.uuid4().hex[:8]) as active:
+    run_id = "cmp-" + uuid.uuid4().hex[:8]
+    with bring_up(lab, case, run_id=run_id) as active:
         hosts = {active.local.name, active.remote.name}
         deployments = [d for d in (dr.deployments if dr else []) if d.appliance.name in hosts
                        and d.backup is not None and str(d.local_path) == str(candidate)]
         if not deployments:
             raise LabError(f"{model}: the candidate is not deployed on {', '.join(sorted(hosts))}")
-        route = active.bench.probe("route", action="add", dst=active.inner_prefix("remote"),
-                                   gateway=active.inner_address("local"))
-        try:
+        # journalled on the bench (the run holds its lease): a run killed mid-comparison
+        # leaves the route to the next run's recovery
+        with BenchRoutes(active.bench, run_id) as routes:
+            routes.add(active.inner_prefix("remote"), active.inner_address("local"))
             return compare_builds(active, deployments, builds, pairs=pr.pairs, seconds=pr.seconds,
                                   figures=pr.figures, sequential=pr.sequential)
-        finally:
-            if not route.get("existed"):
-                active.bench.probe("route", action="del", dst=active.inner_prefix("remote"))
 
 
 def _write_outputs(config: pytest.Config, pr: ParentRun) -> None:

@@ -47,6 +47,7 @@ from ipsec_hil.lab.reporting.report import plot_iperf
 from ipsec_hil.lab.measuring.timeshare import STREAM, spent
 from ipsec_hil.lab.topology import Topology
 from ipsec_hil.lab.traffic.bench import BenchHost, iperf_run
+from ipsec_hil.lab.traffic.bench_routes import BenchRoutes
 from ipsec_hil.lab.tunnel import ActiveTunnel, bring_up
 from ipsec_hil.records import PROPERTY, KnownIssueVerdict, TestRecord
 from ipsec_hil.context import run_context
@@ -336,22 +337,16 @@ def meter(record: TestRecord):
 
 
 @pytest.fixture
-def bench_route(bench: BenchHost):
-    """``bench_route(dst_prefix, gateway)``: a temporary bench route, removed after the test."""
-    added: list[str] = []
-
-    def add(dst: str, gateway: str) -> dict:
-        res = bench.probe("route", action="add", dst=dst, gateway=gateway)
-        if not res.get("existed"):
-            added.append(dst)
-        return res
-
-    yield add
-    for dst in reversed(added):
-        try:
-            bench.probe("route", action="del", dst=dst)
-        except LabError as exc:
-            log.error("bench route %s could not be removed: %s", dst, exc)
+def bench_route(bench: BenchHost, run_id: str):
+    """``bench_route(dst_prefix, gateway)``: a temporary bench route, removed after the test;
+    journalled on the bench before it is added, so a run killed in between leaves it to the
+    next run's recovery (ipsec_hil.lab.traffic.bench_routes)."""
+    routes = BenchRoutes(bench, run_id)
+    yield routes.add
+    try:
+        routes.remove_all()
+    except LabError as exc:
+        log.error("%s", exc)
 
 
 @pytest.fixture

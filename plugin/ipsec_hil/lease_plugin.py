@@ -45,6 +45,7 @@ from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.sharing.holds import HOLDS, Loss
 from ipsec_hil.lab.sharing.lease import LeaseLost
 from ipsec_hil.lab.sharing.lock import ApplianceLock, bench_lock_path
+from ipsec_hil.lab.traffic.bench_routes import remove_empty_journal
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,10 @@ class LeaseHold(Part):
         if lock is None:
             return
         try:
+            if lock.held and not lock.lost:
+                # its journal's directory, once empty (every route removed): a virtual lab's
+                # bench has one of its own on this machine, and labs come and go
+                remove_empty_journal(host)
             lock.release()
         except LabError as exc:
             log.warning("bench lease not released: %s", exc)

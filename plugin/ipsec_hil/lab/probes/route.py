@@ -14,6 +14,12 @@ read by ipsec_hil.lab.parsers.ip_route.
 Output: {"action", "dst", "gateway", "ifname", "existed"} (add/del) or the route found (get).
 ``add`` of a route that already exists with the same gateway is reported as
 ``existed: true`` and changes nothing, so a caller only removes what it added.
+
+``--proto N`` (add, del): the route carries routing protocol N (``ip route ... proto N``)
+and ``del`` removes only a route that carries it. The suite marks its own routes so
+(ipsec_hil.lab.traffic.bench_routes.SUITE_PROTO): the undo it journals before adding one
+(``ip route del ... proto N``) can never remove an operator's route to the same network,
+whatever step a run died at.
 """
 
 from __future__ import annotations
@@ -29,7 +35,11 @@ def parse_args(argv: Sequence[str]):
     p.add_argument("--action", required=True, choices=("add", "del", "get"))
     p.add_argument("--dst", required=True)
     p.add_argument("--gateway")
+    p.add_argument("--proto", type=int, default=None,
+                   help="routing protocol number the route carries (add) or must carry (del)")
     a = p.parse_args(list(argv))
+    if a.proto is not None and not 0 < a.proto < 256:
+        raise ProbeUsage(f"--proto {a.proto}: expected 1..255")
     try:
         net = ipaddress.ip_network(a.dst, strict=False) if a.action != "get" else ipaddress.ip_address(a.dst)
     except ValueError:
@@ -85,14 +95,18 @@ def _lookup(dst: str, version: int) -> dict | None:
     return {"dst": dst, "gateway": r.gateway, "ifname": r.dev, "prefsrc": r.prefsrc}
 
 
-def _configured(net, version: int) -> list:
+def _configured(net, version: int, proto: int | None = None) -> list:
     """The main table's routes to exactly ``net`` (``ip -j route show table main``: the
     configured routes only -- IPv6's cloned exceptions, e.g. after a Packet Too Big, are
-    in the cache, not listed here)."""
+    in the cache, not listed here); with ``proto``, only those carrying it."""
     from ipsec_hil.lab.parsers import ip_route
 
     shown = ip_route.parse(*_ip("-j", _family_flag(version), "route", "show", "table", "main"))
-    return [r for r in shown.routes if r.dst == str(net)]
+    return [r for r in shown.routes if r.dst == str(net) and (proto is None or r.protocol == str(proto))]
+
+
+def _proto(proto: int | None) -> list[str]:
+    return [] if proto is None else ["proto", str(proto)]
 
 
 def main(argv: Sequence[str]) -> dict:
@@ -103,14 +117,15 @@ def main(argv: Sequence[str]) -> dict:
     if a.action == "get":
         found = _lookup(str(net), net.version)
         return {"action": "get", "dst": str(net), "found": found is not None, **(found or {})}
-    existing = _configured(net, net.version)
+    existing = _configured(net, net.version, a.proto if a.action == "del" else None)
     if a.action == "add":
         if existing:
             gw = existing[0].gateway
             if gw is None or ipaddress.ip_address(gw) != ipaddress.ip_address(a.gateway):
                 raise RuntimeError(f"a route to {net} via {gw} exists already; not replacing it")
             return {"action": "add", "dst": str(net), "gateway": gw, "existed": True}
-        _out, err, status = _ip(_family_flag(net.version), "route", "add", str(net), "via", a.gateway)
+        _out, err, status = _ip(_family_flag(net.version), "route", "add", str(net), "via", a.gateway,
+                                *_proto(a.proto))
         if status != 0:
             raise RuntimeError(f"route add {net} via {a.gateway}: {err.strip() or f'ip exit {status}'}")
         found = _lookup(str(net.network_address), net.version) or {}
@@ -119,7 +134,7 @@ def main(argv: Sequence[str]) -> dict:
     if not existing:
         return {"action": "del", "dst": str(net), "existed": False}
     via = ["via", existing[0].gateway] if existing[0].gateway else []
-    _out, err, status = _ip(_family_flag(net.version), "route", "del", str(net), *via)
+    _out, err, status = _ip(_family_flag(net.version), "route", "del", str(net), *via, *_proto(a.proto))
     if status != 0:
         raise RuntimeError(f"route del {net}: {err.strip() or f'ip exit {status}'}")
     return {"action": "del", "dst": str(net), "existed": True}
