@@ -46,3 +46,13 @@ def pytest_hil_page_verdict(config: pytest.Config) -> list[str] | None:
     Called once, in the controller, when the page is written (after every part's
     ``finish``). Without any, the page states the tests' own verdict.
     """
+
+
+@pytest.hookspec
+def pytest_hil_page_lab_state(config: pytest.Config) -> list[str] | None:
+    """Lines about the lab as this run found it, for the page's first screen (right under
+    the line naming the lab and its driver builds), or None: e.g. "Found a dead run's state
+    and undid it ..." (ipsec_hil.recovery_plugin). One line each; details go in a section.
+
+    Called once, in the controller, when the page is written.
+    """

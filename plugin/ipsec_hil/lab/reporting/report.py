@@ -82,6 +82,9 @@ class RunInfo:
     #: the run's answer for the first screen (e.g. candidate against parent); empty: the
     #: page states the tests' own verdict
     verdict: list[str] = field(default_factory=list)
+    #: the lab as the run found it, one line each, under the lab line of the first screen
+    #: (a dead run's state undone before measuring: ipsec_hil.lab.dead_runs)
+    lab_state: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -151,7 +154,10 @@ def _first_screen(run: RunInfo, entries: Sequence[PageEntry]) -> list[str]:
     hw = ", ".join(f"{h.appliance} ({h.model}, {h.driver} md5 {(h.module_md5 or 'unknown')[:8]})"
                    for h in run.hardware) or "no appliance recorded"
     lab = "the virtual lab" if run.virtual else "the hardware lab"
-    out += ["", f"Measured on {lab} `{run.topology}`, {when}: {hw}.", "",
+    out += ["", f"Measured on {lab} `{run.topology}`, {when}: {hw}."]
+    for line in run.lab_state:
+        out += ["", f"**{line}**"]
+    out += ["",
             f"{len(entries)} tests: {counts['passed']} passed, {counts['failed']} failed (driver defect), "
             f"{counts['broken']} broken (lab problem), {counts['skipped']} skipped.", ""]
     out += summary_lines(entries)
