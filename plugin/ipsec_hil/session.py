@@ -364,6 +364,7 @@ class HilSession:
             notes=notes,
             verdict=([self.nothing_measured] if self.nothing_measured else [])
             + [line for lines in config.hook.pytest_hil_page_verdict(config=config) for line in (lines or [])],
+            lab_state=[line for lines in config.hook.pytest_hil_page_lab_state(config=config) for line in (lines or [])],
         )
         entries = self.entries.page_entries()
         notes.append(history.annotate(reports_dir(config), self.topology.lab.name, entries, self.started.isoformat()))
