@@ -9,8 +9,11 @@ run's context (ipsec_hil.context.Part); the run calls its phases in the parts' o
   lab is touched).
 - :meth:`DriverRun.lab_ready` (after preflight, before xdist starts workers and before the
   hardware facts are read), so the driver is deployed exactly once per appliance of that
-  model, under the appliance lock, and the run reports the build under test. A dead
-  run's journal is recovered first (its module file put back and reloaded). A failed
+  model, under the appliance lock and the deployment's own lease (ipsec_hil.lab.driver.
+  DRIVER_LOCK_PATH, taken first and held until the previous module is back), and the run
+  reports the build under test. A dead run's driver journal was recovered at the run's
+  start by any run (ipsec_hil.recovery_plugin); one whose run died since is recovered by
+  the deployment, under its lease, before its own backup (said like the others). A failed
   deployment has already restored that appliance; the run stops with exit code
   :data:`DRIVER_DEPLOY_FAILED`.
 - ``pytest_report_header``: what is under test (local md5/size and where it went).
@@ -39,7 +42,8 @@ import pytest
 
 from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.exitcodes import HilExitCode
-from ipsec_hil.lab.driver import DeployResult, DriverDeployment, ModuleBuild, local_build, recover_driver
+from ipsec_hil.lab.dead_runs import FOUND, Undone, whose
+from ipsec_hil.lab.driver import DeployResult, DriverDeployment, ModuleBuild, local_build
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.expectations.hardware import MODELS
 from ipsec_hil.lab.live_lab import build_appliances, close_hosts
@@ -159,18 +163,32 @@ def _deploy(dr: DriverRun, ctx: RunContext, session: pytest.Session) -> None:
     for model, (path, build) in dr.requested.items():
         for host in topology.appliances(model):
             app = apps[host.name]
-            dep = DriverDeployment(app, path, run_id=run_id)
+            dep = DriverDeployment(app, path, run_id=run_id, holder=holder)
             try:
+                # the deployment's lease before the appliance's: waiting for another run's
+                # build under test while holding the appliance would keep that run from it
+                dep.take_lease()
                 with ApplianceLock(app.host, holder, run_id=run_id, wait=600, poll=2):
-                    recovered = recover_driver(app)
-                    if recovered:
-                        log.warning("%s: recovered before deploying: %s", app.name, "; ".join(recovered))
                     dr.deployments.append(dep)
                     dr.results.append(dep.deploy())
+                if dep.recovered:
+                    _say_recovered(dep)
             except LabError as exc:
+                if dep.backup is None:
+                    dep.abandon()  # its lease, if taken: nothing of it is deployed
                 dr.failures.append(str(exc))  # DriverError/LabError texts name the appliance
                 pytest.exit(f"driver under test not deployed (previous module restored on {app.name}): {exc}",
                             returncode=DRIVER_DEPLOY_FAILED)
+
+
+def _say_recovered(dep: DriverDeployment) -> None:
+    """A dead run's driver that the deployment recovered before its backup (its run died
+    after this run's start), in the run's record of dead runs (ipsec_hil.lab.dead_runs)."""
+    run, since, dead = whose((), dep.recovered_from)
+    now = dep.previous
+    FOUND.add(Undone(dep.appliance.name, "driver", tuple(dep.recovered), run, since, dead,
+                     "", f"{dep.module} {now.text()}" if now is not None else "",
+                     (now.md5 or "") if now is not None else ""))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -193,6 +211,7 @@ def _restore_all(dr: DriverRun) -> None:
         name = dep.appliance.name
         why = fence.fenced(dep.host.name)
         if why:  # another run holds it now: no restore there (the transport would refuse it)
+            dep.abandon()  # its lease: renewals stop, nothing is sent
             lost.append(dep)
             dr.restored.append(f"{name}: previous module NOT restored: {why}")
             HOLDS.leave(f"the driver build under test on {name} (the previous module is in its journal)")

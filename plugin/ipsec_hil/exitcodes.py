@@ -47,3 +47,9 @@ class HilExitCode(enum.IntEnum):
     #: run stopped within one renewal period and sent nothing more to those hosts; what it
     #: had changed there is left to the new holder's recovery (docs/shared-lab.md).
     LEASE_LOST = 27
+    #: a dead run's state (its driver under test, its tunnel's changes, the bench's routes)
+    #: was found at the run's start and could not all be undone: the run stops before it
+    #: measures anything, naming what is left; the journals keep it for the next run
+    #: (ipsec_hil.lab.dead_runs, issue 55). Beside the others; its number is the one that
+    #: was free when it came.
+    RECOVERY_INCOMPLETE = 29

@@ -37,7 +37,7 @@ from ipsec_hil.session import configure_controller, configure_worker
 
 pytest_plugins = ["ipsec_hil.fixtures", "ipsec_hil.driver_plugin", "ipsec_hil.gate_plugin", "ipsec_hil.compare_plugin",
                   "ipsec_hil.preflight_plugin", "ipsec_hil.throughput_plugin", "ipsec_hil.timeshare_plugin",
-                  "ipsec_hil.lease_plugin"]
+                  "ipsec_hil.lease_plugin", "ipsec_hil.recovery_plugin"]
 
 DEFAULT_TOPOLOGY = "topologies/virtual.yaml"
 
@@ -45,6 +45,8 @@ DEFAULT_TOPOLOGY = "topologies/virtual.yaml"
 def parts_in_order() -> tuple[type[Part], ...]:
     """The run's parts, in the order the run calls their phases (ipsec_hil.context.Part): at lab
     ready, the bench's lease first (nothing touches the bench before the run holds it), then
+    the recovery of what dead runs left (the bench's routes, every appliance's driver and
+    tunnel journals: before preflight checks the driver and the run reads its md5), then
     preflight before ``--driver`` deploys (a lab that is not ready fails fast, and
     nothing is deployed onto it); at finish, the candidate comparison while the candidate is
     still loaded, then the driver restores the previous build, then the gate compares the
@@ -58,9 +60,10 @@ def parts_in_order() -> tuple[type[Part], ...]:
     from ipsec_hil.gate_plugin import GateRun
     from ipsec_hil.lease_plugin import LeaseHold
     from ipsec_hil.preflight_plugin import Preflight
+    from ipsec_hil.recovery_plugin import Recovery
     from ipsec_hil.timeshare_plugin import RunShare
 
-    return (LeaseHold, Preflight, ParentRun, DriverRun, GateRun, RunShare)
+    return (LeaseHold, Recovery, Preflight, ParentRun, DriverRun, GateRun, RunShare)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

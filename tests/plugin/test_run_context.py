@@ -139,7 +139,7 @@ class _Recorder(Part):
 
 
 def test_the_controller_runs_the_parts_phases_in_the_parts_order():
-    assert [kind.name for kind in parts_in_order()] == ["lease", "preflight", "comparison", "driver", "gate", "timeshare"]
+    assert [kind.name for kind in parts_in_order()] == ["lease", "recovery", "preflight", "comparison", "driver", "gate", "timeshare"]
     log: list[str] = []
     ctx = RunContext(None, None, parts=tuple(_Recorder(n, log) for n in ("first", "second", "third")))
     config = SimpleNamespace(getoption=lambda *a, **k: False)

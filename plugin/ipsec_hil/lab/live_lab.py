@@ -78,24 +78,27 @@ class Lab:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def recover_once(self, *apps: Appliance) -> None:
+    def recover_once(self, *apps: Appliance, took_over: dict[str, Any] | None = None) -> None:
         """Restore what a dead run left on ``apps`` (their journals), once per process each.
 
         Call it only while holding every one's ApplianceLock: a journal belongs to a dead run
         only when nobody holds the lock -- recovering a live run's journal would undo its
         tunnel mid-test. Give a tunnel's two ends in one call: their routes are undone before
-        either end's SAs are ended (provision.recovery.recover_ends says why).
+        either end's SAs are ended (provision.recovery.recover_ends says why). What was
+        undone, and whose it was (the journal's writers; ``took_over``: appliance -> the dead
+        holder's lease record, when the caller took its lease over), is recorded in
+        ``dead_runs.FOUND``: the run says it on the terminal, the page and Allure's
+        environment (issue 55). A recovery that fails raises (recorded with what is left).
         """
-        from ipsec_hil.lab.provision.recovery import recover_ends  # files, routes, SAs, charon (issue 40)
+        from ipsec_hil.lab.dead_runs import recover_tunnel_journals  # files, routes, SAs, charon (issues 40, 55)
 
         todo = [a for a in apps if a.name not in self._checked]
         if not todo:
             return
         self._checked.update(a.name for a in todo)
-        for name, restored in recover_ends(todo).items():
+        for name, restored in recover_tunnel_journals(todo, took_over=took_over).items():
             if restored:
                 self.recovered[name] = restored
-                log.warning("%s: restored what a dead run left: %s", name, "; ".join(restored))
 
     def bench_port_facing(self, host: str, port: str) -> tuple[str, Port] | None:
         """The bench's port wired to ``host.port`` (name, Port), if the bench has one."""
