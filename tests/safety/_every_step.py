@@ -13,12 +13,18 @@ the run is made again and interrupted there:
   never came back);
 - ``sigkill``: the run's process (tests/safety/_driver.py) killed right after the step ran.
 
-After each: the NEXT run's own recovery (_lab.next_run: leases, ``recover_driver``,
-``Lab.recover_once``; nothing done by the test) and then both appliances and the bench must
-be as recorded before (_lab.restored_differences: files anywhere with their modes, routes,
+After each: the NEXT run's own recovery -- a run WITHOUT ``--driver`` (_lab.next_run: the
+bench's lease, then the start recovery every run makes, dead_runs.recover_at_start: the
+bench's journal, every appliance's driver journal under the deployment's lease, the tunnel
+journals; nothing done by the test) -- and then both appliances and the bench must be as
+recorded before (_lab.restored_differences: files anywhere with their modes, routes,
 addresses, connections, SAs, SPD, the module and its md5, the bench's namespaces, routes,
-addresses and lease). A Ctrl-C must also leave everything restored by the run ITSELF,
-before any next run (its teardown finishes through the interrupt).
+addresses, lease and journal). And it must say so (:func:`said`): a DUT left with another
+module, or a bench left with the suite's route, is named in that run's record with the
+original module's md5 in the page's line and section. So the SIGKILL kind is issue 55's
+"a run with ``--driver`` killed at each step, then a run without ``--driver``". A Ctrl-C
+must also leave everything restored by the run ITSELF, before any next run (its teardown
+finishes through the interrupt).
 
 The twin's fault is the world's state, not the suite's: the harness switches it off after
 a scenario, as the hardware's condition would end on its own.
@@ -177,11 +183,45 @@ def interrupt(r: Run, config: TunnelConfig, step: Step, kind: str) -> list[str]:
         if kind == "ctrl-c":
             problems += [f"after the run's own teardown: {d}" for d in r.differences()]
     r.twin.clear_faults()  # the world's state (see the module's doc), not the suite's
+    left = left_behind(r)
     try:
-        next_run(r.vlab.topo)
+        found = next_run(r.vlab.topo)
     except LabError as exc:
         problems.append(f"the next run's recovery failed: {str(exc)[:300]}")
+    else:
+        problems += said(found, left, r.before["dut3300"]["module"])
     problems += r.differences()
+    return problems
+
+
+def left_behind(r: Run) -> dict[str, bool]:
+    """What the interrupted run left that the next run must say it undid: another module on
+    the DUT (its md5 or its loaded state differ), the suite's route on the bench."""
+    from safety._lab import module
+
+    bench = r.vlab.namespaces["bench"]
+    routes = subprocess.run(["ip", "-n", bench, "route", "show", "table", "all", "proto", "147"],
+                            capture_output=True, text=True, timeout=10).stdout
+    return {"driver": module(r.apps["dut3300"]) != r.before["dut3300"]["module"], "bench": bool(routes.strip())}
+
+
+def said(found: Any, left: dict[str, bool], original: tuple) -> list[str]:
+    """The next run's record names what it undid: the DUT's driver with the original
+    module's md5 (in the first screen's line by its first 8 digits, in the section whole),
+    the bench's route."""
+    problems = []
+    if left["driver"]:
+        u = next((u for u in found.undone if u.host == "dut3300" and u.journal == "driver"), None)
+        line, section = found.line() or "", found.section() or ""
+        if u is None:
+            problems.append(f"the DUT's module was {'another build' if original else '?'} and the next run did not say "
+                            f"it restored it: {found.terminal_lines()}")
+        elif u.md5 != original[0] or original[0][:8] not in line or original[0] not in section:
+            problems.append(f"the next run's record does not name the original module md5 {original[0]}: "
+                            f"{u.md5!r}, line {line[:200]!r}")
+    if left["bench"] and not any(u.journal == "bench" for u in found.undone):
+        problems.append(f"the bench's route was left and the next run did not say it removed it: "
+                        f"{found.terminal_lines()}")
     return problems
 
 

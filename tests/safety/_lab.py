@@ -155,8 +155,10 @@ def module(app) -> tuple:
 
 def bench_state(lab: TestLab) -> dict[str, object]:
     """The bench as the suite may leave it: its namespace's routes and addresses, the lab's
-    namespaces (none added or gone), and its lease file (none left)."""
+    namespaces (none added or gone), its lease file (none left) and its journal (no entry
+    left: traffic.bench_routes)."""
     from ipsec_hil.lab.sharing.lock import BENCH_LOCK_PATH
+    from ipsec_hil.lab.traffic.bench_routes import BENCH_JOURNAL_DIR
 
     from lab_factory import namespaces_of
 
@@ -166,6 +168,8 @@ def bench_state(lab: TestLab) -> dict[str, object]:
     d, name = os.path.split(BENCH_LOCK_PATH)
     stem, _, ext = name.rpartition(".")
     out["lease"] = os.path.exists(os.path.join(d, f"{stem}.{ns}.{ext}"))
+    journal = f"{BENCH_JOURNAL_DIR}.{ns}"
+    out["journal"] = sorted(os.listdir(journal)) if os.path.isdir(journal) else []
     return out
 
 
@@ -325,15 +329,19 @@ def scenario(apps: dict, bench: Any, plan: Any, config: Any, psk: str, run_id: s
              fault: Any = None, log: list[str] | None = None, at_up: Any = None) -> None:
     """One run's changes, as the suite makes them: the bench's lease and both appliances'
     (lease_plugin.LeaseHold, tunnel.bring_up), the DUT's driver swapped for ``module``
-    (DriverDeployment, as ``--driver``), the tunnel brought up (TunnelProvisioner), the test
-    body -- both ends' SAs and SPD read while the twin's :data:`FAULT` is on (``fault(on)``
-    switches it) -- and everything undone in reverse. ``at_up()`` is called once the tunnel
-    is up (the driver's "UP" line)."""
+    (DriverDeployment, as ``--driver``: its own lease, its backup), the tunnel brought up
+    (TunnelProvisioner), the bench's route into the tunnel (fixtures.bench_route:
+    journalled on the bench, then added), the test body -- both ends' SAs and SPD read while
+    the twin's :data:`FAULT` is on (``fault(on)`` switches it) -- and everything undone in
+    reverse. ``at_up()`` is called once the tunnel is up (the driver's "UP" line)."""
+    import ipaddress
     from contextlib import ExitStack
 
     from ipsec_hil.lab.driver import DriverDeployment
     from ipsec_hil.lab.provision import TunnelProvisioner
     from ipsec_hil.lab.sharing.lock import ApplianceLock, bench_lock_path
+    from ipsec_hil.lab.traffic.bench import BenchHost
+    from ipsec_hil.lab.traffic.bench_routes import BenchRoutes
 
     local, remote = apps[plan.local.host], apps[plan.remote.host]
     prov = None
@@ -354,6 +362,11 @@ def scenario(apps: dict, bench: Any, plan: Any, config: Any, psk: str, run_id: s
                                      initiate_timeout=10)
             prov.up()
             stack.callback(prov.down)
+            routes = BenchRoutes(BenchHost("bench", bench), run_id)
+            stack.callback(routes.remove_all)
+            inner = config.inner
+            routes.add(f"{ipaddress.ip_interface(plan.remote.lan_if[inner]).ip}/{32 if inner == 'ipv4' else 128}",
+                       str(ipaddress.ip_interface(plan.local.lan_if[inner]).ip))
             if at_up is not None:
                 at_up()
             if fault is not None:
@@ -367,33 +380,30 @@ def scenario(apps: dict, bench: Any, plan: Any, config: Any, psk: str, run_id: s
             log.extend(prov.log)
 
 
-def next_run(topo: Any, dut: str = "dut3300") -> list[str]:
-    """What the suite's next run does before anything of its own, and nothing else: the
-    bench's lease (lease_plugin), then -- both appliances' leases held, as tunnel.bring_up
-    holds them (a dead holder of this machine is taken over) -- the ``--driver`` run's
-    recovery on the DUT (driver_plugin: ``recover_driver``) and the tunnel's
-    (``Lab.recover_once`` of both ends). Returns the recovery's report lines. No test-side
-    cleanup: what this leaves is what the suite leaves."""
-    from contextlib import ExitStack
-
-    from ipsec_hil.lab.driver import recover_driver
+def next_run(topo: Any, dut: str = "dut3300") -> Any:
+    """What the suite's next run does before anything of its own, and nothing else -- a run
+    WITHOUT ``--driver``: the bench's lease (lease_plugin.LeaseHold: a dead holder of this
+    machine is taken over), then the run's start recovery (recovery_plugin ->
+    ``dead_runs.recover_at_start``: the bench's journal, every appliance's driver journal
+    under the deployment's lease, the tunnel journals of the appliances whose lease is free
+    or a dead run's). Returns its record (``dead_runs.Found``: what it undid and says on the
+    page). No test-side cleanup: what this leaves is what the suite leaves."""
+    from ipsec_hil.lab.dead_runs import Found, recover_at_start
     from ipsec_hil.lab.live_lab import Lab
     from ipsec_hil.lab.sharing.lock import ApplianceLock, bench_lock_path
 
-    report: list[str] = []
+    found = Found()
     lab = Lab.connect(topo)
     try:
         bench = lab.hosts["bench"]
-        with ExitStack() as stack:
-            stack.enter_context(ApplianceLock(bench, "safety: next run (bench)", path=bench_lock_path(bench),
-                                              wait=10, poll=0.2))
-            ends = [lab.appliances[n] for n in ("dut3300", "peer3300")]
-            for app in ends:
-                stack.enter_context(ApplianceLock(app.host, "safety: next run", wait=10, poll=0.2))
-            report += recover_driver(lab.appliances[dut])
-            lab.recover_once(*ends)
-            for app in ends:
-                report += lab.recovered.get(app.name, [])
+        with ApplianceLock(bench, "safety: next run (bench)", path=bench_lock_path(bench), wait=10,
+                           poll=0.2) as lease:
+            recover_at_start(lab, holder="safety: next run", run_id="safety-next", bench_host=bench,
+                             bench_took_over=lease.took_over, record=found, lease_wait=10)
     finally:
         lab.close()
-    return report
+    if found.left:
+        from ipsec_hil.lab.errors import LabError
+
+        raise LabError(found.stop_message() or "recovery incomplete")
+    return found
