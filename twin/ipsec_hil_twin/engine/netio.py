@@ -55,10 +55,14 @@ def _sysctl(path: str, value: str) -> None:
         print(f"engine: sysctl {path}: {exc}", file=sys.stderr)
 
 
-#: esp0's ring: Linux's default. The port's queue is the engine's model (pacer.PortQueue);
-#: the ring only absorbs the engine's own stalls on a busy machine, so it never drops a
-#: load the model admits.
-RING_PACKETS = 1000
+#: esp0's ring. The port's queue is the engine's model (pacer.PortQueue); the ring only
+#: absorbs the engine's own stalls on a busy machine, so it never drops a load the model
+#: admits. Why not Linux's default 1,000 (issue 52): a TUN whose ring is full drops and
+#: tells the sender nothing (no ENOBUFS, no back-pressure), so a stall of 0.25 s lost a
+#: run of consecutive sizes of a 4,000-packets-a-second every-size sweep (a CI run beside
+#: busy loops: 2543-2551; an earlier one 2852-2859). 4,000 hold a second of that sweep and
+#: half a second of line rate; the drops that remain are counted (datapath.EspRingDrops).
+RING_PACKETS = 4000
 
 
 def port_queue_bytes(queue_bytes: list[int | None]) -> int | None:

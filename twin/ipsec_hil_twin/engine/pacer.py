@@ -28,7 +28,7 @@ class PortQueue:
     rate lost nothing and the NDR search read 110 on a 100 Mbit/s path. A ring cut to the
     stated queue (87 frames for 128 KiB) dropped paced sweeps whenever the engine waited
     ~11 ms for a busy CPU: packets that arrived at a trickle during the stall were read as
-    one burst. Here the ring stays at 1,000 (a stall never drops) and the queue is a model
+    one burst. Here the ring holds RING (a stall never drops) and the queue is a model
     the stall cannot fool:
 
     - esp0 is drained in batches (:meth:`fill`); the packets of a batch arrived at unknown
@@ -49,7 +49,8 @@ class PortQueue:
     the wire, so a shaped link's queue filled behind a line-rate stream."""
 
     OVERHEAD = 96  # ESP in IPv4 (~58 with GCM) and Ethernet's 38, until a frame is paced
-    BATCH = 1024  # packets read in one look at esp0 (the ring holds 1,000)
+    BATCH = 4096  # packets read in one look at esp0: all the ring holds (RING), so a stall's whole
+    # backlog is spread over the stall, never a later look's few milliseconds (a burst)
     RING = RING_PACKETS  # packets the queue holds at most, model or not: esp0's ring
     BURST = 65536  # bytes the port may send at once after a stall at most (the token bucket's depth)
 

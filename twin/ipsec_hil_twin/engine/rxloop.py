@@ -187,6 +187,11 @@ class RxLoop(_Loop):
         p[X_FRAMES] += 1
         spi, seq = SPI_SEQ(esp)
         sa = self.sas.get((spi, dst))
+        if sa is None and a[IGEN_ANY] != self.gen_any:
+            # the table changed since this batch began (an SA added while the loop was
+            # descheduled mid-batch): FreeBSD's SAD knows an SA once key_add returns, so look again
+            self.reload()
+            sa = self.sas.get((spi, dst))
         x = self.x
         if sa is None:
             a[x.no_sa] += 1
