@@ -149,8 +149,50 @@ def start(topology: Path, *, owner_pid: int | None = None, timeout: float = 180.
 
 
 def stop(lab: VirtualLab, timeout: float = 120.0) -> None:
-    """Tear the lab down; raise if the twin says it could not."""
+    """Tear the lab down; raise if the twin says it could not. Its bench's files in this
+    machine's /var/lib go with it (:func:`forget_bench_files`)."""
+    namespaces = _namespaces(lab)
     res = _twin(["down", "--run-dir", str(lab.run_dir)], timeout=timeout)
     if res.returncode != 0:
         raise VirtualLabError(f"python -m ipsec_hil_twin down {lab.prefix} failed: {res.stderr.strip()}")
     log.info("virtual lab %s down", lab.prefix)
+    forget_bench_files(namespaces)
+
+
+def _namespaces(lab: VirtualLab) -> list[str]:
+    """The lab's network namespaces (its lab.json), read before it goes."""
+    try:
+        return list(json.loads((lab.run_dir / "lab.json").read_text())["namespaces"].values())
+    except (OSError, ValueError, KeyError, AttributeError):
+        return []
+
+
+def forget_bench_files(namespaces: Sequence[str]) -> None:
+    """Remove what a stopped lab's bench left in this machine's /var/lib: its lease file
+    (and the notes beside it) and its journal (sharing.lock.bench_lock_path,
+    traffic.bench_routes.bench_journal_dir). Why: a virtual lab's bench is a namespace of
+    this machine, and each lab (a fault-matrix part, a developer's) had files of its own
+    there that outlived it, one more pair per lab ever run. The routes its journal undid
+    died with the namespace."""
+    import glob
+    import shutil
+
+    from ipsec_hil.lab.sharing.lock import bench_lock_path
+    from ipsec_hil.lab.traffic.bench_routes import bench_journal_dir
+
+    for ns in namespaces:
+        where = _Netns(ns)
+        lock = bench_lock_path(where)  # type: ignore[arg-type]
+        for path in [lock, *glob.glob(glob.escape(lock) + ".*")]:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        shutil.rmtree(bench_journal_dir(where), ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Netns:
+    """What bench_lock_path and bench_journal_dir read of a host: its namespace."""
+
+    netns: str
