@@ -114,11 +114,12 @@ class RxLoop(_Loop):
     def run(self) -> None:
         self.reload()
         ep = select.epoll()
-        kinds = {}  # fd -> (socket, kind: 4, 6 or "udp")
-        for s, kind, _slot in self.inputs.socks:
+        kinds = {}  # fd -> (socket, kind: 4, 6 or "udp", its index in self.inputs.socks)
+        for i, (s, kind, _slot) in enumerate(self.inputs.socks):
             s.setblocking(False)
             ep.register(s.fileno(), select.EPOLLIN)
-            kinds[s.fileno()] = (s, kind)
+            kinds[s.fileno()] = (s, kind, i)
+        count_drops = self.inputs.count_drops
         buf = bytearray(65536)
         mv = memoryview(buf)
         anc = socket.CMSG_SPACE(20)
@@ -136,7 +137,8 @@ class RxLoop(_Loop):
             if self.faults.refresh(time.monotonic()):
                 self.faults_changed()
             for fd, _ in events:  # at most 64 frames per socket, then store the counts, re-check generations
-                sock, kind = kinds[fd]
+                sock, kind, k = kinds[fd]
+                count_drops(a, k)  # a socket that dropped has frames waiting: it is among the events
                 if kind == 4:
                     for _i in range(64):
                         try:
@@ -158,7 +160,6 @@ class RxLoop(_Loop):
                         frame(bytes(mv[:n]), dst)
                 else:
                     self._udp_batch(sock, buf, mv)
-            self.inputs.count_drops(self.a)
             flush(self.wall)
 
     def _udp_batch(self, su: socket.socket, buf: bytearray, mv: memoryview) -> None:
@@ -280,11 +281,12 @@ class PortInputs:
                            (netio.udp_encap_rx_socket(ifname), "udp", slot)]
         self.seen = [0] * len(self.socks)
 
-    def count_drops(self, a) -> None:
-        """Each socket's drops since the last look, onto its port's slot."""
-        for i, (s, _kind, slot) in enumerate(self.socks):
-            d = netio.socket_drops(s)
-            if d != self.seen[i]:
-                if slot >= 0:
-                    a[slot] += d - self.seen[i]
-                self.seen[i] = d
+    def count_drops(self, a, i: int) -> None:
+        """Socket ``i``'s drops since the last look, onto its port's slot: one getsockopt,
+        for a socket with frames waiting only (one that dropped a frame is full, so readable)."""
+        s, _kind, slot = self.socks[i]
+        d = netio.socket_drops(s)
+        if d != self.seen[i]:
+            if slot >= 0:
+                a[slot] += d - self.seen[i]
+            self.seen[i] = d
