@@ -45,6 +45,11 @@ if fam == socket.AF_INET:  # Linux IP_MTU_DISCOVER = IP_PMTUDISC_DO; FreeBSD IP_
     s.setsockopt(socket.IPPROTO_IP, *((10, 2) if sys.platform.startswith("linux") else (67, 1)))
 else:
     s.setsockopt(socket.IPPROTO_IPV6, 62, 1)  # IPV6_DONTFRAG on both
+if sys.platform.startswith("linux"):
+    # IP_RECVERR / IPV6_RECVERR: Linux reports a datagram its own qdisc dropped (ENOBUFS) only
+    # with it, so the backoff below resends it; without it the drop passed for a send and a
+    # late shaper timer lost a run of consecutive sizes (issue 52). FreeBSD reports it anyway.
+    s.setsockopt(*((socket.IPPROTO_IP, 11) if fam == socket.AF_INET else (socket.IPPROTO_IPV6, 25)), 1)
 '''
 
 #: the paced send loop both senders end with: `frames()` yields the datagrams, `hdr` is what
@@ -63,6 +68,7 @@ for frame in frames():
         # from now instead of catching up in a burst the ports would have to queue
         t0 += now - due
     backoff = 0.001
+    again = True
     while True:
         try:
             s.sendto(frame, addr)
@@ -76,6 +82,9 @@ for frame in frames():
                 queue_full += 1
                 time.sleep(backoff)
                 backoff *= 2
+                continue
+            if again and e.errno not in (errno.ENOBUFS, errno.EAGAIN, errno.EMSGSIZE):
+                again = False  # an ICMP error about an earlier datagram (IP_RECVERR): this one was not sent
                 continue
             failed += 1
             name = errno.errorcode.get(e.errno, str(e.errno))
