@@ -47,7 +47,7 @@ def test_appliance_sourced_conservation(tunnel, record, meter, stream, traffic_s
                  at_least=least)
     expect_conserved(L, f"{d}:tx_encrypt", f"{p}:esp.received-packets",
                      "the peer's ESP input equals the engine's encrypt count", drops=tunnel.loss_doors("local"),
-                     tolerance=tunnel.tolerance("congested"), at_least=least)
+                     tolerance=tunnel.loss_rule("local"), at_least=least)
     expect_zero(L, [f"{p}:esp.dropped-bad-auth", f"{d}:out_orig"], "no authentication failure, no bypass")
     tunnel.expect_offload_carried(L, "the DUT's own stream up")
     record.figure("hw offl doors checked (FreeBSD 15)", tunnel.expect_offload_door(
@@ -67,7 +67,7 @@ def test_inbound_decrypted_equals_delivered(tunnel, record, meter, stream, traff
     record.figure("packets the stream must have made (at least)", least)
     expect_conserved(L, f"{p}:esp.sent-packets", f"{d}:FROM_WIRE_TO_IPSEC_DECR",
                      "every frame the peer sent reached the coprocessor", drops=tunnel.loss_doors("remote"),
-                     tolerance=tunnel.tolerance("congested"), at_least=least)
+                     tolerance=tunnel.loss_rule("remote"), at_least=least)
     expect_equal(L, f"{d}:FROM_WIRE_TO_IPSEC_DECR",
                  [f"{d}:rx_done", f"{d}:rx_queuefail", f"{d}:CRYPTO_DROP_REPLAY_OOW"],
                  "decrypted = delivered + queue refusals (+ replay drops)", at_least=least)
@@ -127,7 +127,7 @@ def _conserved_up(tunnel, L: Ledger, least: int, door: str, label: str) -> None:
     expect_equal(L, f"{n}:{NPU_DOOR[door]}", handed, f"{label}: every packet took the {door} door", at_least=least)
     expect_conserved(L, handed, tunnel.decrypted_refs("remote"),
                      f"{label}: frames the 136 handed its engine = frames the peer decrypted",
-                     drops=tunnel.loss_doors("local"), tolerance=tunnel.tolerance("congested"), at_least=least)
+                     drops=tunnel.loss_doors("local"), tolerance=tunnel.loss_rule("local"), at_least=least)
 
 
 def _conserved_down(tunnel, L: Ledger, least: int, label: str) -> None:
@@ -136,7 +136,7 @@ def _conserved_down(tunnel, L: Ledger, least: int, label: str) -> None:
     decrypted = tunnel.decrypted_refs("local")
     expect_conserved(L, tunnel.encrypted_refs("remote"), decrypted,
                      f"{label}: frames the peer encrypted = frames the 136 decrypted",
-                     drops=tunnel.loss_doors("remote"), tolerance=tunnel.tolerance("congested"), at_least=least)
+                     drops=tunnel.loss_doors("remote"), tolerance=tunnel.loss_rule("remote"), at_least=least)
     family = tunnel.config.inner
     expect_equal(L, f"{n}:{NPU_DELIVERED[family]}", decrypted,
                  f"{label}: {family} inside, every delivery counted by {NPU_DELIVERED[family]}", at_least=least)

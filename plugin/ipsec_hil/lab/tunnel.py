@@ -135,6 +135,11 @@ class ActiveTunnel:
         """The topology's relative tolerance for an equality of ``kind`` (0.1 % when it names none)."""
         return float(self.plan.tolerance.get(kind, DEFAULT_CONGESTED_TOLERANCE))
 
+    def loss_rule(self, sender: str) -> float:
+        """The loss rule of ``sender``'s doors (Tolerance): ``congested`` where its engine
+        holds the SAs, ``kernel_sender`` where the kernel's cipher runs them."""
+        return self.tolerance("congested" if self.offloaded(sender) else "kernel_sender")
+
     def known_issue(self, key: str) -> KnownIssue | None:
         """The local appliance's open issue ``key`` (its profile's known issues), if any."""
         return self.local.profile.known_issue(key)
@@ -201,7 +206,6 @@ class ActiveTunnel:
         ``sender``'s outbound door must carry ``at_least`` packets. Returns the number of
         doors checked (0 on FreeBSD 14: no such door, nothing to check)."""
         checked = 0
-        tol = self.tolerance("congested")
         for end in ("local", "remote"):
             other = "remote" if end == "local" else "local"
             name = self.appliance(end).name
@@ -215,13 +219,13 @@ class ActiveTunnel:
                          at_least=least)
             expect_conserved(ledger, out_door, self.decrypted_refs(other),
                              f"{why}: {name}'s hw offl out = what {self.appliance(other).name} decrypted",
-                             drops=self.loss_doors(end), tolerance=tol, at_least=least)
+                             drops=self.loss_doors(end), tolerance=self.loss_rule(end), at_least=least)
             expect_equal(ledger, in_door, self.decrypted_refs(end),
                          f"{why}: {name}'s SAs in through the NIC (hw offl) = what its driver decrypted and handed up",
                          at_least=least_in)
             expect_conserved(ledger, self.encrypted_refs(other), in_door,
                              f"{why}: what {self.appliance(other).name} encrypted = {name}'s hw offl in",
-                             drops=self.loss_doors(other), tolerance=tol, at_least=least_in)
+                             drops=self.loss_doors(other), tolerance=self.loss_rule(other), at_least=least_in)
             checked += 2
         return checked
 

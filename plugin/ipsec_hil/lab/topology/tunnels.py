@@ -204,9 +204,15 @@ class Lifetimes(_Model):
 
 
 class Tolerance(_Model):
-    """Relative tolerances for invariants measured under congestion."""
+    """Relative tolerances for invariants measured under congestion: the loss rules of a
+    ledger that closes on counts (issue 52), the counted loss at most this share of what was
+    sent. ``congested``: the doors of an end whose engine holds the SAs (the driver under
+    test); ``kernel_sender``: those of an end running the kernel's cipher, which counts a
+    frame before its port's queue takes it, so a TCP stream it sends loses at that queue
+    what TCP's congestion control makes it lose -- the peer's queue, not a driver's."""
 
     congested: float = Field(0.001, ge=0, le=1)
+    kernel_sender: float = Field(0.001, ge=0, le=1)
 
 
 _End = TypeVar("_End")
