@@ -354,6 +354,17 @@ def _driver_traces(host: Any, timeout: float) -> bool:
     return bool(r.stdout.strip())
 
 
+
+def _taken(lock: ApplianceLock, record: Any, live: str) -> bool:
+    """Acquire ``lock``; False when a live run holds it, noted on ``record`` as ``live``
+    with ``{who}`` the holder's description."""
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        record.note(live.format(who=exc.holder.describe() if exc.holder else "an unreadable lease record"))
+        return False
+    return True
+
 def recover_dead_driver(app: Any, *, holder: str, run_id: str = "", lease_wait: float | None = None,
                         lock_wait: float = 600, record: Found = FOUND, timeout: float = 120) -> None:
     """The driver journal of ``app``, if a dead run's: its module put back and reloaded.
@@ -368,12 +379,8 @@ def recover_dead_driver(app: Any, *, holder: str, run_id: str = "", lease_wait: 
     wait = lease_seconds() + 2 if lease_wait is None else lease_wait
     lease = ApplianceLock(app.host, f"{holder} (recovery of a dead run's driver)", path=DRIVER_LOCK_PATH,
                           run_id=run_id, wait=wait, poll=1)
-    try:
-        lease.acquire()
-    except LockHeld as exc:
-        who = exc.holder.describe() if exc.holder else "an unreadable lease record"
-        record.note(f"{app.name}: its driver is the build under test of a live run ({who}), not a dead run's: "
-                    "left alone; this run measures that build (its md5 is on the page)")
+    if not _taken(lease, record, f"{app.name}: its driver is the build under test of a live run ({{who}}), not a "
+                                 "dead run's: left alone; this run measures that build (its md5 is on the page)"):
         return
     try:
         try:
@@ -443,12 +450,9 @@ def recover_at_start(lab: Any, *, holder: str, run_id: str, bench_host: Any = No
         for app in lab.appliances.values():
             lk = ApplianceLock(app.host, holder, run_id=run_id, wait=0)
             try:
-                lk.acquire()
-            except LockHeld as exc:
-                who = exc.holder.describe() if exc.holder else "an unreadable lease record"
-                record.note(f"{app.name}: in use by a live run ({who}): its tunnel journal is recovered when this "
-                            "run's tunnel takes its lease")
-                continue
+                if not _taken(lk, record, f"{app.name}: in use by a live run ({{who}}): its tunnel journal is "
+                                          "recovered when this run's tunnel takes its lease"):
+                    continue
             except TransportError as exc:
                 record.note(f"{app.name}: not checked for a dead run's tunnel: {exc}")
                 continue
