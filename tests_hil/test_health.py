@@ -23,7 +23,7 @@ import pytest
 from ipsec_hil.lab.errors import TransportError
 from ipsec_hil.lab.measuring.health import HealthReport, HealthSnapshot, judge, snapshots_of, take_snapshot
 from ipsec_hil.lab.remote.together import each_at_once
-from ipsec_hil.lab.measuring.timeshare import TRAFFIC, spent
+from ipsec_hil.lab.timeshare import TRAFFIC, spent
 
 
 pytestmark = [pytest.mark.tunnels(encap=[True, False], children="one")]

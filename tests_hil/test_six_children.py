@@ -14,7 +14,7 @@ import pytest
 
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.measuring.measure import expect_at_least, expect_conserved
-from ipsec_hil.lab.measuring.timeshare import STREAM, TRAFFIC, spent
+from ipsec_hil.lab.timeshare import STREAM, TRAFFIC, spent
 from ipsec_hil.lab.traffic.bench import iperf_run
 
 pytestmark = [pytest.mark.page("002"), pytest.mark.forwarded]
@@ -34,7 +34,7 @@ def test_six_streams_each_tunnel_carries(tunnel, record, meter, bench_route, tra
     record.traffic_seconds += seconds  # six streams at once: their seconds count once
     with meter(npu, peer, title="six streams at once") as m:
         # the streams run in helper threads; this thread's wait for them is the traffic
-        # asked, the rest of it their start and stop (ipsec_hil.lab.measuring.timeshare)
+        # asked, the rest of it their start and stop (ipsec_hil.lab.timeshare)
         with spent(STREAM), spent(TRAFFIC, cap=seconds), ThreadPoolExecutor(len(ports)) as pool:
             futures = {p: pool.submit(iperf_run, bench, peer, target, seconds=seconds, port=p, bind=src) for p in ports}
             results = {p: f.result() for p, f in futures.items()}

@@ -12,7 +12,7 @@ template where it needs a running lab, a lab file that is missing, unreadable or
 
 The exit status of all of those is INPUT_ERROR (2, argparse's own for usage errors), in
 every script that uses this module: ipsec-hil-survey, ipsec-hil-lease, ipsec-hil-report,
-`python -m ipsec_hil.lab.measuring.decision_power`, `python -m
+`python -m ipsec_hil.lab.comparing.decision_power`, `python -m
 ipsec_hil.lab.traffic.bench_bringup` (tests/plugin/test_console_scripts.py feeds each one
 what a person types). Standard library only at import: ipsec-hil-report runs under any
 python3 (tools/report); the lab file's model is imported when a lab file is read.

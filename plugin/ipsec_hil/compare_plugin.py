@@ -7,7 +7,7 @@ in the parts' order, before the ``--driver`` part restores the appliance's own m
 before the page is written), this phase brings
 up one tunnel per model (outer IPv4, inner IPv4, AES-GCM, one child: the page's rate
 configuration), swaps parent and candidate on that tunnel's appliances in the
-interleaved order and judges each rate figure (:mod:`ipsec_hil.lab.measuring.build_comparison`).
+interleaved order and judges each rate figure (:mod:`ipsec_hil.lab.comparing.build_comparison`).
 
 Exit status (ipsec_hil.exitcodes), most serious first: whatever already ended the run badly
 (tests failed = 1, lab not up = 17, ...) stands; else a comparison that could not be
@@ -38,7 +38,7 @@ from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.driver_plugin import driver_run, parse_driver_options
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.reporting.allure_results import Attachment, write_result
-from ipsec_hil.lab.measuring.build_comparison import (FIGURES, KNOWN_FIGURES, RATE_CONFIGURATION, BuildComparison,
+from ipsec_hil.lab.comparing.build_comparison import (FIGURES, KNOWN_FIGURES, RATE_CONFIGURATION, BuildComparison,
                                                       Builds, check_figures, compare_builds)
 from ipsec_hil.lab.cases import TunnelCase, tunnel_cases
 from ipsec_hil.lab.decision.compare import Comparison, Rule, Verdict

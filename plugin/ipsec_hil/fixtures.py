@@ -44,7 +44,7 @@ from ipsec_hil.lab.live_lab import Lab
 from ipsec_hil.lab.live_lab import build_appliances  # noqa: F401 -- the project's tests import it from here
 from ipsec_hil.lab.measuring.measure import Ledger, collect_checks, settle_all
 from ipsec_hil.lab.reporting.report import plot_iperf
-from ipsec_hil.lab.measuring.timeshare import STREAM, spent
+from ipsec_hil.lab.timeshare import STREAM, spent
 from ipsec_hil.lab.topology import Topology
 from ipsec_hil.lab.traffic.bench import BenchHost, iperf_run
 from ipsec_hil.lab.traffic.bench_routes import BenchRoutes
@@ -356,7 +356,7 @@ def stream(record: TestRecord, pytestconfig: pytest.Config):
     Runs one iperf3 measurement (traffic.iperf_run), fails as a lab problem when iperf3
     reported an error, and records the rate, the per-stream plot and the JSON summary.
     In the run's breakdown the seconds asked are "traffic", the rest of the call (the
-    iperf3 server, the figure, the plot) "stream start/stop" (ipsec_hil.lab.measuring.timeshare).
+    iperf3 server, the figure, the plot) "stream start/stop" (ipsec_hil.lab.timeshare).
     """
     plots = Path(pytestconfig.rootpath) / "reports" / "plots"
 

@@ -1,6 +1,6 @@
 """The run's time breakdown on the page and in the terminal (issue 15).
 
-Thin glue over :mod:`ipsec_hil.lab.measuring.timeshare` (the accounting, and where each category is
+Thin glue over :mod:`ipsec_hil.lab.timeshare` (the accounting, and where each category is
 charged): why a run took as long as it did must be on the page it wrote, so a slower run
 shows which part grew.
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ipsec_hil.lab.measuring import timeshare
-from ipsec_hil.lab.measuring.timeshare import Breakdown
+from ipsec_hil.lab import timeshare
+from ipsec_hil.lab.timeshare import Breakdown
 from ipsec_hil.context import Part, RunContext, run_context
 
 __all__: list[str] = []

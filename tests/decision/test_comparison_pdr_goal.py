@@ -1,4 +1,4 @@
-"""The comparison's PDR goal (ipsec_hil.lab.measuring.build_comparison.pdr_goal) against one stall.
+"""The comparison's PDR goal (ipsec_hil.lab.comparing.build_comparison.pdr_goal) against one stall.
 
 A shared machine, or a bench with a hiccup, can lose packets in one trial at a load the
 DUT carries. With one trial deciding a load, that trial becomes the search's upper bound
@@ -9,7 +9,7 @@ stalled load is measured again, and the search ends at the knee.
 
 from __future__ import annotations
 
-from ipsec_hil.lab.measuring.build_comparison import PDR_LOSS, PDR_WIDTH, figure_name, pdr_goal
+from ipsec_hil.lab.comparing.build_comparison import PDR_LOSS, PDR_WIDTH, figure_name, pdr_goal
 from ipsec_hil.lab.decision.search import Goal, TrialResult, search
 
 KNEE = 100.0  # Mbit/s: no loss at or below, 5 % above

@@ -11,7 +11,7 @@ import pytest
 
 from ipsec_hil.lab.decision.sequential import SequentialRule
 from ipsec_hil.lab.errors import LabError
-from ipsec_hil.lab.measuring import build_comparison as bc
+from ipsec_hil.lab.comparing import build_comparison as bc
 from ipsec_hil.lab.measuring import cpu_cost
 from ipsec_hil.lab.parsers.cputime import CpuTimes
 

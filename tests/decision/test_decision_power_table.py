@@ -1,10 +1,10 @@
-"""The power benchmark's own arithmetic (ipsec_hil.lab.measuring.decision_power): the
+"""The power benchmark's own arithmetic (ipsec_hil.lab.comparing.decision_power): the
 builds it asks the twin for, and how its table counts detections and false alarms. The
 measured table itself is a benchmark's output (tools/decision-power), not asserted."""
 
 from __future__ import annotations
 
-from ipsec_hil.lab.measuring.decision_power import Decision, Scenario, scenarios, table
+from ipsec_hil.lab.comparing.decision_power import Decision, Scenario, scenarios, table
 
 
 def test_the_scenarios_are_identical_builds_and_both_kinds_at_every_level():
@@ -60,7 +60,7 @@ def test_the_pairs_the_measured_noise_asks_for():
     """More spread asks for more pairs, a bigger effect for fewer; an effect inside the
     margin is never found (None)."""
     from ipsec_hil.lab.decision.sequential import SequentialRule
-    from ipsec_hil.lab.measuring.decision_power import pairs_needed
+    from ipsec_hil.lab.comparing.decision_power import pairs_needed
 
     rule = SequentialRule()
     quiet, noisy = pairs_needed(0.01, rule, 0.95), pairs_needed(0.03, rule, 0.95)

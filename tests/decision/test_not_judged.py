@@ -44,7 +44,7 @@ def test_a_change_within_the_same_build_noise_is_not_judged_and_says_why():
 
 
 def test_the_runs_verdict_leaves_the_unjudged_figure_out(tmp_path):
-    from ipsec_hil.lab.measuring.build_comparison import BuildComparison, Builds
+    from ipsec_hil.lab.comparing.build_comparison import BuildComparison, Builds
 
     run = BuildComparison("xgs3300", "lab-v4in4-gcm", Builds("xgs3300", tmp_path / "p.ko", tmp_path / "c.ko"), 4, 2.0,
                           comparisons=[compare_trials("up", UP), compare_trials("down", DOWN)])

@@ -24,7 +24,7 @@ from ipsec_hil import compare_plugin as cp
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.decision.compare import Direction, Verdict, compare_trials
 from ipsec_hil.lab.decision.sequential import SequentialRule
-from ipsec_hil.lab.measuring import build_comparison as bc
+from ipsec_hil.lab.comparing import build_comparison as bc
 from ipsec_hil.lab.reporting.first_screen import verdict_lines
 
 RECORDED = json.loads((Path(__file__).parent / "recorded" / "cpu-x1.041-unresolved.comparison.json").read_text())[0]

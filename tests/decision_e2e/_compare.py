@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from ipsec_hil.lab.measuring.build_comparison import figure_name
+from ipsec_hil.lab.comparing.build_comparison import figure_name
 from lab_factory import TestLab, suite_run
 
 TEST = "tests_hil/test_rates.py::test_forwarded_rate[lab-v4in4-gcm-1x10s-up]"

@@ -35,7 +35,7 @@ def test_bad_values_are_usage_errors(tmp_path, values, why):
 def test_comparison_figures_are_checked_by_name():
     """--compare-figures: the known names pass in order; an unknown, an empty or a repeated one
     is refused naming it (compare_plugin turns the ValueError into a usage error)."""
-    from ipsec_hil.lab.measuring.build_comparison import KNOWN_FIGURES, check_figures
+    from ipsec_hil.lab.comparing.build_comparison import KNOWN_FIGURES, check_figures
 
     assert check_figures(["up", " pdr "]) == ("up", "pdr")
     assert set(KNOWN_FIGURES) == {"up", "down", "pdr", "cpu"}

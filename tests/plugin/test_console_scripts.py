@@ -36,7 +36,7 @@ SCRIPTS = {
     "ipsec-hil-lab": ("ipsec_hil_twin.__main__:main", "ipsec_hil_twin", ["up", "{lab}", "--prefix", "tw0000"], 1, True),
     "ipsec-hil-acceptance": ("ipsec_hil.acceptance:main", "ipsec_hil.acceptance",
                              ["--topology", "{lab}", "--co", "-q", "-p", "no:cacheprovider"], 4, True),
-    "decision-power": (None, "ipsec_hil.lab.measuring.decision_power",
+    "decision-power": (None, "ipsec_hil.lab.comparing.decision_power",
                        ["--topology", "{lab}", "--out", "{tmp}/d.jsonl"], 2, True),
     "bring-up-bench": (None, "ipsec_hil.lab.traffic.bench_bringup", ["{lab}"], 2, False),
 }

@@ -22,7 +22,7 @@ TESTS = """\
 import time
 from ipsec_hil.lab.measuring.measure import Snapshot, settle
 from ipsec_hil.lab.remote import LocalHost
-from ipsec_hil.lab.measuring.timeshare import TRAFFIC, spent
+from ipsec_hil.lab.timeshare import TRAFFIC, spent
 
 class Still:
     name = "dut"

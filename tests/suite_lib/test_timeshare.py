@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ipsec_hil.lab.measuring import timeshare
+from ipsec_hil.lab import timeshare
 from ipsec_hil.lab.measuring.measure import Snapshot, settle
 from ipsec_hil.lab.remote import LocalHost
-from ipsec_hil.lab.measuring.timeshare import (BRING_UP, OTHER, PROBES, SETTLE, SSH, STREAM, TRAFFIC, Breakdown, TimeShare,
+from ipsec_hil.lab.timeshare import (BRING_UP, OTHER, PROBES, SETTLE, SSH, STREAM, TRAFFIC, Breakdown, TimeShare,
                                   markdown, terminal_lines)
 from ipsec_hil.lab.traffic.bench import BenchHost, iperf_run
 

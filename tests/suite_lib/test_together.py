@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from ipsec_hil.lab.measuring import timeshare
+from ipsec_hil.lab import timeshare
 from ipsec_hil.lab.remote.together import each_at_once
-from ipsec_hil.lab.measuring.timeshare import SETTLE, SSH, spent
+from ipsec_hil.lab.timeshare import SETTLE, SSH, spent
 
 
 def test_the_calls_overlap_and_the_results_keep_the_order():

@@ -161,7 +161,7 @@ def test_bench_ping_speaks_iputils():
 
 
 def test_ping6_sockbuf_rule():
-    from ipsec_hil.lab.traffic.ping_argv import PING6_DEFAULT_DATA_MAX, ping6_sockbuf
+    from ipsec_hil.lab.ping_argv import PING6_DEFAULT_DATA_MAX, ping6_sockbuf
 
     assert ping6_sockbuf(None) is None and ping6_sockbuf(PING6_DEFAULT_DATA_MAX) is None
     assert ping6_sockbuf(PING6_DEFAULT_DATA_MAX + 1) >= 2 * (PING6_DEFAULT_DATA_MAX + 1 + 48)

@@ -57,7 +57,7 @@ from ipsec_hil.lab.parsers import (
 from ipsec_hil.lab.parsers._swan import SaList
 from ipsec_hil.lab.parsers.kldstat import KldstatResult
 from ipsec_hil.lab.remote import RunResult, argv
-from ipsec_hil.lab.traffic import ping_argv
+from ipsec_hil.lab import ping_argv
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from ipsec_hil.lab.remote.shell import Host, argv, random_token
-from ipsec_hil.lab.measuring.timeshare import TRAFFIC, spent
+from ipsec_hil.lab.timeshare import TRAFFIC, spent
 
 from .craft import Frame, Inner, InjectError, min_inner
 from .scripts import RECEIVER, SENDER, UDP_SENDER
@@ -137,7 +137,7 @@ def _run_batch(sender: Host, receiver: Host, inner: Inner, cap: float, program: 
 
     The sender's run is "traffic" in the run's breakdown for up to ``paced`` seconds (the
     pacing's duration); the rest of it (the frames' transfer, the program's start) and
-    the receiver's start and answer are charged as usual (ipsec_hil.lab.measuring.timeshare)."""
+    the receiver's start and answer are charged as usual (ipsec_hil.lab.timeshare)."""
     t0 = time.monotonic()
     rx = _Receiver(receiver, inner, cap)
     rx.start()

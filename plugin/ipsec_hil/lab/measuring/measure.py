@@ -33,7 +33,7 @@ from ipsec_hil.lab.expectations.expect import if_drop
 from ipsec_hil.lab.measuring import quiet
 from ipsec_hil.lab.measuring.offload import SaOffload
 from ipsec_hil.lab.remote.together import each_at_once
-from ipsec_hil.lab.measuring.timeshare import SETTLE, spent
+from ipsec_hil.lab.timeshare import SETTLE, spent
 
 ESP_PREFIX = "esp."
 
@@ -106,7 +106,7 @@ def settle(
     """Read snapshots until two consecutive reads are equal; return the last one.
 
     Raises :class:`SettleTimeout` naming the counters that were still moving. Its time,
-    the snapshots' SSH included, is the run's "settle" share (ipsec_hil.lab.measuring.timeshare).
+    the snapshots' SSH included, is the run's "settle" share (ipsec_hil.lab.timeshare).
     """
     return settle_all([appliance], interval, timeout, sleep=sleep, clock=clock)[0]
 

@@ -26,7 +26,7 @@ from ipsec_hil.lab.provision.commands import initiate_children
 from ipsec_hil.lab.provision.plan import CONF_DIR, TunnelPlan, child_plans, conf_path, conn_name
 from ipsec_hil.lab.provision.render import render_swanctl
 from ipsec_hil.lab.provision.secret import Secret, as_secret
-from ipsec_hil.lab.measuring.timeshare import BRING_UP, spent
+from ipsec_hil.lab.timeshare import BRING_UP, spent
 from ipsec_hil.lab.topology import TunnelConfig
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class TunnelProvisioner:
     @contextlib.contextmanager
     def _phase(self, name: str) -> Iterator[None]:
         """Time one phase of up/down into :attr:`timings`; the run's breakdown counts every
-        phase, teardown's too, as "bring-up" (ipsec_hil.lab.measuring.timeshare), SSH inside included."""
+        phase, teardown's too, as "bring-up" (ipsec_hil.lab.timeshare), SSH inside included."""
         t0 = time.monotonic()
         try:
             with spent(BRING_UP):

@@ -18,7 +18,7 @@ from pathlib import Path
 from ipsec_hil.lab.errors import CommandTimeout, TransportError
 from ipsec_hil.lab.remote.fence import guarded
 from ipsec_hil.lab.remote.shell import RunResult, decode_output, random_token, script_file_command, wrap_script
-from ipsec_hil.lab.measuring.timeshare import SSH, spent
+from ipsec_hil.lab.timeshare import SSH, spent
 
 log = logging.getLogger(__name__)
 

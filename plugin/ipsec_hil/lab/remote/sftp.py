@@ -18,9 +18,9 @@ import paramiko
 from ipsec_hil.lab.errors import TransportError
 from ipsec_hil.lab.remote.fence import guarded
 from ipsec_hil.lab.remote.shell import close_quietly, random_token
-from ipsec_hil.lab.measuring.timeshare import SSH, spent
+from ipsec_hil.lab.timeshare import SSH, spent
 
-#: every file operation is SSH round trips: counted with the host's commands (ipsec_hil.lab.measuring.timeshare)
+#: every file operation is SSH round trips: counted with the host's commands (ipsec_hil.lab.timeshare)
 _timed = spent(SSH, within_phase=True)
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from pathlib import Path
 import paramiko
 
 from ipsec_hil.lab.errors import CommandTimeout, HostKeyError, TransportError
-from ipsec_hil.lab.measuring.timeshare import SSH, spent
+from ipsec_hil.lab.timeshare import SSH, spent
 from ipsec_hil.lab.remote import fence
 from ipsec_hil.lab.remote.fence import guarded
 from ipsec_hil.lab.remote.sftp import SftpFiles
@@ -308,7 +308,7 @@ class SshHost(SftpFiles):
         """Run a POSIX sh script: sent on stdin to the literal `/bin/sh -s`.
 
         `stdin` data (if any) becomes the script's stdin (see _wrap); it is never logged.
-        Its time is the run's "ssh" share unless a phase is open (ipsec_hil.lab.measuring.timeshare).
+        Its time is the run's "ssh" share unless a phase is open (ipsec_hil.lab.timeshare).
         """
         timeout = self.command_timeout if timeout is None else timeout
         payload = wrap_script(script, stdin, announce_pid=True)

@@ -5,7 +5,7 @@ one after the other, each pair cost the sum of two SSH round trips (issue 15). E
 has its own connection (SshHost is safe to use from several threads), so the calls run
 in one thread each and the caller waits for the slowest. The wait is charged as a shell
 command (``ssh``, or the phase open around it) in the run's breakdown: the helper threads
-are not the accounted one (ipsec_hil.lab.measuring.timeshare).
+are not the accounted one (ipsec_hil.lab.timeshare).
 
 Library code: no pytest.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Sequence, TypeVar
 
-from ipsec_hil.lab.measuring.timeshare import SSH, spent
+from ipsec_hil.lab.timeshare import SSH, spent
 
 T = TypeVar("T")
 R = TypeVar("R")

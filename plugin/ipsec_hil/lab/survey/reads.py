@@ -1,7 +1,7 @@
 """What the survey reads: every command the suite reads, as the suite sends it.
 
 Why a list of :class:`Read` values: each one is one command line (the exact line the
-suite's code sends -- ipsec_hil.lab.appliance, preflight, traffic.ping_argv), the name of
+suite's code sends -- ipsec_hil.lab.appliance, preflight, ping_argv), the name of
 its file in the bundle and the parser that reads it (``ipsec_hil.lab.parsers.<module>``,
 called directly with the same arguments the suite gives it). The same record tells
 :mod:`ipsec_hil.lab.survey.golden` how to turn the saved output into a golden case.
@@ -19,7 +19,7 @@ from ipsec_hil.lab.expectations.hardware import host_profile
 from ipsec_hil.lab.parsers import cputime
 from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.topology import Topology
-from ipsec_hil.lab.traffic import ping_argv
+from ipsec_hil.lab import ping_argv
 
 #: echoes per size ping, as tests_hil/test_sizes.py sends them
 PING_COUNT = 3

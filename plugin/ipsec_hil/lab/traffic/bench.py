@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ipsec_hil.lab.traffic import ping_argv
+from ipsec_hil.lab import ping_argv
 from ipsec_hil.lab.appliance import IperfServer, ShellCommands
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.measuring.quiet import load_ended
 from ipsec_hil.lab.remote import argv
-from ipsec_hil.lab.measuring.timeshare import PROBES, STREAM, TRAFFIC, spent
+from ipsec_hil.lab.timeshare import PROBES, STREAM, TRAFFIC, spent
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class BenchHost(ShellCommands):
 
         Keyword ``foo_bar=v`` becomes ``--foo-bar v``; ``True`` a bare flag; ``None`` omitted.
         ``run_timeout`` bounds the whole process (``timeout=`` is the probe's own option).
-        Its time is the run's "probes" share (ipsec_hil.lab.measuring.timeshare).
+        Its time is the run's "probes" share (ipsec_hil.lab.timeshare).
         """
         if not name.isidentifier():
             raise ProbeError(f"probe name {name!r} is not a module name")
@@ -171,7 +171,7 @@ def iperf_run(
     ``bind`` the client's source address (``-B``, e.g. to be inside a child's selectors).
     Returns parsers.iperf3's IperfResult; the server is stopped whatever happens.
 
-    In the run's breakdown (ipsec_hil.lab.measuring.timeshare) the ``seconds`` asked are "traffic" and
+    In the run's breakdown (ipsec_hil.lab.timeshare) the ``seconds`` asked are "traffic" and
     everything else -- the server's start and stop, the client's connecting and final
     exchange -- is "stream start/stop".
     """

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ipsec_hil.lab.measuring.quiet import load_ended
-from ipsec_hil.lab.measuring.timeshare import STREAM, TRAFFIC, spent
+from ipsec_hil.lab.timeshare import STREAM, TRAFFIC, spent
 from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.traffic.udp_load import LoadError, parse_udp_json
 

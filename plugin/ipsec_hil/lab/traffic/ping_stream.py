@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ipsec_hil.lab.appliance import Appliance
-from ipsec_hil.lab.measuring.timeshare import TRAFFIC, spent
+from ipsec_hil.lab.timeshare import TRAFFIC, spent
 from ipsec_hil.lab.parsers.ping import PingResult
-from ipsec_hil.lab.tunnel import ActiveTunnel
 
 __all__ = ["PingStream", "TrafficRecord", "ping_stream"]
 
@@ -27,6 +26,16 @@ class TrafficRecord(Protocol):
     """What a stream adds its seconds to (the plugin's test record): the traffic the test asked."""
 
     traffic_seconds: float
+
+
+class Tunnel(Protocol):
+    """What a stream needs of a tunnel (an :class:`ipsec_hil.lab.tunnel.ActiveTunnel`): its
+    local appliance and each end's inner address. A protocol, not the class: traffic sits
+    below the tunnel layer (the layers: tests/plugin/test_import_graph.py)."""
+
+    local: Appliance
+
+    def inner_address(self, end: str) -> str: ...
 
 
 @dataclass
@@ -88,12 +97,12 @@ class PingStream:
 
 
 @contextmanager
-def ping_stream(tunnel: ActiveTunnel, seconds: float, interval: float, record: TrafficRecord) -> Iterator[PingStream]:
+def ping_stream(tunnel: Tunnel, seconds: float, interval: float, record: TrafficRecord) -> Iterator[PingStream]:
     """The local appliance's own echoes to the remote LAN address, for the block's length.
 
     The stream is the test's traffic: its seconds are added to the record's traffic asked,
     and the block's time with the wait for the stream's end is "traffic" up to them
-    (ipsec_hil.lab.measuring.timeshare; the wait was "other" before, 6.4 s of a 9 s stream)."""
+    (ipsec_hil.lab.timeshare; the wait was "other" before, 6.4 s of a 9 s stream)."""
     s = PingStream(tunnel.local, tunnel.inner_address("remote"), tunnel.inner_address("local"), seconds, interval)
     record.traffic_seconds += seconds
     s.start()

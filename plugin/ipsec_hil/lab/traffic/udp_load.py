@@ -31,7 +31,7 @@ the reader's lag, not the path's.
 Latency: round trips of ``ping`` from the bench to the far end while iperf3 offers the
 load (a timestamped probe on one clock; a round trip, stated as such on the page).
 
-In the run's breakdown (ipsec_hil.lab.measuring.timeshare) a trial's duration and a probe's seconds
+In the run's breakdown (ipsec_hil.lab.timeshare) a trial's duration and a probe's seconds
 of load are "traffic", like an iperf3 stream's seconds, and the one-off server around
 them "stream start/stop"; the test adds the same seconds to its record's traffic asked.
 
@@ -51,7 +51,7 @@ from ipsec_hil.lab.decision.search import TrialResult
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.measuring.quiet import load_ended
 from ipsec_hil.lab.remote import argv
-from ipsec_hil.lab.measuring.timeshare import STREAM, TRAFFIC, spent
+from ipsec_hil.lab.timeshare import STREAM, TRAFFIC, spent
 
 RTT_RE = re.compile(r"icmp_seq=(\d+) .*time=([0-9.]+) ms")
 

@@ -3,7 +3,7 @@
 Why: the decision's simulation (``python -m ipsec_hil.lab.decision.sequential``) says what
 the rule does with the noise it assumes; this says what the whole comparison phase does on
 a lab -- build swaps, warm-up streams, TCP, the DUT's CPU ticks, the lab's own noise. It
-runs :func:`ipsec_hil.lab.measuring.build_comparison.compare_builds` (the code the gate
+runs :func:`ipsec_hil.lab.comparing.build_comparison.compare_builds` (the code the gate
 runs) again and again on one tunnel, with candidates built to differ from the parent by a
 known factor, and counts the verdicts. No assert: the table is the result.
 
@@ -60,7 +60,7 @@ from ipsec_hil.lab.decision.compare import Rule, compare_trials
 from ipsec_hil.lab.decision.sequential import FIXED_PAIRS, SequentialRule
 from ipsec_hil.lab.driver import DriverDeployment
 from ipsec_hil.lab.live_lab import Lab
-from ipsec_hil.lab.measuring.build_comparison import (CPU, RATE_CONFIGURATION, Builds, compare_builds, direction_of,
+from ipsec_hil.lab.comparing.build_comparison import (CPU, RATE_CONFIGURATION, Builds, compare_builds, direction_of,
                                                       figure_name, unit_of)
 from ipsec_hil.lab.tunnel import bring_up
 from ipsec_hil.virtual_lab import VirtualLabError
@@ -339,7 +339,7 @@ def _levels(text: str) -> list[float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = ArgumentParser(prog="python -m ipsec_hil.lab.measuring.decision_power", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m ipsec_hil.lab.comparing.decision_power", description=__doc__.split("\n")[0])
     ap.add_argument("--topology", type=Path, default=Path("topologies/virtual.yaml"),
                     help="the lab file (default: the virtual lab, started and torn down here)")
     ap.add_argument("--no-noise", action="store_true", help="a virtual lab without the twin's noise model")
