@@ -127,9 +127,10 @@ class Initiator:
         log(f"[IKE] authentication of '{local_id}' (myself) with pre-shared key")
         spi = self.children.new_spi()
         uid = next(self.state.child_uid)
-        # ike_natd.c process_i: NAT detected, or MOBIKE enabled and the peer supports NAT-T
-        sa.floated = bool(conn.encap or conn.mobike)
-        auth = {"exchange": "IKE_AUTH", "idi": local_id, "float": sa.floated,
+        # ike_natd.c process_i: NAT detected, or MOBIKE enabled and the peer supports NAT-T;
+        # IKE_AUTH and all after it then go to UDP 4500 behind the non-ESP marker (ike.natt)
+        sa.floated = bool(conn.encap or conn.mobike) and self.transport.can_float
+        auth = {"exchange": "IKE_AUTH", "idi": local_id,
                 "auth": proto.psk_auth(psk.secret, sa.init_req, sa.nr, local_id)}
         if cfg is not None:
             log(f"[IKE] establishing CHILD_SA {cfg.name}{{{uid}}}")

@@ -176,8 +176,9 @@ class IkeSA:
     floated: bool = False
     """The IKE_SA moved to UDP 4500 (ike_sa.c float_ports): the initiator after IKE_SA_INIT
     when a NAT was detected (here: encap = yes) or MOBIKE is enabled and the peer supports
-    NAT-T (the twin's peer always does); the responder when IKE_AUTH arrives there. Its
-    endpoints then read [4500] in --list-sas and the [NET] lines (ike_port)."""
+    NAT-T (the twin's peer always does); the responder when IKE_AUTH (or any later request)
+    arrives there. Its datagrams then travel on UDP 4500 (ike.natt), and its endpoints read
+    [4500] in --list-sas and the [NET] lines (ike_port)."""
     state: str = "CONNECTING"
     established_at: float = 0.0
     next_mid: int = 0
@@ -219,7 +220,6 @@ IKE_PORT, NATT_PORT = 500, 4500
 
 def ike_port(sa: IkeSA, port: int) -> int:
     """An endpoint port of ``sa`` as strongSwan reports it: ``port`` (the configured or
-    socket's one), or 4500 once the SA floated from the default 500. The twin's JSON
-    datagrams stay on its daemon's socket (UDP 500: the engine owns 4500 for ESP in UDP, and
-    the twin's protocol is not IKEv2); what the float changes is what an appliance shows."""
+    socket's one), or 4500 once the SA floated from the default 500 -- where its datagrams
+    then go, behind the non-ESP marker (ipsec_hil_twin.ike.natt)."""
     return NATT_PORT if sa.floated and port == IKE_PORT else port

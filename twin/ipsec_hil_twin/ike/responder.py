@@ -34,14 +34,17 @@ class Responder:
 
     async def on_request(self, msg: dict, raw: bytes, addr: Any, ep: Endpoint) -> None:
         try:
-            reply = await self.respond(msg, raw, addr)
+            reply = await self.respond(msg, raw, addr, natt=getattr(ep, "natt", False))
         except Exception as exc:  # never let one bad packet kill the daemon
             self.state.log(f"error handling {msg.get('exchange')} from {addr[0]}: {exc!r}")
             return
         if reply is not None and ep.transport is not None:
             ep.transport.sendto(reply, addr)
 
-    async def respond(self, msg: dict, raw: bytes, addr) -> bytes | None:
+    async def respond(self, msg: dict, raw: bytes, addr, natt: bool = False) -> bytes | None:
+        """The reply to one request (None: none is sent). ``natt``: it came to UDP 4500,
+        which floats its IKE_SA there (strongSwan's ike_sa.c float_ports, on the responder
+        when IKE_AUTH, or any later request, arrives on 4500)."""
         ex = msg["exchange"]
         peer = addr[0].split("%")[0]
         if peer.startswith("::ffff:"):
@@ -57,6 +60,8 @@ class Responder:
         if not proto.verify(msg, sa.mac_key(bool(msg.get("from_initiator")))):
             self.state.log(f"{ex} from {peer}: integrity check failed, dropped")
             return None
+        if natt:
+            sa.floated = True
         mid = msg["mid"]
         if mid in sa.responses:
             return sa.responses[mid]
@@ -123,7 +128,6 @@ class Responder:
 
     async def respond_auth(self, sa: IkeSA, msg: dict) -> dict | None:
         idi, idr = str(msg.get("idi", "")), msg.get("idr")
-        sa.floated = bool(msg.get("float"))  # IKE_AUTH came to 4500: the SA's ports follow
         conn = self.state.config.pick_conn(sa.local, sa.remote, idi, idr)
         if conn is None:
             self.state.log(f"looking for peer configs matching {sa.local}[{idr or '%any'}]...{sa.remote}[{idi}]: "

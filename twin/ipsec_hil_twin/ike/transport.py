@@ -1,5 +1,5 @@
-"""UDP 500 for the daemon: the listening sockets, the per-address request sockets, and
-one request with strongSwan's retransmission schedule.
+"""UDP 500 (and 4500 once an IKE_SA floats) for the daemon: the listening sockets, the
+per-address request sockets, and one request with strongSwan's retransmission schedule.
 
 Why apart from the roles: both the initiator (IKE_SA_INIT, IKE_AUTH, CREATE_CHILD_SA)
 and the child-SA teardown (INFORMATIONAL) send requests and wait for the matching
@@ -12,8 +12,8 @@ import os
 import socket
 from typing import Any, Protocol
 
-from . import proto
-from .model import IkeSA, Log, ike_port
+from . import natt, proto
+from .model import IKE_PORT, IkeSA, Log
 from .state import IkeState
 
 
@@ -65,6 +65,26 @@ class Endpoint(asyncio.DatagramProtocol):
         self.owner.state.log(f"UDP error (the retransmits decide): {exc!r}")
 
 
+class NattReply:
+    """The endpoint a request that came to UDP 4500 is answered through: the marker, port
+    4500 and the address it came to (``natt.NattSender``)."""
+
+    natt = True
+
+    def __init__(self, sender: natt.NattSender, local: str) -> None:
+        self.sender, self.local = sender, local
+        self.transport = self
+
+    def sendto(self, data: bytes, addr) -> None:
+        self.sender.sendto(data, addr, self.local)
+
+    def get_extra_info(self, name: str, default=None):
+        return self.sender.get_extra_info(name, default)
+
+    def is_closing(self) -> bool:
+        return self.sender.is_closing()
+
+
 class Transport:
     """UDP 500 of one daemon: requests with retransmits out, datagrams in (responses to
     their requests, requests to the RequestHandler given to listen())."""
@@ -76,6 +96,10 @@ class Transport:
         self.pending: dict[tuple[str, int], asyncio.Future] = {}
         self.listeners: list[Endpoint] = []
         self.clients: dict[str, Endpoint] = {}
+        self.natt: natt.NattSender | None = None
+        """UDP 4500 (ike.natt), open when the daemon is on the default port 500: strongSwan
+        floats only from there (ike_sa.c float_ports)."""
+        self.natt_socks: list[socket.socket] = []
 
     async def listen(self, handler: RequestHandler) -> None:
         """The wildcard sockets on UDP `port`, IPv4 and (where the namespace has it) IPv6;
@@ -96,6 +120,17 @@ class Transport:
                 raise
             _, ep = await loop.create_datagram_endpoint(lambda: Endpoint(self), sock=sock)
             self.listeners.append(ep)
+        if self.state.port == IKE_PORT:
+            self.natt, self.natt_socks = natt.open_natt(self._natt_datagram, loop)
+
+    @property
+    def can_float(self) -> bool:
+        """Whether an IKE_SA of this daemon may move to UDP 4500."""
+        return self.natt is not None
+
+    def _natt_datagram(self, data: bytes, addr, local: str) -> None:
+        assert self.natt is not None
+        self.on_datagram(data, addr, NattReply(self.natt, local))
 
     async def _client(self, local: str) -> Endpoint:
         ep = self.clients.get(local)
@@ -129,20 +164,22 @@ class Transport:
             log(f"[ENC] generating {msg['exchange']} request {mid} [ {desc} ]")
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self.pending[(sa.spi_i, mid)] = fut
-        ep = await self._client(sa.local)
+        ep: Endpoint | NattReply = (NattReply(self.natt, sa.local) if sa.floated and self.natt is not None
+                                    else await self._client(sa.local))
+        dest = (sa.remote, natt.NATT_PORT if isinstance(ep, NattReply) else sa.remote_port)
         try:
             for k, wait in enumerate(self.timing.waits()):
                 if k:
                     log(f"[IKE] retransmit {k} of request with message ID {mid}")
                 if not suppress:
                     assert ep.transport is not None
-                    ep.transport.sendto(data, (sa.remote, sa.remote_port))
+                    ep.transport.sendto(data, dest)
                 port = ep.transport.get_extra_info("sockname")[1] if ep.transport else 0
-                shown, peer = ike_port(sa, port), ike_port(sa, sa.remote_port)
+                shown, peer = port, dest[1]
                 log(f"[NET] sending packet: from {_fmt(sa.local, shown)} to {_fmt(sa.remote, peer)} ({len(data)} bytes)")
                 try:
                     resp, raw, addr = await asyncio.wait_for(asyncio.shield(fut), wait)
-                    log(f"[NET] received packet: from {_fmt(addr[0], ike_port(sa, addr[1]))} to "
+                    log(f"[NET] received packet: from {_fmt(addr[0], addr[1])} to "
                         f"{_fmt(sa.local, shown)} ({len(raw)} bytes)")
                     return resp, raw
                 except asyncio.TimeoutError:
@@ -152,7 +189,7 @@ class Transport:
         finally:
             self.pending.pop((sa.spi_i, mid), None)
 
-    def on_datagram(self, data: bytes, addr, ep: Endpoint) -> None:
+    def on_datagram(self, data: bytes, addr, ep: Endpoint | NattReply) -> None:
         """A response completes its request's future; a request goes to the responder."""
         if self.state.faults.params("peer_unreachable") is not None:
             return
