@@ -45,11 +45,11 @@ def _is_type_checking_guard(node: ast.stmt) -> bool:
         or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
 
 
-def import_edges(repo: Path = REPO, package: str = PACKAGE) -> list[tuple[str, str, bool]]:
-    """(module, package module it imports, whether only under ``if TYPE_CHECKING:``) for every
-    import anywhere in a module's body (functions included, ``__main__`` guards not)."""
+def import_sites(repo: Path = REPO, package: str = PACKAGE) -> list[tuple[str, str, bool, Path, int]]:
+    """(module, package module it imports, whether only under ``if TYPE_CHECKING:``, file, line)
+    for every import anywhere in a module's body (functions included, ``__main__`` guards not)."""
     modules = {module_name(p, repo): p for p in (repo / package).rglob("*.py")}
-    edges: list[tuple[str, str, bool]] = []
+    sites: list[tuple[str, str, bool, Path, int]] = []
     for mod, path in sorted(modules.items()):
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
@@ -73,8 +73,13 @@ def import_edges(repo: Path = REPO, package: str = PACKAGE) -> list[tuple[str, s
                 while t and t not in modules:  # `import ipsec_hil.lab.x as y` / attribute imports
                     t = t.rpartition(".")[0]
                 if t and t != mod and not mod.startswith(t + "."):  # a package's own __init__ is not a circle
-                    edges.append((mod, t, id(node) in type_only))
-    return edges
+                    sites.append((mod, t, id(node) in type_only, path, node.lineno))
+    return sites
+
+
+def import_edges(repo: Path = REPO, package: str = PACKAGE) -> list[tuple[str, str, bool]]:
+    """(module, package module it imports, whether only under ``if TYPE_CHECKING:``)."""
+    return [(mod, target, typed) for mod, target, typed, _, _ in import_sites(repo, package)]
 
 
 def type_only_imports(repo: Path = REPO, package: str = PACKAGE) -> list[tuple[str, str]]:
@@ -168,3 +173,128 @@ def test_the_graph_sees_lazy_imports(tmp_path):
     (pkg / "one.py").write_text("def f():\n    from ipsec_hil import two\n")
     (pkg / "two.py").write_text("from ipsec_hil.one import f\n")
     assert find_cycle(import_graph(tmp_path)) == ["ipsec_hil.one", "ipsec_hil.two", "ipsec_hil.one"]
+
+
+# -- Folders in layers (issue 53): each folder of lab/ and of the twin (and each module
+# directly in them) imports only its own layer and those below it, and no folder-level loop.
+# Why folders and not only modules: the modules had no circle while lab/'s folders formed one
+# loop of 12 (remote -> measuring.timeshare -> ... -> remote): a reader could not start at
+# the bottom of the house and read up. Each layer is named here, bottom first; a new folder
+# or top-level module must be placed in one (test_every_folder_is_in_a_layer), and
+# docs/DESIGN.md's "The layers at a glance" draws the same order.
+
+LAB_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("core", ("errors", "timeshare", "topology", "expectations", "parsers", "ping_argv", "decision", "cases")),
+    ("transport", ("remote", "files", "sharing")),
+    ("measuring", ("measuring",)),
+    ("appliance", ("appliance",)),
+    ("provisioning", ("provision", "driver")),
+    ("traffic", ("traffic", "probes", "inject")),
+    # the page sits below the live lab only while live_lab reads hardware_info from
+    # reporting.report (issue 53: the page stops talking to appliances, then it goes on top)
+    ("page", ("reporting",)),
+    ("lab", ("dead_runs", "live_lab", "tunnel", "rekey", "preflight")),
+    ("programs", ("comparing", "survey")),
+)
+TWIN_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("core", ("errors", "jsonl", "personality", "machinery")),
+    ("faults", ("faults",)),
+    ("engine", ("engine",)),
+    ("fbsd", ("fbsd",)),
+    ("daemons", ("ike", "shell")),
+    ("lifecycle", ("lifecycle",)),
+    ("programs", ("bench", "__main__")),
+)
+LAYERS = {"ipsec_hil.lab": (SOURCES["ipsec_hil"] / "ipsec_hil" / "lab", LAB_LAYERS)}
+#: What lab/ may import of ipsec_hil outside it: the console scripts' one-line answers
+#: (standard library only), anywhere; and the virtual lab's start/stop (ipsec_hil.virtual_lab,
+#: the lab's errors and topology only), in its programs layer -- it is a program of the lab
+#: that lives among the plugin glue's files.
+LAB_MAY_IMPORT = {"ipsec_hil.cli": None, "ipsec_hil.exitcodes": None, "ipsec_hil.virtual_lab": "programs"}
+
+
+def node_of(module: str, package: str) -> str | None:
+    """The folder (or top-level module) of ``package`` that ``module`` is in, None outside."""
+    if not module.startswith(package + "."):
+        return None
+    return module[len(package) + 1:].split(".")[0]
+
+
+def folder_nodes(folder: Path) -> set[str]:
+    return {p.stem if p.is_file() else p.name for p in folder.iterdir()
+            if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
+
+
+def folder_imports(folder: Path, package: str, repo: Path | None = None, top: str | None = None):
+    """(node, node it imports, file, line) for every import between two folders of ``package``."""
+    repo = repo or folder.parents[package.count(".")]
+    for mod, target, _, path, line in import_sites(repo, top or package.split(".")[0]):
+        src, dst = node_of(mod, package), node_of(target, package)
+        if src and dst and src != dst:
+            yield src, dst, mod, target, path, line
+
+
+def layer_violations(folder: Path, package: str, layers, repo: Path | None = None) -> list[str]:
+    rank = {node: (i, name) for i, (name, nodes) in enumerate(layers) for node in nodes}
+    out: list[str] = []
+    for src, dst, mod, target, path, line in dict.fromkeys(folder_imports(folder, package, repo)):
+        if src in rank and dst in rank and rank[dst][0] > rank[src][0]:
+            out.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{line}: {mod} imports "
+                       f"{target}: layer {rank[src][1]!r} ({src}) may not import the higher layer {rank[dst][1]!r} ({dst})")
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_every_folder_is_in_a_layer(package):
+    folder, layers = LAYERS[package]
+    placed = [node for _, nodes in layers for node in nodes]
+    assert len(placed) == len(set(placed)), f"{package}: a folder in two layers: {placed}"
+    on_disk = folder_nodes(folder)
+    assert not on_disk - set(placed), f"{package}: place each in a layer (tests/plugin/test_import_graph.py): {sorted(on_disk - set(placed))}"
+    assert not set(placed) - on_disk, f"{package}: layers name what is not there: {sorted(set(placed) - on_disk)}"
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_no_folder_level_loop(package):
+    folder, _ = LAYERS[package]
+    graph: dict[str, set[str]] = {node: set() for node in folder_nodes(folder)}
+    for src, dst, *_ in folder_imports(folder, package):
+        graph.setdefault(src, set()).add(dst)
+        graph.setdefault(dst, set())
+    cycle = find_cycle(graph)
+    assert cycle is None, f"folder-level import loop in {package}: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_no_folder_imports_a_higher_layer(package):
+    folder, layers = LAYERS[package]
+    assert not layer_violations(folder, package, layers), "\n".join(layer_violations(folder, package, layers))
+
+
+def test_the_lab_imports_no_plugin_glue():
+    """lab/ is the library (no pytest); of the package around it only LAB_MAY_IMPORT."""
+    folder, layers = LAYERS["ipsec_hil.lab"]
+    rank = {node: name for name, nodes in layers for node in nodes}
+    wrong = [f"{path.relative_to(ROOT)}:{line}: {mod} imports {target}"
+             for mod, target, _, path, line in dict.fromkeys(import_sites(SOURCES["ipsec_hil"], "ipsec_hil"))
+             if mod.startswith("ipsec_hil.lab.") and not target.startswith("ipsec_hil.lab")
+             and (target not in LAB_MAY_IMPORT
+                  or LAB_MAY_IMPORT[target] not in (None, rank.get(node_of(mod, "ipsec_hil.lab"))))]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_layer_check_names_file_line_and_import(tmp_path):
+    """A low folder importing a high one fails, naming the file, the line and the import."""
+    pkg = tmp_path / "ipsec_hil_twin"
+    for d in ("low", "high"):
+        (pkg / d).mkdir(parents=True)
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "high" / "b.py").write_text("from ipsec_hil_twin.low import a\n")
+    (pkg / "low" / "a.py").write_text('"""doc"""\n\ndef f():\n    from ipsec_hil_twin.high import b\n')
+    layers = (("bottom", ("low",)), ("top", ("high",)))
+    assert layer_violations(pkg, "ipsec_hil_twin", layers, tmp_path) == [
+        f"{pkg / 'low' / 'a.py'}:4: ipsec_hil_twin.low.a imports ipsec_hil_twin.high.b: "
+        "layer 'bottom' (low) may not import the higher layer 'top' (high)"]
+    graph = {"low": {"high"}, "high": {"low"}}
+    assert find_cycle(graph) == ["high", "low", "high"]
