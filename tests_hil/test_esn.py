@@ -126,3 +126,5 @@ def test_esn_outbound_across_2_32(tunnel, record, meter, start_sequence, renewed
     expect_conserved(m.ledger, tunnel.encrypted_refs("local"), tunnel.decrypted_refs("remote"),
                      "the peer decrypted every frame the appliance encrypted across 2^32",
                      drops=tunnel.loss_doors("local"), tolerance=0.0, at_least=PINGS)
+    record.figure("hw offl doors checked (FreeBSD 15)", tunnel.expect_offload_door(
+        m.ledger, "across 2^32", sender="local", at_least=PINGS))

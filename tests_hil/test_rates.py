@@ -57,5 +57,7 @@ def test_first_stream_after_boot(tunnel, record, meter, stream, traffic_seconds,
                      "after the boot, frames the peer encrypted = frames the appliance decrypted",
                      drops=tunnel.loss_doors("remote"), tolerance=tunnel.loss_rule("remote"),
                      at_least=tunnel.least_stream_packets(res))
+    record.figure("hw offl doors checked (FreeBSD 15)", tunnel.expect_offload_door(
+        m.ledger, "the first stream after boot", sender="remote", at_least=tunnel.least_stream_packets(res)))
     with known_issue(tunnel.known_issue(FIRST_STREAM_AFTER_BOOT)):
         expect_at_least(res.received_bps / 1e6, floor.mbit, f"first stream after boot ({floor})", unit="Mbit/s")

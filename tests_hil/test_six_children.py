@@ -59,6 +59,8 @@ def test_six_streams_each_tunnel_carries(tunnel, record, meter, bench_route, tra
                      "frames the 136 handed its engine = frames the peer decrypted",
                      drops=tunnel.loss_doors("local"), tolerance=tunnel.loss_rule("local"), at_least=least)
     tunnel.expect_offload_carried(m.ledger, "six streams at once")
+    record.figure("hw offl doors checked (FreeBSD 15)", tunnel.expect_offload_door(
+        m.ledger, "six streams at once", sender="local", at_least=least))
 
 
 def _children(app, tunnel):
