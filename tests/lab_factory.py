@@ -87,7 +87,7 @@ class TestLab(VirtualLab):
 
     def attach(self):
         """The twin's own in-process handle on this lab (faults, control requests)."""
-        from ipsec_hil_twin.machinery.lab import Lab
+        from ipsec_hil_twin.lifecycle.lab import Lab
 
         return Lab.attach(run_dir=self.run_dir)
 

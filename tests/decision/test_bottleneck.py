@@ -72,7 +72,7 @@ def test_a_bad_queue_names_the_file_line_and_field():
 def test_the_twins_shaper_holds_the_stated_queue_bucket_and_queue_together():
     """Both ends of a shaped wire: tbf's bucket plus its queue equal the port's stated bytes."""
     from ipsec_hil_twin.machinery import netns as tn
-    from ipsec_hil_twin.machinery.lab import _free_prefix
+    from ipsec_hil_twin.lifecycle.lab import _free_prefix
 
     prefix = _free_prefix()
     spec = tn.NetworkSpec(prefix, [tn.HostSpec("a", "appliance"), tn.HostSpec("b", "bench")], [

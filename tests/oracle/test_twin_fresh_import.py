@@ -37,8 +37,8 @@ for info in pkgutil.walk_packages(ipsec_hil_twin.__path__, "ipsec_hil_twin."):
     importlib.import_module(info.name)
     imported.append(info.name)
 
-from ipsec_hil_twin.machinery import labfiles, supervisor  # the path `up` takes through a lab file
-from ipsec_hil_twin.machinery.lab import Lab
+from ipsec_hil_twin.lifecycle import labfiles, supervisor  # the path `up` takes through a lab file
+from ipsec_hil_twin.lifecycle.lab import Lab
 from ipsec_hil_twin.machinery.runtime import RunDir
 
 topo = labfiles.load_lab_topology(Path(sys.argv[1]))

@@ -205,7 +205,8 @@ TWIN_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("lifecycle", ("lifecycle",)),
     ("programs", ("bench", "__main__")),
 )
-LAYERS = {"ipsec_hil.lab": (SOURCES["ipsec_hil"] / "ipsec_hil" / "lab", LAB_LAYERS)}
+LAYERS = {"ipsec_hil.lab": (SOURCES["ipsec_hil"] / "ipsec_hil" / "lab", LAB_LAYERS),
+          "ipsec_hil_twin": (SOURCES["ipsec_hil_twin"] / "ipsec_hil_twin", TWIN_LAYERS)}
 #: What lab/ may import of ipsec_hil outside it: the console scripts' one-line answers
 #: (standard library only), anywhere; and the virtual lab's start/stop (ipsec_hil.virtual_lab,
 #: the lab's errors and topology only), in its programs layer -- it is a program of the lab

@@ -51,7 +51,7 @@ def pause_at(resolved: str, run_id: str, named: str, config_id: str, module: str
     from safety._every_step import config_from_id, parse_step
     from safety._lab import FAULT, bench_host, scenario
 
-    from ipsec_hil_twin.machinery.lab import Lab
+    from ipsec_hil_twin.lifecycle.lab import Lab
 
     topo = load_topology(resolved, models=REGISTRY)
     apps, _ = build_appliances(topo)

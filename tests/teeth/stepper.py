@@ -54,7 +54,7 @@ def _plan() -> dict[str, Any] | None:
 
 def _switch(run_dir: str, f: dict[str, Any], on: bool) -> None:
     from ipsec_hil_twin import faults as F
-    from ipsec_hil_twin.machinery.lab import control_request
+    from ipsec_hil_twin.lifecycle.lab import control_request
     from ipsec_hil_twin.machinery.runtime import RunDir
 
     hd = RunDir(run_dir).host_dir(f["host"])
@@ -86,7 +86,7 @@ def _lab_settled(run_dir: str) -> None:
     after any reboot under way; the fault is off by then, so its loop starts none later.
     """
     from ipsec_hil_twin.machinery.runtime import RunDir
-    from ipsec_hil_twin.machinery.supervisor import request
+    from ipsec_hil_twin.lifecycle.supervisor import request
 
     run = RunDir(run_dir)
     deadline = time.monotonic() + BACK_S

@@ -13,7 +13,7 @@ import pytest
 
 from ipsec_hil.lab.parsers import boottime
 from ipsec_hil_twin.faults import active_faults, set_fault
-from ipsec_hil_twin.machinery.lab import available_components, control_request
+from ipsec_hil_twin.lifecycle.lab import available_components, control_request
 from ipsec_hil_twin.machinery.runtime import RunDir, read_json
 
 from tests.twin_lab.conftest import needs_root

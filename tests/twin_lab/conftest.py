@@ -25,13 +25,13 @@ def small_topology() -> Path:
 def fresh_prefix():
     """A prefix no lab uses; afterwards, nothing with it may remain (checked, then removed)."""
     from ipsec_hil_twin.machinery import netns as tn
-    from ipsec_hil_twin.machinery.lab import _free_prefix, teardown
+    from ipsec_hil_twin.lifecycle.lab import _free_prefix, teardown
     from ipsec_hil_twin.machinery.runtime import RunDir
 
     prefix = _free_prefix()
     yield prefix
-    from ipsec_hil_twin.machinery.lab import LabBuildError
-    from ipsec_hil_twin.machinery.supervisor import down
+    from ipsec_hil_twin.lifecycle.lab import LabBuildError
+    from ipsec_hil_twin.lifecycle.supervisor import down
 
     leftovers = tn.list_namespaces(prefix) + tn.root_links(prefix)
     try:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from ipsec_hil_twin.machinery import netns as tn
-from ipsec_hil_twin.machinery.lab import Lab, LabBuildError, fake_module
+from ipsec_hil_twin.lifecycle.lab import Lab, LabBuildError, fake_module
 from ipsec_hil_twin.machinery.runtime import read_json
 
 from .conftest import HERE, needs_root
@@ -162,7 +162,7 @@ def test_the_virtual_topology_builds(fresh_prefix):
 ])
 def test_component_that_never_answers_is_named(small_topology, fresh_prefix, monkeypatch, argv, message):
     """A component that hangs or dies is named in the error, with its log; nothing is left."""
-    import ipsec_hil_twin.machinery.lab as lab_mod
+    import ipsec_hil_twin.lifecycle.lab as lab_mod
     real = lab_mod.Lab._component
 
     def component(self, host, comp, launch):
@@ -193,7 +193,7 @@ def test_host_files_come_from_the_typed_model_and_the_twins_personality(small_to
     emulated sysctl serves; driver and module come from ipsec_hil_twin.personality, not the suite."""
     from ipsec_hil.lab.topology import load_topology
     from ipsec_hil.lab.expectations.hardware import REGISTRY
-    from ipsec_hil_twin.machinery.labfiles import host_json, network_spec
+    from ipsec_hil_twin.lifecycle.labfiles import host_json, network_spec
     from ipsec_hil_twin.machinery.runtime import RunDir
 
     text = small_topology.read_text().replace(
@@ -226,7 +226,7 @@ def test_noise_and_cpus_reach_host_json_and_a_builds_factors_survive_a_boot(tmp_
     null, off), hw.ncpu's count with it; state.json at boot carries the driver file's
     `twin-rate-factor` / `twin-cpu-factor` as kldload would, so a build installed at the
     module's path is the same build after a reboot."""
-    from ipsec_hil_twin.machinery.labfiles import boot_state, host_json, load_lab_topology
+    from ipsec_hil_twin.lifecycle.labfiles import boot_state, host_json, load_lab_topology
     from ipsec_hil_twin.machinery.runtime import HostDir, RunDir
 
     topo = load_lab_topology(HERE / "lab_cpu_noise.yaml")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ipsec_hil_twin.machinery import netns as tn
-from ipsec_hil_twin.machinery.lab import alive
+from ipsec_hil_twin.lifecycle.lab import alive
 from ipsec_hil_twin.machinery.runtime import RunDir, read_json
 
 from .conftest import needs_root
@@ -78,7 +78,7 @@ def test_sigkill_supervisor_then_down_all_dead(small_topology, fresh_prefix):
     assert r.returncode == 0, r.stderr
     removed = json.loads(r.stdout)["removed"]
     if fresh_prefix not in removed:
-        # Every `twin up` runs the same cleanup_dead (ipsec_hil_twin.machinery.supervisor.spawn) first: under
+        # Every `twin up` runs the same cleanup_dead (ipsec_hil_twin.lifecycle.supervisor.spawn) first: under
         # xdist the other worker's lab start can tear this crashed lab down between the
         # SIGKILL and this `down` (CI: removed == []). Whoever ran it, nothing may remain --
         # and if nobody did, assert_gone fails.
@@ -90,7 +90,7 @@ def test_sigkill_supervisor_then_down_all_dead(small_topology, fresh_prefix):
 
 
 def test_two_labs_and_up_cleans_dead(small_topology, fresh_prefix):
-    from ipsec_hil_twin.machinery.lab import _free_prefix
+    from ipsec_hil_twin.lifecycle.lab import _free_prefix
     second = _free_prefix()
     third = _free_prefix()
     try:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ipsec_hil_twin.machinery.lab import alive, available_components, control_request
+from ipsec_hil_twin.lifecycle.lab import alive, available_components, control_request
 from ipsec_hil_twin.machinery.runtime import RunDir, read_json, write_json_atomic
 
 from .conftest import needs_root
@@ -116,7 +116,7 @@ def test_a_rebooted_appliance_runs_its_kernel_before_any_daemon():
     The suite sees a reboot end when SSH answers; with the three started together, sshd
     answered while the engine still imported under CI load, and the suite's re-initiate met
     no kernel (a fault-matrix false alarm: "unable to install ... SAD in kernel")."""
-    from ipsec_hil_twin.machinery.lab import Lab
+    from ipsec_hil_twin.lifecycle.lab import Lab
 
     calls: list[tuple[str, tuple[str, ...]]] = []
     lab = Lab.__new__(Lab)

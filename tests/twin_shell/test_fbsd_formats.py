@@ -598,7 +598,7 @@ def test_b64decode_pipeline_in_csh(appliance):
 
 def test_shutdown_r_now_asks_the_supervisor(appliance):
     path = read_json(appliance.hd.host_json)["paths"]["supervisor_sock"]
-    sup = JsonlDouble(path, lambda req: {"ok": True, "accepted": True})  # ipsec_hil_twin.machinery.supervisor's socket
+    sup = JsonlDouble(path, lambda req: {"ok": True, "accepted": True})  # ipsec_hil_twin.lifecycle.supervisor's socket
     try:
         r = appliance.run("shutdown -r now")
         assert r.status == 0 and r.out.startswith("Shutdown NOW!\n")
@@ -852,7 +852,7 @@ def test_lab_file_os_chooses_the_release_and_refuses_a_wrong_pair(tmp_path):
     from ipsec_hil.lab.errors import TopologyError
     from ipsec_hil.lab.topology import parse_topology
     from ipsec_hil_twin.personality import MODELS as REGISTRY  # the twin reads lab files with its own models
-    from ipsec_hil_twin.machinery.labfiles import host_json
+    from ipsec_hil_twin.lifecycle.labfiles import host_json
     from ipsec_hil_twin.machinery.runtime import RunDir
 
     from ipsec_hil_twin import SOURCE_ROOT

@@ -14,7 +14,7 @@ import sys
 
 from ipsec_hil_twin import faults
 from ipsec_hil_twin.errors import TwinError
-from ipsec_hil_twin.machinery.lab import Lab, LabBuildError, cleanup_dead, find_run, list_runs
+from ipsec_hil_twin.lifecycle.lab import Lab, LabBuildError, cleanup_dead, find_run, list_runs
 from ipsec_hil_twin.machinery.runtime import read_json
 from ipsec_hil.lab.topology import TopologyError  # the lab file's schema: the one contract shared with the suite
 
@@ -26,10 +26,10 @@ def _components(value: str | None) -> list[str] | None:
 
 
 def cmd_up(a: argparse.Namespace) -> int:
-    from ipsec_hil_twin.machinery import supervisor
+    from ipsec_hil_twin.lifecycle import supervisor
     comps = _components(a.components)
     if a.foreground:
-        from ipsec_hil_twin.machinery.lab import _free_prefix
+        from ipsec_hil_twin.lifecycle.lab import _free_prefix
         import os
         prefix = a.prefix or _free_prefix()
         return supervisor.run(a.topology, prefix, a.run_dir, comps, os.getpid(), a.owner_pid, None)
@@ -40,7 +40,7 @@ def cmd_up(a: argparse.Namespace) -> int:
 
 
 def cmd_down(a: argparse.Namespace) -> int:
-    from ipsec_hil_twin.machinery import supervisor
+    from ipsec_hil_twin.lifecycle import supervisor
     if a.all_dead:
         done = cleanup_dead()
         print(json.dumps({"removed": done}))
@@ -107,7 +107,7 @@ def cmd_seq(a: argparse.Namespace) -> int:
 
 
 def cmd_reboot(a: argparse.Namespace) -> int:
-    from ipsec_hil_twin.machinery import supervisor
+    from ipsec_hil_twin.lifecycle import supervisor
     rd = find_run(run_dir=a.run_dir, prefix=a.prefix)
     reply = supervisor.request_reboot(rd, a.host, wait=not a.no_wait, timeout=a.timeout)
     print(json.dumps({"host": a.host, **{k: v for k, v in reply.items() if k != "ok"}}))

@@ -39,8 +39,8 @@ class IkeError(TwinError):
 class LabBuildError(TwinError, RuntimeError):
     """A lab could not be built, found or changed (the message names the file or host).
 
-    ipsec_hil_twin.machinery.lab still defines its own class of this name this round; it is to become
-    `from ipsec_hil_twin.errors import LabBuildError` (ipsec_hil_twin.machinery.supervisor raises ipsec_hil_twin.machinery.lab's meanwhile).
+    ipsec_hil_twin.lifecycle.lab still defines its own class of this name this round; it is to become
+    `from ipsec_hil_twin.errors import LabBuildError` (ipsec_hil_twin.lifecycle.supervisor raises ipsec_hil_twin.lifecycle.lab's meanwhile).
     """
 
 

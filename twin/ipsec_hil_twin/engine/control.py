@@ -27,7 +27,7 @@ and apply the noise's pace factor themselves (ipsec_hil_twin.engine.cost), the c
 process only reports the current factors (`status` "cpu").
 
 `reset` (reboot): SAs, FreeBSD-style routes and counters are gone; the driver's loaded
-state is kept (ipsec_hil_twin.machinery.lab/twin.fbsd own module state and call set_driver after boot).
+state is kept (ipsec_hil_twin.lifecycle.lab/twin.fbsd own module state and call set_driver after boot).
 """
 from __future__ import annotations
 

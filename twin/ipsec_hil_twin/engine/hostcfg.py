@@ -1,6 +1,6 @@
 """host.json -> HostConfig: what the engine needs to know about its appliance.
 
-Why lenient about shape: ipsec_hil_twin.machinery.lab writes host.json, ipsec_hil_twin.engine.minilab and the shell
+Why lenient about shape: ipsec_hil_twin.lifecycle.lab writes host.json, ipsec_hil_twin.engine.minilab and the shell
 tests write smaller ones; ports may be a list of {name, ifname, addresses|ipv4/ipv6, mtu,
 rate_mbit} or a mapping name -> same.  The driver must be one ipsec_hil_twin.personality emulates
 (its counting rules come from there).  Anything missing that the engine needs raises

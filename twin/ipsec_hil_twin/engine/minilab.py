@@ -1,7 +1,7 @@
 """A four-namespace layout (hostA | gwA | gwB | hostB) with two engines, for the
 engine's own tests and the benchmark (ipsec_hil_twin.bench).
 
-Why its own builder: the engine is proven without the full lab (ipsec_hil_twin.machinery.lab), with SAs
+Why its own builder: the engine is proven without the full lab (ipsec_hil_twin.lifecycle.lab), with SAs
 installed directly over engine.sock (`tunnel`) or negotiated by the IKE daemons
 (`start_ike` + `swanctl`).  Everything is named with a per-run prefix
 (`en` + 4 hex) and removed by `close()` on success and failure.

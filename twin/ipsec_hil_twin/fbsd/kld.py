@@ -17,7 +17,7 @@ that behaves differently, each a regression of its own kind (issue 41):
   `sysctl kern.cp_time` shows as intr ticks.
 
 Both reach the engine in `set_driver` (`rate_factor`, `cpu_factor`) and are kept in
-state.json's driver record (ipsec_hil_twin.machinery.lab sends them again when the engine
+state.json's driver record (ipsec_hil_twin.lifecycle.lab sends them again when the engine
 restarts at boot); a value out of range is refused as EINVAL (dmesg names it), and
 unloading the driver resets both to 1.0 (the engine's set_driver with loaded false).
 """
@@ -171,7 +171,7 @@ def kldload(argv: list[str]) -> int:
                 c.err(prog, f"can't load {name}: {exc}")
                 errors += 1
                 continue
-            # same shape ipsec_hil_twin.machinery.lab's boot_state writes
+            # same shape ipsec_hil_twin.lifecycle.lab's boot_state writes
             st["driver"] = {"name": fname, "file": apath, "md5": md5, "size": size,
                             "loaded": True, "driver": driver, "rate_factor": factor, "cpu_factor": cpu}
             c.log_dmesg(hd, [f"{driver}0: {DRIVER_DESC.get(driver, '<offload engine>')} "

@@ -1,6 +1,6 @@
 """shutdown(8) `-r now`: ask the lab's supervisor to reboot this appliance.
 
-The supervisor (ipsec_hil_twin.machinery.supervisor, RUN/supervisor.sock, op `reboot`) restarts the
+The supervisor (ipsec_hil_twin.lifecycle.supervisor, RUN/supervisor.sock, op `reboot`) restarts the
 appliance's processes, so the SSH session running this command drops, as on hardware.
 """
 from __future__ import annotations

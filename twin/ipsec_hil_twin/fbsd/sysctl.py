@@ -1,6 +1,6 @@
 """sysctl(8) of FreeBSD 14 for the emulated appliance.
 
-Driver OIDs come from host.json's counters map (logical name -> OID, which ipsec_hil_twin.machinery.labfiles
+Driver OIDs come from host.json's counters map (logical name -> OID, which ipsec_hil_twin.lifecycle.labfiles
 writes from the model's ipsec_hil_twin.personality entry with the lab file's overrides; the lab
 file is the contract) and are read from
 the engine in one `counters` round trip; they exist only while the driver module is

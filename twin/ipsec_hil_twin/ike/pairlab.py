@@ -1,6 +1,6 @@
 """Two appliance namespaces joined by a veth, each with a ipsec_hil_twin.ike daemon (tests, benchmark).
 
-Not part of the lab (ipsec_hil_twin.machinery.lab builds that); this is the control plane's own test bed.
+Not part of the lab (ipsec_hil_twin.lifecycle.lab builds that); this is the control plane's own test bed.
 
 `RecordingEngineDouble` is a TEST DOUBLE of the ESP engine's control socket: it keeps the
 associations it is given (add_sa/del_sa/flush/list_sas) so a test can compare both ends'

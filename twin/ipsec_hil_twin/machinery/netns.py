@@ -3,7 +3,7 @@
 Why pyroute2 and not `ip`: netlink calls fail with an errno we can report per object
 (which veth, which address), they are fast (a whole lab in ~0.1 s), and they need no
 parsing of `ip`'s output.  Processes are still started with `ip netns exec` elsewhere
-(ipsec_hil_twin.machinery.lab), because that also gives them the namespace's /etc/netns view.
+(ipsec_hil_twin.lifecycle.lab), because that also gives them the namespace's /etc/netns view.
 
 What a freshly built lab has, and nothing more (the real lab after boot):
 - one namespace `P-<host>` per host, `lo` up;

@@ -1,6 +1,6 @@
 """Paths and names shared by every part of the virtual lab.
 
-Why this module exists: the lab builder (ipsec_hil_twin.machinery.lab), the ESP engine, the IKE daemon,
+Why this module exists: the lab builder (ipsec_hil_twin.lifecycle.lab), the ESP engine, the IKE daemon,
 the SSH server and the FreeBSD command wrappers all meet in one directory tree per
 run.  Each part must agree on file names without importing each other, so the layout
 lives here and nowhere else.  It is pure stdlib and cheap to import because every
@@ -9,7 +9,7 @@ emulated FreeBSD command (sysctl, netstat, ...) imports it on each invocation.
 Layout (DESIGN.md "The virtual lab at run time")::
 
     RUN/                      default /run/ipsec-twin/<prefix>
-      lab.json                prefix, namespaces, links, pids (written by ipsec_hil_twin.machinery.lab)
+      lab.json                prefix, namespaces, links, pids (written by ipsec_hil_twin.lifecycle.lab)
       lab.resolved.yaml       topology with real management access filled in
       known_hosts             [127.0.0.1]:PORT ssh-ed25519 ...
       id_ed25519(.pub)        client key the suite logs in with
@@ -138,7 +138,7 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o
 
 # ----------------------------------------------------------------------------- processes
 # For the test beds that start components themselves (ipsec_hil_twin.engine.minilab,
-# ipsec_hil_twin.ike.pairlab, ipsec_hil_twin.bench, tests); ipsec_hil_twin.machinery.lab keeps pid records of its own.
+# ipsec_hil_twin.ike.pairlab, ipsec_hil_twin.bench, tests); ipsec_hil_twin.lifecycle.lab keeps pid records of its own.
 
 
 def stop_process(proc: "subprocess.Popen", timeout: float = 5.0) -> int | None:

@@ -263,5 +263,5 @@ def write_resolved(run: RunDir, prefix: str, topo: Topology, topology_path: Path
                              "key_file": str(run.client_key), "jump": None,
                              "connect_timeout": host.mgmt.connect_timeout,
                              "command_timeout": host.mgmt.command_timeout}
-    header = f"# resolved by ipsec_hil_twin.machinery.lab for prefix {prefix} from {topology_path}\n"
+    header = f"# resolved by ipsec_hil_twin.lifecycle.lab for prefix {prefix} from {topology_path}\n"
     write_bytes_atomic(run.resolved_yaml, (header + yaml.safe_dump(data, sort_keys=False)).encode())

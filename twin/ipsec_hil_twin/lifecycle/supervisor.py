@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ipsec_hil_twin.machinery.lab import Lab, LabBuildError, alive, find_run, kill_record, pid_record, teardown, _free_prefix, cleanup_dead
+from ipsec_hil_twin.lifecycle.lab import Lab, LabBuildError, alive, find_run, kill_record, pid_record, teardown, _free_prefix, cleanup_dead
 from ipsec_hil_twin import jsonl
 from ipsec_hil_twin.machinery.labprocs import name_process
 from ipsec_hil_twin.faults import active_faults, clear_fault
@@ -228,7 +228,7 @@ def spawn(topology: str, prefix: str | None = None, run_dir: str | None = None,
         raise LabBuildError(f"prefix {prefix}: a lab with this prefix exists ({rd.path})")
     rd.path.mkdir(parents=True, exist_ok=True)
     r, w = os.pipe()
-    argv = [sys.executable, "-m", "ipsec_hil_twin.machinery.supervisor", "--topology", str(Path(topology).resolve()),
+    argv = [sys.executable, "-m", "ipsec_hil_twin.lifecycle.supervisor", "--topology", str(Path(topology).resolve()),
             "--prefix", prefix, "--run-dir", str(rd.path), "--ready-fd", str(w),
             "--starter-pid", str(os.getpid())]
     if components is not None:
@@ -352,7 +352,7 @@ def run(topology: str, prefix: str, run_dir: str | None, components: list[str] |
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ipsec_hil_twin.machinery.supervisor")
+    ap = argparse.ArgumentParser(prog="python -m ipsec_hil_twin.lifecycle.supervisor")
     ap.add_argument("--topology", required=True)
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--run-dir")

@@ -2,7 +2,7 @@
 
 Why one class: the CLI's supervisor, the project's tests and a Python prompt all need
 the same sequence -- namespaces and wires (ipsec_hil_twin.machinery.netns), one host dir per appliance
-(ipsec_hil_twin.machinery.labfiles: host.json, a FreeBSD-like root/, faults/sysctl/state files), the client
+(ipsec_hil_twin.lifecycle.labfiles: host.json, a FreeBSD-like root/, faults/sysctl/state files), the client
 key, the per-appliance processes (ESP engine and IKE daemon inside the namespace, SSH
 server on 127.0.0.1), known_hosts and the resolved topology the suite connects with --
 and the same teardown that leaves nothing behind, even after a crash (`cleanup_dead`,
@@ -14,7 +14,7 @@ personality table (ipsec_hil_twin.personality).
 
 The process that calls `Lab.up()` owns the components: they get PR_SET_PDEATHSIG, so
 they die with it.  `python -m ipsec_hil_twin up` therefore runs `Lab.up()` in a detached
-supervisor (ipsec_hil_twin.machinery.supervisor) that stays alive while the lab is in use.
+supervisor (ipsec_hil_twin.lifecycle.supervisor) that stays alive while the lab is in use.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from typing import Any
 from ipsec_hil.lab.topology import Topology, load_topology
 from ipsec_hil_twin import faults as fault_registry
 from ipsec_hil_twin.machinery import netns as tn
-from ipsec_hil_twin.machinery.labfiles import (
+from ipsec_hil_twin.lifecycle.labfiles import (
     DEFAULT_SYSCTLS, boot_state, fake_module, host_port_specs, load_lab_topology, make_host_dir,
     network_spec, ports_info, write_client_key, write_known_hosts, write_resolved,
 )
@@ -45,7 +45,7 @@ from ipsec_hil_twin.machinery.runtime import HOST_DIR_ENV, HostDir, RunDir, chec
 from ipsec_hil_twin.personality import MODELS
 
 READY_TIMEOUT = 20.0
-_free_prefix = free_prefix  # the name ipsec_hil_twin.__main__ and ipsec_hil_twin.machinery.supervisor import
+_free_prefix = free_prefix  # the name ipsec_hil_twin.__main__ and ipsec_hil_twin.lifecycle.supervisor import
 
 __all__ = [
     "ALL_COMPONENTS", "COMPONENT_MODULES", "DEFAULT_SYSCTLS", "INDEX_DIR", "READY_TIMEOUT",
@@ -316,7 +316,7 @@ class Lab:
         self._check_host(host)
         if not self.owner:
             raise LabBuildError("reboot: only the supervisor owns the processes; "
-                                "use ipsec_hil_twin.machinery.supervisor.request_reboot()")
+                                "use ipsec_hil_twin.lifecycle.supervisor.request_reboot()")
         hd = self.host_dir(host)
         self.info["hosts"][host]["state"] = "rebooting"
         self._save()
@@ -324,7 +324,7 @@ class Lab:
             try:
                 control_request(hd.engine_sock, {"op": "reset"}, timeout=2.0)
             except (OSError, ValueError) as exc:  # a hung engine is stopped anyway
-                print(f"ipsec_hil_twin.machinery.lab: {host}: engine reset before reboot: {exc}", file=sys.stderr)
+                print(f"ipsec_hil_twin.lifecycle.lab: {host}: engine reset before reboot: {exc}", file=sys.stderr)
         recs = []
         for comp in self.enabled:
             c = self.components.pop((host, comp), None)
