@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
-import cpu_by_file
-from file_order import load_file_times, order_longest_first, sharded_loadfile_scheduler
-from lab_factory import namespaces_of
+from tests import cpu_by_file
+from tests.file_order import load_file_times, order_longest_first, sharded_loadfile_scheduler
+from tests.lab_factory import namespaces_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import subprocess_env
+from tests.lab_factory import subprocess_env
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ["tools/setup", "tools/run-acceptance", "tools/run-selftests", ".ci/run"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import REPO, subprocess_env
+from tests.lab_factory import REPO, subprocess_env
 
 from .new_model import DRIVER, MODEL, TUNNEL, add_model, copy_suite
 

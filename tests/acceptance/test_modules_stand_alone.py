@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from lab_factory import ACCEPTANCE, REPO
+from tests.lab_factory import ACCEPTANCE, REPO
 
 PACKAGE = REPO / ACCEPTANCE
 NAMES = {"tests_hil", "ipsec_hil_acceptance"}

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from lab_factory import REPO, subprocess_env
+from tests.lab_factory import REPO, subprocess_env
 
 VIRTUAL = REPO / "topologies" / "virtual.yaml"
 

@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from lab_factory import subprocess_env, suite_run
+from tests.lab_factory import subprocess_env, suite_run
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the virtual lab needs root (network namespaces, TUN)"),

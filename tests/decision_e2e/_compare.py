@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ipsec_hil.lab.comparing.build_comparison import figure_name
-from lab_factory import TestLab, suite_run
+from tests.lab_factory import TestLab, suite_run
 
 TEST = "tests_hil/test_rates.py::test_forwarded_rate[lab-v4in4-gcm-1x10s-up]"
 PAIRS, SECONDS = 4, 2  # 3 pairs of 1 s trials missed the 20 % once with the machine at load 9

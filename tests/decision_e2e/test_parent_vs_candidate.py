@@ -43,8 +43,8 @@ import re
 
 import pytest
 
-from decision_e2e._compare import COSTLY_MARKER, CPU, DOWN, SLOW_MARKER, UP, build, by_figure, compare
-from lab_factory import QUIET_STREAM_RATE_MBIT, lab_fixture
+from tests.decision_e2e._compare import COSTLY_MARKER, CPU, DOWN, SLOW_MARKER, UP, build, by_figure, compare
+from tests.lab_factory import QUIET_STREAM_RATE_MBIT, lab_fixture
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.decision.sequential import SequentialRule
 

@@ -14,9 +14,9 @@ import re
 
 import pytest
 
-from decision_e2e._compare import SLOW_MARKER, build, compare
+from tests.decision_e2e._compare import SLOW_MARKER, build, compare
 from ipsec_hil.lab.decision.compare import Rule
-from lab_factory import QUIET_RATE_MBIT, lab_fixture
+from tests.lab_factory import QUIET_RATE_MBIT, lab_fixture
 from ipsec_hil.exitcodes import HilExitCode
 
 pytestmark = pytest.mark.needs_root

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import TestLab, lab_fixture, suite_run
+from tests.lab_factory import TestLab, lab_fixture, suite_run
 from ipsec_hil.exitcodes import HilExitCode
 
 pytestmark = pytest.mark.needs_root

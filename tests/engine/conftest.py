@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from lab_factory import minilab_fixture
+from tests.lab_factory import minilab_fixture
 from ipsec_hil_twin.engine.minilab import MiniLab
 
 #: what the engine tests drive inside the namespaces

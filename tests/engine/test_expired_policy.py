@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from lab_factory import minilab_fixture
+from tests.lab_factory import minilab_fixture
 
 pytestmark = [pytest.mark.needs_root]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from lab_factory import REPO, minilab_fixture
+from tests.lab_factory import REPO, minilab_fixture
 from ipsec_hil_twin import bench
 
 from .conftest import needs_root

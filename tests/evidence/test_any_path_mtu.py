@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab_factory import VIRTUAL_TOPOLOGY, subprocess_env, suite_run
+from tests.lab_factory import VIRTUAL_TOPOLOGY, subprocess_env, suite_run
 
 pytestmark = [pytest.mark.needs_root]
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from ipsec_hil.lab.traffic.bench_routes import BENCH_JOURNAL_DIR, SUITE_PROTO
-from lab_factory import lab_fixture, scratch_rootdir, subprocess_env
+from tests.lab_factory import lab_fixture, scratch_rootdir, subprocess_env
 
 pytestmark = pytest.mark.needs_root
 

@@ -18,7 +18,7 @@ import pytest
 from ipsec_hil.lab import files
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.driver import DRIVER_JOURNAL_DIR, DriverDeployment, DriverError, recover_driver
-from lab_factory import TestLab, lab_fixture
+from tests.lab_factory import TestLab, lab_fixture
 
 pytestmark = pytest.mark.needs_root
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import QUIET_RATE_MBIT, TestLab, lab_fixture, suite_run
+from tests.lab_factory import QUIET_RATE_MBIT, TestLab, lab_fixture, suite_run
 from ipsec_hil.gate_plugin import GATE_REGRESSION
 from ipsec_hil.lab.measuring import baseline as bl
 

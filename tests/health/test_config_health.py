@@ -18,7 +18,7 @@ import re
 
 import pytest
 
-from lab_factory import lab_fixture, suite_run
+from tests.lab_factory import lab_fixture, suite_run
 
 pytestmark = pytest.mark.needs_root
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from ipsec_hil.lab.sharing.labgrid_session import LabgridLab
-from lab_factory import suite_run
+from tests.lab_factory import suite_run
 
 pytestmark = pytest.mark.safety_exhaustive
 

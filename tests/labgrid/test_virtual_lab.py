@@ -14,7 +14,7 @@ from ipsec_hil.lab.sharing.lock import ApplianceLock
 from ipsec_hil.lab.remote.factory import host_from_mgmt
 from ipsec_hil.lab.topology import load_topology
 from ipsec_hil.lab.expectations.hardware import REGISTRY
-from lab_factory import suite_run
+from tests.lab_factory import suite_run
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -25,7 +25,7 @@ import pytest
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.driver import DRIVER_LOCK_PATH
 from ipsec_hil.lab.remote.fence import read_log
-from lab_factory import REPO, lab_fixture, subprocess_env
+from tests.lab_factory import REPO, lab_fixture, subprocess_env
 
 vlab = lab_fixture(name="vlab")
 

@@ -6,8 +6,8 @@ works in a checkout (the editable install maps the whole root) and is missing fr
 wheel -- the installed suite fails with an ImportError on a driver team's machine. A
 listed package removed from the tree fails the build. Either way this says which.
 
-tests/packaging/ has no __init__.py on purpose: as a package named ``packaging`` it would
-shadow PyPI's ``packaging`` (pytest, setuptools) in every own test, tests/ being on sys.path.
+tests/packaging/ is ``tests.packaging`` (tests/ is one package, issue 53): as a top-level
+``packaging`` it would shadow PyPI's (pytest, setuptools) in every own test.
 """
 
 from __future__ import annotations

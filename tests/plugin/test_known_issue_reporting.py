@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from labfiles import lab_file
+from tests.plugin.labfiles import lab_file
 
 pytest_plugins = ["pytester"]
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from labfiles import lab_file
+from tests.plugin.labfiles import lab_file
 
 from ipsec_hil.lab.expectations import expect
 from ipsec_hil.lab.cases import appliance_groups, case_marker_names, tunnel_cases

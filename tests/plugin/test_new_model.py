@@ -9,7 +9,7 @@ line of the suite edited. Without the profiles file the same lab file is refused
 from __future__ import annotations
 
 import pytest
-from labfiles import lab_file
+from tests.plugin.labfiles import lab_file
 
 pytest_plugins = ["pytester"]
 

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from labfiles import lab_file
+from tests.plugin.labfiles import lab_file
 
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.measuring import baseline as bl

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from labfiles import lab_file
+from tests.plugin.labfiles import lab_file
 
 pytest_plugins = ["pytester"]
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import subprocess_env, suite_run
+from tests.lab_factory import subprocess_env, suite_run
 
 from .cdp import CHROMIUM, Browser
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tool_module import load_tool
+from tests.tool_module import load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tools" / "report"

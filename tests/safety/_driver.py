@@ -27,11 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: safety._lab, lab_factory
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tests.safety._lab, tests.lab_factory
 
-from _inject import TEST_COMMAND, Armed, InterruptingHost, at_step, describe, trigger  # noqa: E402
+from tests.safety._inject import TEST_COMMAND, Armed, InterruptingHost, at_step, describe, trigger  # noqa: E402
 
 from ipsec_hil.fixtures import build_appliances  # noqa: E402
 from ipsec_hil.lab.sharing.lock import ApplianceLock, LockHeld  # noqa: E402
@@ -48,8 +46,8 @@ def say(text: str) -> None:
 
 def pause_at(resolved: str, run_id: str, named: str, config_id: str, module: str, run_dir: str) -> int:
     """The SIGKILL scenarios' run (see the module's doc): says ``AT <step>`` and sleeps there."""
-    from safety._every_step import config_from_id, parse_step
-    from safety._lab import FAULT, bench_host, scenario
+    from tests.safety._every_step import config_from_id, parse_step
+    from tests.safety._lab import FAULT, bench_host, scenario
 
     from ipsec_hil_twin.lifecycle.lab import Lab
 

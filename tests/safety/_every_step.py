@@ -43,9 +43,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from safety._inject import (Armed, InterruptingHost, Step, after_then_raise, at_step, cut_before, cut_mid_command,
+from tests.safety._inject import (Armed, InterruptingHost, Step, after_then_raise, at_step, cut_before, cut_mid_command,
                             describe, recorder, unwrap_hosts)
-from safety._lab import (FAULT, PY, bench_host, next_run, reaped, restored_differences, scenario, snapshot,
+from tests.safety._lab import (FAULT, PY, bench_host, next_run, reaped, restored_differences, scenario, snapshot,
                          swap_build, wait_for_line)
 
 from ipsec_hil.lab.errors import LabError
@@ -197,7 +197,7 @@ def interrupt(r: Run, config: TunnelConfig, step: Step, kind: str) -> list[str]:
 def left_behind(r: Run) -> dict[str, bool]:
     """What the interrupted run left that the next run must say it undid: another module on
     the DUT (its md5 or its loaded state differ), the suite's route on the bench."""
-    from safety._lab import module
+    from tests.safety._lab import module
 
     bench = r.vlab.namespaces["bench"]
     routes = subprocess.run(["ip", "-n", bench, "route", "show", "table", "all", "proto", "147"],

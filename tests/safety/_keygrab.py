@@ -1,4 +1,4 @@
-"""pytest plugin for test_secrets' child run (``-p safety._keygrab``): collects the run's
+"""pytest plugin for test_secrets' child run (``-p tests.safety._keygrab``): collects the run's
 ESP keys and switches a fault on, from inside the run, exactly as a user could.
 
 - After every test that used ``tunnel`` (before its teardown), both ends' ``setkey -D`` is

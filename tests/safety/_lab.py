@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lab_factory import TestLab
-from safety._inject import TEST_COMMAND
+from tests.lab_factory import TestLab
+from tests.safety._inject import TEST_COMMAND
 
 PY = sys.executable
 
@@ -160,7 +160,7 @@ def bench_state(lab: TestLab) -> dict[str, object]:
     from ipsec_hil.lab.sharing.lock import BENCH_LOCK_PATH
     from ipsec_hil.lab.traffic.bench_routes import BENCH_JOURNAL_DIR
 
-    from lab_factory import namespaces_of
+    from tests.lab_factory import namespaces_of
 
     ns = lab.namespaces["bench"]
     out: dict[str, object] = dict(net_state_ns(ns))

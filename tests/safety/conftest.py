@@ -7,8 +7,8 @@ stage (tools/run-safety), deselected from tools/run-selftests."""
 
 import pytest
 
-from lab_factory import lab_fixture
-from safety._lab import seed, snapshot
+from tests.lab_factory import lab_fixture
+from tests.safety._lab import seed, snapshot
 
 from ipsec_hil.fixtures import build_appliances
 
@@ -28,7 +28,7 @@ def ends(vlab):
 @pytest.fixture(scope="module")
 def every(vlab, tmp_path_factory):
     """The every-step scenarios' objects on the module's lab (_every_step.Run)."""
-    from safety._every_step import Run
+    from tests.safety._every_step import Run
 
     r = Run.open(vlab, str(tmp_path_factory.mktemp("every-step")))
     try:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from safety._every_step import CONFIG, PART_IDS, run_kind
-from safety._inject import STEPS, trigger
+from tests.safety._every_step import CONFIG, PART_IDS, run_kind
+from tests.safety._inject import STEPS, trigger
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.safety_exhaustive]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from safety._every_step import PART_IDS, run_kind
+from tests.safety._every_step import PART_IDS, run_kind
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.safety_exhaustive]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from safety._every_step import KINDS, OTHERS, SAMPLE, SEED, run_all, sample
+from tests.safety._every_step import KINDS, OTHERS, SAMPLE, SEED, run_all, sample
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.safety_exhaustive]
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from safety._inject import Armed, after_then_raise, cut_mid_command, trigger, unwrap_hosts, wrap_hosts
-from safety._lab import PY, assert_restored, provision_and_test, reaped, terminate_and_reload, wait_for_line
+from tests.safety._inject import Armed, after_then_raise, cut_mid_command, trigger, unwrap_hosts, wrap_hosts
+from tests.safety._lab import PY, assert_restored, provision_and_test, reaped, terminate_and_reload, wait_for_line
 
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.files import recover

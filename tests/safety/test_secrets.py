@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import subprocess_env, suite_run
+from tests.lab_factory import subprocess_env, suite_run
 
 pytestmark = pytest.mark.needs_root
 
@@ -58,10 +58,10 @@ def test_no_secret_in_any_artifact(tmp_path):
     art.mkdir()
     env = subprocess_env(HIL_PSK_VIRTUAL=psk, HIL_SAFETY_KEYS=str(keys_file),
                          HIL_SAFETY_FAULT="dut3300 count_extra",
-                         PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
+                         PYTHONPATH=str(REPO))
     rootdir = tmp_path / "checkout"  # the run's reports/ are its own, not other runs'
     r = suite_run(
-        ["tests_hil", "-p", "safety._keygrab", "-m", "xgs3300",
+        ["tests_hil", "-p", "tests.safety._keygrab", "-m", "xgs3300",
          "-k", SELECTION, "--traffic-seconds", "0.2",
          "--alluredir", str(allure), "--junitxml", str(junit), "-o", "log_cli=true",
          "--log-level", "DEBUG", "--log-file", str(logfile), "--log-file-level", "DEBUG"],

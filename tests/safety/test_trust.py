@@ -28,7 +28,7 @@ from ipsec_hil.lab.provision import Secret, TunnelPlan, TunnelProvisioner, rende
 from ipsec_hil.lab.remote import SshHost, argv
 from ipsec_hil.lab.topology import TunnelConfig, load_topology, parse_topology
 from ipsec_hil.lab.expectations.hardware import REGISTRY
-from safety._lab import restored_differences, snapshot
+from tests.safety._lab import restored_differences, snapshot
 
 pytestmark = pytest.mark.needs_root
 

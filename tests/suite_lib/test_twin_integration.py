@@ -18,7 +18,7 @@ from ipsec_hil.lab.provision import CONF_DIR, SWANCTL_CONF, Secret, TunnelPlan, 
 from ipsec_hil.lab.remote import host_from_mgmt
 from ipsec_hil.lab.topology import TunnelConfig
 from ipsec_hil.lab.traffic.bench import iperf_run
-from lab_factory import VIRTUAL_TOPOLOGY, TestLab, lab_fixture
+from tests.lab_factory import VIRTUAL_TOPOLOGY, TestLab, lab_fixture
 
 pytestmark = pytest.mark.needs_root
 

@@ -18,7 +18,7 @@ import sys
 import pytest
 import yaml
 
-from lab_factory import REPO, VIRTUAL_TOPOLOGY, start_lab, subprocess_env
+from tests.lab_factory import REPO, VIRTUAL_TOPOLOGY, start_lab, subprocess_env
 
 pytestmark = pytest.mark.needs_root
 

@@ -32,9 +32,9 @@ from ipsec_hil.lab.survey.mask import mask_setkey
 from ipsec_hil.lab.survey.reads import appliance_reads, bench_reads
 from ipsec_hil.lab.expectations.hardware import host_profile
 from ipsec_hil.lab.topology import TunnelConfig
-from lab_factory import REPO, lab_fixture, subprocess_env
-from parsers.golden import GOLDEN, load_case, normalise
-from safety.test_secrets import forms
+from tests.lab_factory import REPO, lab_fixture, subprocess_env
+from tests.parsers.golden import GOLDEN, load_case, normalise
+from tests.safety.test_secrets import forms
 
 pytestmark = pytest.mark.needs_root
 

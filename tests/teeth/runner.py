@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab_factory import subprocess_env, suite_run
+from tests.lab_factory import subprocess_env, suite_run
 
 from .matrix import AWAITING_TEST, FRESH, LEDGER_RE, STATELESS, Cell, FaultSpec, Row
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import QUIET_RATE_MBIT, start_lab
+from tests.lab_factory import QUIET_RATE_MBIT, start_lab
 
 from . import matrix, runner
 

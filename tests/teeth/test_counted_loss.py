@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab_factory import lab_fixture, suite_run
+from tests.lab_factory import lab_fixture, suite_run
 
 pytestmark = [pytest.mark.needs_root]
 

@@ -76,7 +76,7 @@ def test_each_models_shard_is_an_xdist_work_unit_of_its_own():
     import sys
     from types import SimpleNamespace
 
-    from file_order import sharded_loadfile_scheduler
+    from tests.file_order import sharded_loadfile_scheduler
     from .shard import __all__ as shard_names
 
     shard_checks = [n for n in shard_names if n.startswith("test_")]  # the checks each shard runs
@@ -217,7 +217,7 @@ def test_slow_first_stream_caps_below_the_shards_floor():
     """The shards' labs run every link at QUIET_RATE_MBIT (tests/teeth/shard.py); a
     slow_first_stream cap at or above the floor there (floor_margin x link) would leave its
     test passing. Checked on the data, so a change of the quiet rate names the cell."""
-    from lab_factory import QUIET_RATE_MBIT
+    from tests.lab_factory import QUIET_RATE_MBIT
 
     from ipsec_hil.lab.topology import load_topology
     from ipsec_hil.lab.expectations.hardware import REGISTRY, host_profile

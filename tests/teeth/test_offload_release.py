@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab_factory import QUIET_RATE_MBIT, REPO, lab_fixture
+from tests.lab_factory import QUIET_RATE_MBIT, REPO, lab_fixture
 
 from . import matrix, runner
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from lab_factory import minilab_fixture
+from tests.lab_factory import minilab_fixture
 from ipsec_hil.lab.expectations import esp_math
 
 pytestmark = [pytest.mark.needs_root]

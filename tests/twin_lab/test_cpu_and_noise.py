@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_factory import lab_fixture
+from tests.lab_factory import lab_fixture
 from ipsec_hil_twin import faults as fault_registry
 from ipsec_hil_twin.engine.client import EngineClient
 

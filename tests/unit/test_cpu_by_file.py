@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import cpu_by_file
+from tests import cpu_by_file
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
@@ -64,7 +64,7 @@ def test_a_childs_cpu_is_counted_to_its_file_and_the_cgroups_go(tmp_path):
     except RuntimeError as exc:
         pytest.skip(str(exc))
     (tmp_path / "conftest.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nimport cpu_by_file\n\n"
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom tests import cpu_by_file\n\n"
         "def pytest_configure(config):\n    cpu_by_file.register(config)\n")
     (tmp_path / "test_burn.py").write_text(BURN)
     (tmp_path / "test_idle.py").write_text(IDLE)

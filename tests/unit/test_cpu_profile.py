@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tool_module import load_tool
+from tests.tool_module import load_tool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOL = REPO_ROOT / "tools" / "cpu-profile"

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from file_order import FILE_TIMES, TESTS, load_file_times, order_longest_first
+from tests.file_order import FILE_TIMES, TESTS, load_file_times, order_longest_first
 
 REPO_ROOT = TESTS.parent
 TOOL = REPO_ROOT / "tools" / "selftest-times"

@@ -2,12 +2,9 @@
 parts share one rootdir; a CI run failed with FileExistsError on the race)."""
 from __future__ import annotations
 
-import sys
 import threading
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lab_factory import CHECKOUT_LINKS, REPO, scratch_rootdir  # noqa: E402
+from tests.lab_factory import CHECKOUT_LINKS, REPO, scratch_rootdir
 
 
 def test_parallel_parts_share_one_scratch_rootdir(tmp_path):

@@ -13,8 +13,8 @@ TESTS = Path(__file__).resolve().parents[1]
 
 PROBE = f"""
 import signal, subprocess, sys
-sys.path.insert(0, {str(TESTS)!r})
-from conftest import sigint_deliverable
+sys.path.insert(0, {str(TESTS.parent)!r})
+from tests.conftest import sigint_deliverable
 before = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 gave = sigint_deliverable()
 child = subprocess.run([sys.executable, "-c",

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab_factory import VIRTUAL_TOPOLOGY, start_lab, subprocess_env, suite_run
+from tests.lab_factory import VIRTUAL_TOPOLOGY, start_lab, subprocess_env, suite_run
 
 pytestmark = [pytest.mark.needs_root]
 
