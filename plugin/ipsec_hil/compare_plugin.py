@@ -38,6 +38,7 @@ from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.driver_plugin import driver_run, parse_driver_options
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.reporting.allure_results import Attachment, write_result
+from ipsec_hil.lab.reporting.page import Bold, Bullets, Code, Image, Item, Paragraph, Section
 from ipsec_hil.lab.comparing.build_comparison import (FIGURES, KNOWN_FIGURES, RATE_CONFIGURATION, BuildComparison,
                                                       Builds, check_figures, compare_builds)
 from ipsec_hil.lab.cases import TunnelCase, tunnel_cases
@@ -205,21 +206,18 @@ def _finish(pr: ParentRun, ctx: RunContext, session: pytest.Session) -> None:
     if dr is None or not dr.results:
         pr.not_measured.append("the candidate was never deployed: nothing to compare")
     else:
-        lab = Lab.connect(ctx.topology())
-        try:
-            for model, (candidate, _) in dr.requested.items():
-                if model not in pr.parents:
-                    continue
-                try:
-                    result = _compare_model(config, lab, pr, model, candidate)
-                except LabError as exc:
-                    pr.not_measured.append(f"{model}: {exc}")
-                    continue
-                pr.results.append(result)
-                if result.error:
-                    pr.not_measured.append(f"{model}: {result.error}")
-        finally:
-            lab.close()
+        lab = ctx.live_lab()  # the run's connected lab (ipsec_hil.context): closed by the run
+        for model, (candidate, _) in dr.requested.items():
+            if model not in pr.parents:
+                continue
+            try:
+                result = _compare_model(config, lab, pr, model, candidate)
+            except LabError as exc:
+                pr.not_measured.append(f"{model}: {exc}")
+                continue
+            pr.results.append(result)
+            if result.error:
+                pr.not_measured.append(f"{model}: {result.error}")
         _write_outputs(config, pr)
     _report(config, pr)
     if session.exitstatus == 0:
@@ -289,20 +287,20 @@ def _report(config: pytest.Config, pr: ParentRun) -> None:
             terminal.write_line(line)
 
 
-def page_section(pr: ParentRun) -> str:
-    out = ["## Candidate against parent", "", f"**{verdict_line(pr)}**", ""]
-    for r in pr.results:
-        out.append(f"- {r.model} on `{r.tunnel_case}`: {r.pairs} interleaved pairs ({r.design}; parent, candidate, candidate, "
-                   f"parent, ...) of {r.trial_seconds:g} s trials, {r.swaps} build swaps each followed by a discarded "
-                   f"warm-up stream ({', '.join(f'{w:.1f}' for w in r.warmups)} Mbit/s), {r.wall_seconds:.1f} s")
-        out += [f"  - {c.summary()}" for c in r.comparisons]
-        out += [f"  - trial {t.index} {t.role}: {t.figure} = {t.value:.{1 if t.unit == 'Mbit/s' else 3}f} {t.unit}"
-                for t in r.trials]
-    out += [f"- ![parent vs candidate](plots/{p.name})" for p in pr.plots]
-    return "\n".join(out) + "\n"
+def page_section(pr: ParentRun) -> Section:
+    items = [Item((f"{r.model} on ", Code(str(r.tunnel_case)), f": {r.pairs} interleaved pairs ({r.design}; parent, "
+                   f"candidate, candidate, parent, ...) of {r.trial_seconds:g} s trials, {r.swaps} build swaps each "
+                   f"followed by a discarded warm-up stream ({', '.join(f'{w:.1f}' for w in r.warmups)} Mbit/s), "
+                   f"{r.wall_seconds:.1f} s"),
+                  tuple(Item(c.summary()) for c in r.comparisons)
+                  + tuple(Item(f"trial {t.index} {t.role}: {t.figure} = "
+                               f"{t.value:.{1 if t.unit == 'Mbit/s' else 3}f} {t.unit}") for t in r.trials))
+             for r in pr.results]
+    items += [Item(Image("parent vs candidate", f"plots/{p.name}")) for p in pr.plots]
+    return Section("Candidate against parent", (Paragraph(Bold(verdict_line(pr))), Bullets(tuple(items))))
 
 
-def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+def pytest_hil_page_sections(config: pytest.Config) -> Section | None:
     pr = parent_run(config)
     return page_section(pr) if pr is not None and (pr.results or pr.not_measured) else None
 

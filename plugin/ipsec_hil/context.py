@@ -18,6 +18,20 @@ on tryfirst/trylast. Now:
   (:meth:`RunContext.to_workerinput`): the worker parses the active file once and nothing
   else;
 - it is the only thing the suite keeps in ``config.stash`` (:data:`CONTEXT_KEY`);
+- it begins and ends the process-wide records the library keeps (:class:`ProcessRecords`:
+  the leases' losses, the fences, the time share, the dead runs found, the last load's end,
+  the models a profiles file added), which stay module-level objects because library code
+  reaches them without a context (from a Python prompt too);
+- it owns the process's connected lab (:meth:`RunContext.live_lab`, an
+  ``ipsec_hil.lab.live_lab.Lab``): connected on first use, once the active lab is settled,
+  and handed to every part and fixture that talks to the appliances (the bench's lease,
+  the recovery of dead runs, preflight, the driver under test, the candidate comparison,
+  the hardware facts, the ``lab`` fixture); closed once (:meth:`RunContext.close_lab`) by
+  the session objects when the run ends. An xdist worker is a process of its own: it
+  connects its own lab, the first time one of its tests asks for it;
+- it holds the run's page (:class:`ipsec_hil.lab.reporting.page.PageDocument`, the
+  controller's): the run's facts and tests, and the sections the parts add, rendered and
+  written once at the run's end;
 - the controller (``ipsec_hil.session.HilSession``) runs the parts' phases in the parts'
   order -- :meth:`Part.lab_ready` after the lab is up, :meth:`Part.finish` after the last
   test and before the page, :meth:`Part.close` on every exit path before the lab stops; a
@@ -31,6 +45,7 @@ Library code: usable from a Python prompt without a pytest run (``RunContext.loa
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +55,14 @@ import pytest
 
 from ipsec_hil import config_health, records
 from ipsec_hil.lab import topology as topology_files
-from ipsec_hil.lab.expectations.hardware import REGISTRY
+from ipsec_hil.lab.dead_runs import FOUND, Found
+from ipsec_hil.lab.expectations.hardware import REGISTRY, HardwareProfile
+from ipsec_hil.lab.measuring import quiet
+from ipsec_hil.lab.remote import fence
+from ipsec_hil.lab.sharing.holds import HOLDS, Holds
+from ipsec_hil.lab.timeshare import SHARE, TimeShare
+from ipsec_hil.lab.live_lab import Lab
+from ipsec_hil.lab.reporting.page import PageDocument
 from ipsec_hil.lab.sharing.labgrid_claim import PlaceClaim
 from ipsec_hil.lab.topology import Topology
 from ipsec_hil.virtual_lab import VirtualLab
@@ -81,6 +103,51 @@ class Part(abc.ABC):
 
 
 @dataclass
+class ProcessRecords:
+    """The process-wide records the library keeps, begun and ended by the run (issue 53).
+
+    Why they stay module-level objects: library code reaches them without a run context,
+    from a Python prompt as in a run -- a transport checks its host's fence before every
+    command (``lab.remote.fence``), a lease's renewal thread records a loss
+    (``lab.sharing.holds.HOLDS``), a settle waits the last load's tail
+    (``lab.measuring.quiet``), a boundary charges its seconds (``lab.timeshare.SHARE``), a
+    recovery notes a dead run's state (``lab.dead_runs.FOUND``); ``--hil-profiles`` adds
+    models to ``lab.expectations.hardware.REGISTRY``, which the topology's checks and the
+    markers read. Each process has its own (an xdist worker is a process: what it found
+    travels to the controller in ``workeroutput``), so once a run has begun them they are
+    that run's, in that process. :meth:`begin` runs first in ``pytest_configure`` (before
+    the parts subscribe to them) and forgets an earlier run's (pytester's in-process runs);
+    :meth:`end` (``pytest_unconfigure``) removes the models this run added.
+    """
+
+    holds: Holds
+    found: Found
+    share: TimeShare
+    added_models: list[str] = field(default_factory=list)
+
+    @classmethod
+    def begin(cls) -> ProcessRecords:
+        HOLDS.reset()
+        fence.reset()
+        quiet.reset()
+        FOUND.clear()
+        SHARE.restart(threading.current_thread())  # the thread that runs the tests
+        return cls(HOLDS, FOUND, SHARE)
+
+    def add_model(self, profile: HardwareProfile, *, source: str) -> None:
+        """Register a profiles file's model for this run (``ProfileError`` as the registry's)."""
+        new = profile.model not in REGISTRY.names()
+        REGISTRY.register(profile, source=source)
+        if new:
+            self.added_models.append(profile.model)
+
+    def end(self) -> None:
+        for model in self.added_models:
+            REGISTRY.unregister(model)
+        self.added_models.clear()
+
+
+@dataclass
 class RunContext:
     """The run's lab and the parts' state (see the module's docstring).
 
@@ -115,6 +182,12 @@ class RunContext:
     health_around: config_health.HealthAround = field(default_factory=config_health.HealthAround)
     #: set once the tests may start (:meth:`seal`): the active lab no longer changes
     sealed: bool = False
+    #: this process's connected lab (:meth:`live_lab`), None until first asked for
+    live: Lab | None = field(default=None, repr=False)
+    #: the run's page (the controller's): parts add sections, the session renders and writes it once
+    page: PageDocument = field(default_factory=PageDocument, repr=False)
+    #: the process-wide records this run began (None: a context made outside a pytest run)
+    process: ProcessRecords | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.active is None:
@@ -182,6 +255,24 @@ class RunContext:
             raise pytest.UsageError("no lab topology: give --topology FILE (or the ini key hil_topology)")
         return self.active
 
+    # ------------------------------------------------------------ the connected lab
+
+    def live_lab(self) -> Lab:
+        """This process's connected lab: the active topology's appliances and bench,
+        connected the first time it is asked for (after :meth:`seal`: the lab it reaches no
+        longer changes), the same object every later time."""
+        if self.live is None:
+            if not self.sealed:
+                raise RuntimeError("the run's lab is connected once its active lab is settled (RunContext.seal)")
+            self.live = Lab.connect(self.topology())
+        return self.live
+
+    def close_lab(self) -> None:
+        """Close the connected lab (every exit path, after the parts' last use of it)."""
+        lab, self.live = self.live, None
+        if lab is not None:
+            lab.close()
+
     # ------------------------------------------------------------ the parts
 
     def part(self, kind: type[P]) -> P:
@@ -203,4 +294,4 @@ def run_context(config: pytest.Config) -> RunContext:
     return config.stash[CONTEXT_KEY]
 
 
-__all__ = ["CONTEXT_KEY", "WORKER_INPUT", "Part", "RunContext", "run_context"]
+__all__ = ["CONTEXT_KEY", "WORKER_INPUT", "Part", "ProcessRecords", "RunContext", "run_context"]

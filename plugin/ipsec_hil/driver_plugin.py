@@ -45,8 +45,8 @@ from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.dead_runs import FOUND, Undone, whose
 from ipsec_hil.lab.driver import DeployResult, DriverDeployment, ModuleBuild, local_build
 from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.reporting.page import Bold, Bullets, Code, Item, Section
 from ipsec_hil.lab.expectations.hardware import MODELS
-from ipsec_hil.lab.live_lab import build_appliances, close_hosts
 from ipsec_hil.lab.remote import fence
 from ipsec_hil.lab.sharing.holds import HOLDS
 from ipsec_hil.lab.sharing.lock import ApplianceLock
@@ -70,7 +70,6 @@ class DriverRun(Part):
     results: list[DeployResult] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)  # lines for the page
     failures: list[str] = field(default_factory=list)
-    hosts: dict[str, Any] = field(default_factory=dict)
     session: Any = None
     finished: bool = False
 
@@ -97,7 +96,6 @@ class DriverRun(Part):
             _restore_all(self)
             if self.session is not None and any("restore failed" in f for f in self.failures):
                 self.session.exitstatus = DRIVER_RESTORE_FAILED
-        _close(self)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -157,7 +155,7 @@ def _deploy(dr: DriverRun, ctx: RunContext, session: pytest.Session) -> None:
     if missing:
         raise pytest.UsageError(f"--driver for {', '.join(missing)}: the topology {topology.lab.name} has no such "
                                 "appliance")
-    apps, dr.hosts = build_appliances(topology)
+    apps = ctx.live_lab().appliances  # the run's connected lab (ipsec_hil.context): closed by the run
     run_id = "drv-" + uuid.uuid4().hex[:8]
     holder = f"{getpass.getuser()}@{socket.gethostname()}: pytest --driver"
     for model, (path, build) in dr.requested.items():
@@ -236,21 +234,14 @@ def _restore_all(dr: DriverRun) -> None:
     dr.deployments = [d for d in dr.deployments if d.backup is not None and d not in lost]
 
 
-def _close(dr: DriverRun) -> None:
-    close_hosts(dr.hosts)
-    dr.hosts = {}
-
-
-def page_section(dr: DriverRun, restored: bool) -> str:
-    out = ["## Driver under test", ""]
-    for r in dr.results:
-        out.append(f"- {r.appliance} ({r.model}): `{r.module_file}` from `{r.local_path}`: md5 "
-                   f"`{r.deployed.md5}`, {r.deployed.size:,} bytes, loaded (kldstat), kernel log clean; "
-                   f"previous build md5 `{r.previous.md5 or 'none'}`")
+def page_section(dr: DriverRun, restored: bool) -> Section:
+    items = [Item((f"{r.appliance} ({r.model}): ", Code(r.module_file), " from ", Code(r.local_path), ": md5 ",
+                   Code(str(r.deployed.md5)), f", {r.deployed.size:,} bytes, loaded (kldstat), kernel log clean; "
+                   "previous build md5 ", Code(r.previous.md5 or "none"))) for r in dr.results]
     if restored:
-        out += [f"- {line}" for line in dr.restored]
-    out += [f"- **{line}**" for line in dr.failures]
-    return "\n".join(out) + "\n"
+        items += [Item(line) for line in dr.restored]
+    items += [Item(Bold(line)) for line in dr.failures]
+    return Section("Driver under test", (Bullets(tuple(items)),))
 
 
 def environment_lines(dr: DriverRun) -> dict[str, str]:
@@ -266,7 +257,6 @@ def environment_lines(dr: DriverRun) -> dict[str, str]:
 def _finish(dr: DriverRun, session: pytest.Session) -> None:
     dr.finished = True
     _restore_all(dr)
-    _close(dr)
     terminal = session.config.pluginmanager.get_plugin("terminalreporter")
     for line in dr.restored + dr.failures:
         if terminal is not None:
@@ -275,7 +265,7 @@ def _finish(dr: DriverRun, session: pytest.Session) -> None:
         session.exitstatus = DRIVER_RESTORE_FAILED
 
 
-def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+def pytest_hil_page_sections(config: pytest.Config) -> Section | None:
     dr = driver_run(config)
     return page_section(dr, restored=True) if dr is not None and (dr.results or dr.failures) else None
 

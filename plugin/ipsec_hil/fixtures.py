@@ -38,6 +38,7 @@ from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.cases import (FILTER_KEYS, TunnelCase, appliance_groups, as_set, case_marker_names,
                               tunnel_cases)
 from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.expectations import counters
 from ipsec_hil.lab.expectations.hardware import REGISTRY, KnownIssue
 from ipsec_hil.lab.inject import NoInjectionPoint, TunnelWire
 from ipsec_hil.lab.live_lab import Lab
@@ -103,6 +104,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = tunnel_cases(topology, **criteria)
     except ValueError as exc:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: @pytest.mark.tunnels: {exc}") from None
+    _check_counter_names(metafunc, topology, cases, criteria)
     if cases:
         # The xdist group only where xdist is loaded (it registers the marker; with plugin
         # autoload off it is not, and strict markers would refuse it).
@@ -116,6 +118,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         params = [pytest.param(None, id="no-tunnel",
                                marks=[pytest.mark.skip(reason=reason)] + [getattr(pytest.mark, m) for m in sorted(models)])]
     metafunc.parametrize("tunnel", params, indirect=True, scope="session")
+
+
+def _check_counter_names(metafunc: pytest.Metafunc, topology: Topology, cases: list[TunnelCase],
+                         criteria: dict) -> None:
+    """Every counter the test names in a ledger reference is one of its models' (both ends
+    of each of its tunnels; the marker's models when the lab has none of them): else a
+    collection error naming the test, the name and the profiles (expectations.counters)."""
+    if cases:
+        models = {m for c in cases for m in (c.model, topology.hosts[topology.tunnels[c.tunnel].remote.host].model)}
+    else:
+        models = as_set(criteria.get("model")) or set(REGISTRY.names())
+    profiles = [REGISTRY.get(m) for m in sorted(m for m in models if m in REGISTRY.names())]
+    try:
+        counters.check_names(counters.referenced_names(metafunc.function), profiles, metafunc.definition.nodeid)
+        return
+    except counters.CounterNameError as exc:
+        message = str(exc)
+    pytest.fail(message, pytrace=False)
 
 
 # ----------------------------------------------------------------- session fixtures
@@ -133,15 +153,16 @@ def run_id() -> str:
 
 
 @pytest.fixture(scope="session")
-def lab(topology: Topology) -> Iterator[Lab]:
+def lab(pytestconfig: pytest.Config) -> Lab:
     """Every appliance and the bench, connected.
 
-    A dead run's journal is recovered by the tunnel fixture, per appliance, once it holds
-    that appliance's lock (``Lab.recover_once``): under xdist a worker must not lock
-    appliances of another worker's group (it would wait for that group's tunnels to end).
+    The run's one connected lab in this process (``RunContext.live_lab``: the controller's
+    preflight, driver and hardware facts used the same one; the run closes it). A dead
+    run's journal is recovered by the tunnel fixture, per appliance, once it holds that
+    appliance's lock (``Lab.recover_once``): under xdist a worker must not lock appliances
+    of another worker's group (it would wait for that group's tunnels to end).
     """
-    with Lab.connect(topology) as the_lab:
-        yield the_lab
+    return run_context(pytestconfig).live_lab()
 
 
 @pytest.fixture(scope="session")

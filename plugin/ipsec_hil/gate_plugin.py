@@ -143,11 +143,12 @@ def run_figures(config: pytest.Config) -> tuple[list[bl.FigureValue], dict[str, 
     for raw_id, e in sorted(entries.items()):
         nodeid = bl.canonical_nodeid(raw_id)  # without xdist's @group: serial and -n runs compare
         outcomes[nodeid] = str(e.get("outcome", "passed"))
-        rec = e.get("record") or {}
-        for f in rec.get("figures", []) or []:
-            figures.append(bl.FigureValue(nodeid, str(f.get("label", "")), f.get("value"), str(f.get("unit", ""))))
-        if rec.get("ledgers"):
-            counters[nodeid] = [str(t) for t in rec["ledgers"]]
+        rec = e.get("record")  # a records.TestRecord, typed again on arrival
+        if rec is None:
+            continue
+        figures += [bl.FigureValue(nodeid, str(f.label), f.value, str(f.unit)) for f in rec.figures]
+        if rec.ledgers:
+            counters[nodeid] = [str(t) for t in rec.ledgers]
     return figures, counters, outcomes
 
 

@@ -10,6 +10,8 @@ and Allure's environment without importing each other or the controller.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 
@@ -25,11 +27,14 @@ def pytest_hil_lab_ready(session: pytest.Session) -> None:
 
 
 @pytest.hookspec
-def pytest_hil_page_sections(config: pytest.Config) -> str | None:
-    """A Markdown section (``## Title`` and its body) to append to this run's page, or None.
+def pytest_hil_page_sections(config: pytest.Config) -> Any:
+    """This run's page's section(s) from a plugin, or None: an
+    ``ipsec_hil.lab.reporting.page.Section`` (a title and typed blocks: the page renders
+    it), a list of them, or a ``str`` (a Markdown section, ``## Title`` and its body, that
+    a driver repository's conftest rendered itself).
 
     Called once, in the controller, at the end of the run (after every part's ``finish``),
-    in plugin registration order.
+    in plugin registration order; the page is rendered and written once, after it.
     """
 
 

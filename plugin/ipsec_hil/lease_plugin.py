@@ -172,6 +172,8 @@ class LeaseHold(Part):
     stopper: _Stopper | None = None
     bench_lock: ApplianceLock | None = None
     bench_host: object = None
+    #: ``bench_host`` is this part's own transport (closed with the lease), not the run's lab's
+    own_host: bool = False
     session: pytest.Session | None = None
 
     name = "lease"
@@ -193,14 +195,17 @@ class LeaseHold(Part):
         if bench is None:
             return
         run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:12] or uuid.uuid4().hex[:12]
+        # the run's connected lab's bench (one connection per run), unless the controller
+        # connects no lab: the appliances are the xdist workers' labgrid places
+        own = ctx.places_in_workers and topology.lab.labgrid is not None
         try:
-            host = connect(topology, bench)
+            host = connect(topology, bench) if own else ctx.live_lab().hosts[bench]
             lock = ApplianceLock(host, f"{getpass.getuser()}@{socket.gethostname()}: pytest (bench)", run_id=run_id,
                                  path=bench_lock_path(host), wait=600, poll=2)
             lock.acquire()
         except LabError as exc:
             pytest.exit(f"bench lease: {exc}", returncode=HilExitCode.LAB_NOT_UP)
-        self.bench_lock, self.bench_host = lock, host
+        self.bench_lock, self.bench_host, self.own_host = lock, host, own
 
     def worker_finish(self, ctx: RunContext, session: pytest.Session, workeroutput: dict) -> None:
         # the losses go to the controller after the session's teardowns (pytest_sessionfinish
@@ -223,7 +228,8 @@ class LeaseHold(Part):
         except LabError as exc:
             log.warning("bench lease not released: %s", exc)
         finally:
-            host.close()  # type: ignore[attr-defined]
+            if self.own_host:
+                host.close()  # type: ignore[attr-defined]
 
 
 @pytest.hookimpl(wrapper=True)

@@ -17,7 +17,6 @@ from ipsec_hil.context import Part, RunContext
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.live_lab import Lab
 from ipsec_hil.lab.preflight import preflight
-from ipsec_hil.lab.topology import Topology
 
 __all__: list[str] = []
 
@@ -53,16 +52,13 @@ class Preflight(Part):
                 terminal.write_line("preflight: not run -- the appliances are the xdist workers' labgrid places "
                                     "(the controller holds none); each worker's tests reach them through its own")
             return
-        run_preflight(session.config, ctx.topology(), only=self.only)
+        run_preflight(session.config, ctx.live_lab(), only=self.only)
 
 
-def run_preflight(config: pytest.Config, topology: Topology, *, only: bool) -> None:
-    """Check the lab; end the run (PREFLIGHT_FAILED, or 0 with ``--hil-preflight``) as due."""
-    lab = Lab.connect(topology)
-    try:
-        findings = preflight(topology, lab.appliances, lab.bench, bench_ports=only)
-    finally:
-        lab.close()
+def run_preflight(config: pytest.Config, lab: Lab, *, only: bool) -> None:
+    """Check the run's connected lab; end the run (PREFLIGHT_FAILED, or 0 with
+    ``--hil-preflight``) as due."""
+    findings = preflight(lab.topology, lab.appliances, lab.bench, bench_ports=only)
     failed = [f for f in findings if not f.ok]
     terminal = config.pluginmanager.get_plugin("terminalreporter")
     if terminal is not None and (only or failed):

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from ipsec_hil import config_health, hookspecs, markers, rootdir
-from ipsec_hil.context import WORKER_INPUT, Part, run_context
+from ipsec_hil.context import CONTEXT_KEY, WORKER_INPUT, Part, ProcessRecords, run_context
 from ipsec_hil.lab.errors import ProfileError
 from ipsec_hil.lab.expectations.hardware import REGISTRY
 from ipsec_hil.lab.expectations.profiles_file import load_profiles_file
@@ -115,13 +115,13 @@ def topology_path(config: pytest.Config) -> Path | None:
     return default if default.exists() else None
 
 
-def _load_profiles(config: pytest.Config) -> None:
+def _load_profiles(config: pytest.Config, process: ProcessRecords) -> None:
     files = [_user_path(v, Path(config.invocation_params.dir)) for v in config.getoption("--hil-profiles")]
     files += list(config.getini("hil_profiles"))
     for f in files:
         try:
             for profile in load_profiles_file(f):
-                REGISTRY.register(profile, source=str(f))
+                process.add_model(profile, source=str(f))
         except ProfileError as exc:
             raise pytest.UsageError(f"invalid profiles file:\n{exc}") from None
 
@@ -140,15 +140,25 @@ def _give_virtual_lab_psks(topology: Topology) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _load_profiles(config)
+    process = ProcessRecords.begin()  # first: the parts subscribe to these records
+    _load_profiles(config, process)
     markers.register(config)
     parts = tuple(kind.from_config(config) for kind in parts_in_order())
     if hasattr(config, "workerinput"):  # the one place a process learns it is an xdist worker
-        configure_worker(config, parts)
+        configure_worker(config, parts).process = process
         return
     ctx = configure_controller(config, topology_path(config), parts)
+    ctx.process = process
     if ctx.configured is not None:
         _give_virtual_lab_psks(ctx.configured)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's process records end last (the session objects' own unconfigure ran)."""
+    ctx = config.stash.get(CONTEXT_KEY, None)
+    if ctx is not None and ctx.process is not None:
+        ctx.process.end()
 
 
 @pytest.hookimpl(optionalhook=True)

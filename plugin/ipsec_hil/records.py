@@ -4,10 +4,12 @@ Why through ``user_properties``: under xdist a test runs in a worker but the pag
 one document; pytest already ships each report's ``user_properties`` from the worker to the
 controller, where ``pytest_runtest_logreport`` sees them. So a test's :class:`TestRecord`
 (figures, ledger tables, invariants checked, plots, a known issue's verdict) is serialised
-into one property at teardown, and the controller (ipsec_hil.session.HilSession) gathers
-:class:`Entries` from the reports: the outcome and reason from setup/call, the
-measurements from teardown. Nothing secret is ever put into a record (ledgers hold
-counters, not keys). No pytest hooks live here: this module is data and its conversions.
+into one property at teardown (JSON: the one form that crosses the process boundary), and
+the controller (ipsec_hil.session.HilSession) gathers :class:`Entries` from the reports: the
+outcome and reason from setup/call, the record from teardown -- typed again on arrival
+(:meth:`TestRecord.from_json`), so the page's entries are made from typed records. Nothing secret is ever put into a record (ledgers hold
+counters, not keys). No pytest hooks live here: this module is data and its conversions;
+the page's sections it gives are typed (``ipsec_hil.lab.reporting.page``), rendered there.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 
 from ipsec_hil import config_health
 from ipsec_hil.lab.measuring.measure import Check, Ledger
+from ipsec_hil.lab.reporting.page import Bold, Bullets, Code, Item, Paragraph, Preformatted, Section, Subsection, Table
 from ipsec_hil.lab.reporting.report import Figure, PageEntry
 
 PROPERTY = "hil_record"
@@ -86,13 +89,20 @@ class TestRecord:
         allure.attach.file(str(path), name=Path(path).name, attachment_type=allure.attachment_type.PNG)
 
     def to_json(self) -> str:
+        """The record as one JSON text: how it crosses from an xdist worker to the controller
+        (a report's ``user_properties``); :meth:`from_json` gives the typed record back."""
         d = asdict(self)
         d["hardware"] = list(self.hardware)
         return json.dumps(d, default=str)
 
-    @staticmethod
-    def from_json(text: str) -> dict[str, Any]:
-        return json.loads(text)
+    @classmethod
+    def from_json(cls, text: str) -> TestRecord:
+        d = json.loads(text)
+        ki = d.pop("known_issue", None)
+        return cls(**{**d, "hardware": tuple(d.get("hardware") or ()),
+                      "figures": [Figure(**f) for f in d.get("figures") or []],
+                      "checks": [Check(**c) for c in d.get("checks") or []]},
+                   known_issue=KnownIssueVerdict(**ki) if ki else None)
 
 
 # ----------------------------------------------------------------- controller side
@@ -165,9 +175,9 @@ class Entries:
         first = "appliance health changed around the configuration (driver defect)"
         for e in self.by_nodeid.values():
             rec = e.get("record")
-            if not rec or rec.get("tunnel_case") != case:
+            if rec is None or rec.tunnel_case != case:
                 continue
-            rec.setdefault("ledgers", []).extend(verdict["tables"])
+            rec.ledgers.extend(verdict["tables"])
             if not verdict["ok"] and (e.get("outcome") == "passed" or e["nodeid"] == carrier and e.get("outcome") == "broken"):
                 e["outcome"], e["reason"] = "failed", f"{first}: {case}"
 
@@ -181,102 +191,71 @@ class Entries:
     def known_issues(self) -> list[tuple[str, KnownIssueVerdict]]:
         out = []
         for nodeid, e in sorted(self.by_nodeid.items()):
-            ki = (e.get("record") or {}).get("known_issue")
-            if ki:
-                out.append((nodeid, KnownIssueVerdict(**ki)))
+            rec = e.get("record")
+            if rec is not None and rec.known_issue is not None:
+                out.append((nodeid, rec.known_issue))
         return out
 
     def known_issue_lines(self) -> list[str]:
         return [f"{v.text()} -- {nodeid}" for nodeid, v in self.known_issues()]
 
-    def known_issues_section(self) -> str | None:
+    def known_issues_section(self) -> Section | None:
         """The page's "Known issues" section: which open issues reproduced, which did not."""
         found = self.known_issues()
         if not found:
             return None
-        lines = ["## Known issues", ""]
-        lines += [f"- **{v.text()}** -- `{nodeid}`" if not v.reproduced else f"- {v.text()} -- `{nodeid}`"
-                  for nodeid, v in found]
-        return "\n".join(lines) + "\n"
+        return Section("Known issues", (Bullets(tuple(
+            Item((Bold(v.text()) if not v.reproduced else v.text(), " -- ", Code(nodeid))) for nodeid, v in found)),))
 
-    def config_health_section(self) -> str | None:
+    def config_health_section(self) -> Section | None:
         """The page's "Health around each configuration": one row per configuration judged
         (ipsec_hil.config_health), each sick end's table in full."""
         if not self.config_health:
             return None
-        lines = ["## Health around each configuration", "",
-                 "Both ends after the configuration's bring-up against after its last test, with each "
-                 "model's tolerances (ipsec_hil.config_health).", "",
-                 "| configuration | verdict |", "|---|---|"]
-        sick = []
-        for case, v in sorted(self.config_health.items()):
-            lines.append(f"| {case} | {'healthy' if v['ok'] else '**DEFECT**: every test of it failed'} |")
-            if not v["ok"]:
-                sick += [f"### {case}", "", "```", *(t.rstrip() for t in v["tables"]), "```", ""]
-        return "\n".join(lines + [""] + sick) + "\n"
+        verdicts = sorted(self.config_health.items())
+        return Section("Health around each configuration", (
+            Paragraph("Both ends after the configuration's bring-up against after its last test, with each "
+                      "model's tolerances (ipsec_hil.config_health)."),
+            Table(("configuration", "verdict"),
+                  tuple((case, "healthy" if v["ok"] else (Bold("DEFECT"), ": every test of it failed"))
+                        for case, v in verdicts)),
+            *(Subsection(case, (Preformatted("\n".join(t.rstrip() for t in v["tables"])),))
+              for case, v in verdicts if not v["ok"]),
+        ))
 
     def traffic_seconds(self) -> float:
         """Seconds of traffic the run's tests asked for (each record's ``traffic_seconds``)."""
-        return sum(float((e.get("record") or {}).get("traffic_seconds") or 0.0) for e in self.by_nodeid.values())
+        return sum(float(e["record"].traffic_seconds or 0.0) for e in self.by_nodeid.values() if e.get("record"))
 
     def timing_note(self, wall_seconds: float) -> str:
         """Wall time against the traffic the tests asked for (issue 5's budget: at most 1.3x the
         traffic seconds plus one bring-up per configuration)."""
-        recs = [e.get("record") or {} for e in self.by_nodeid.values()]
+        recs = [e["record"] for e in self.by_nodeid.values() if e.get("record")]
         traffic = self.traffic_seconds()
-        configs = len({r.get("tunnel_case") for r in recs if r.get("tunnel_case")})
+        configs = len({r.tunnel_case for r in recs if r.tunnel_case})
         ratio = f"{wall_seconds / traffic:.2f}x" if traffic else "n/a"
         return (f"wall time {wall_seconds:,.0f} s for {traffic:,.0f} s of traffic asked ({ratio}), "
                 f"{configs} tunnel configuration(s) brought up")
 
 
 def _page_entry(e: dict[str, Any]) -> PageEntry:
-    r = e.get("record") or {}
-    title = r.get("title") or e["nodeid"].split("::")[-1]
-    ki = r.get("known_issue")
-    reason = e.get("reason") or (KnownIssueVerdict(**ki).text() if ki else None)
+    r: TestRecord | None = e.get("record")
+    ki = r.known_issue if r is not None else None
     return PageEntry(
         nodeid=e["nodeid"],
-        title=title,
+        title=(r.title if r is not None else None) or e["nodeid"].split("::")[-1],
         outcome=e.get("outcome", "passed"),
-        page=r.get("page"),
-        hardware=tuple(r.get("hardware") or ()),
-        reason=reason,
-        figures=[Figure(**f) for f in r.get("figures", [])],
-        checks=[Check(**c) for c in r.get("checks", [])],
-        ledgers=list(r.get("ledgers", [])),
-        plots=list(r.get("plots", [])),
+        page=r.page if r is not None else None,
+        hardware=tuple(r.hardware) if r is not None else (),
+        reason=e.get("reason") or (ki.text() if ki else None),
+        figures=list(r.figures) if r is not None else [],
+        checks=list(r.checks) if r is not None else [],
+        ledgers=list(r.ledgers) if r is not None else [],
+        plots=list(r.plots) if r is not None else [],
         duration=float(e.get("duration", 0.0)),
-        tunnel_case=r.get("tunnel_case"),
-        known_issue=KnownIssueVerdict(**ki).text() if ki else None,
+        tunnel_case=r.tunnel_case if r is not None else None,
+        known_issue=ki.text() if ki else None,
     )
 
 
-def _replace_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def append_sections(page: Path, sections: list[str]) -> None:
-    """Append Markdown sections to the page this run just wrote."""
-    text = page.read_text(encoding="utf-8").rstrip("\n")
-    for s in sections:
-        text += "\n\n" + s.rstrip("\n")
-    _replace_atomically(page, text + "\n")
-
-
-def _prop(s: str) -> str:
-    return str(s).replace("\\", "\\\\").replace("\n", "\\n").replace("=", "\\=").replace(":", "\\:")
-
-
-def append_allure_environment(alluredir: Path, values: dict[str, str]) -> None:
-    """Add ``key=value`` lines to Allure's environment.properties (written just before)."""
-    if not values:
-        return
-    p = alluredir / "environment.properties"
-    old = p.read_text(encoding="utf-8") if p.exists() else ""
-    _replace_atomically(p, old + "".join(f"{_prop(k)}={_prop(v)}\n" for k, v in values.items()))
-
-
-__all__ = ["PROPERTY", "Entries", "KnownIssueVerdict", "TestRecord", "append_sections", "append_allure_environment"]
+__all__ = ["PROPERTY", "Entries", "KnownIssueVerdict", "TestRecord"]

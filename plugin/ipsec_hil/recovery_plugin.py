@@ -31,7 +31,6 @@ from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab import files
 from ipsec_hil.lab.dead_runs import FOUND, recover_at_start, recover_bench
-from ipsec_hil.lab.live_lab import Lab
 
 __all__: list[str] = []
 
@@ -52,8 +51,7 @@ class Recovery(Part):
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Recovery:
-        FOUND.clear()  # one run's record (a process may hold several runs: pytester, in-process)
-        return cls()
+        return cls()  # FOUND is the run's: begun with the run's records (context.ProcessRecords.begin)
 
     def lab_ready(self, ctx: RunContext, session: pytest.Session) -> None:
         from ipsec_hil.lease_plugin import LeaseHold
@@ -79,12 +77,12 @@ class Recovery(Part):
                 recover_bench(hold.bench_host, took_over=bench_took_over)
         else:
             run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:12] or "start-" + uuid.uuid4().hex[:8]
-            lab = Lab.connect(ctx.topology())
+            lab = ctx.live_lab()
             try:
                 recover_at_start(lab, holder=f"{files.whoami()}: pytest (recovery at the start)", run_id=run_id,
                                  bench_host=hold.bench_host, bench_took_over=bench_took_over)
             finally:
-                lab.close()
+                lab.check_again()  # their leases are released: a tunnel that takes one checks again
         message = FOUND.stop_message()
         if message:
             pytest.exit(message, returncode=HilExitCode.RECOVERY_INCOMPLETE)

@@ -17,10 +17,11 @@ run's context (:class:`ipsec_hil.context.RunContext`) in the parts' order.
   lab file made the context's active topology; every part's ``lab_ready`` (preflight,
   then ``--driver`` deploys the build under test), then ``pytest_hil_lab_ready`` for a
   driver repository's conftest; then every appliance's driver build and kernel are read
-  once (:func:`ipsec_hil.lab.live_lab.read_hardware`) -- the report header, the page and
+  once (:func:`ipsec_hil.lab.live_lab.read_hardware`, over the context's connected lab,
+  :meth:`~ipsec_hil.context.RunContext.live_lab`) -- the report header, the page and
   the gate's comparison use these facts;
-- ``pytest_configure_node``: the worker's one input, the context's
-  :meth:`~ipsec_hil.context.RunContext.to_workerinput`;
+- (the worker's one input, the context's :meth:`~ipsec_hil.context.RunContext.to_workerinput`,
+  is written by ``ipsec_hil.pytest_plugin.pytest_configure_node``, once);
 - ``pytest_runtest_logreport``: every acceptance test's outcome and record (carried from
   workers in the reports' user_properties, see ipsec_hil.records) into the context's entries;
 - ``pytest_sessionfinish``: a run whose acceptance tests were all skipped measured
@@ -30,10 +31,11 @@ run's context (:class:`ipsec_hil.context.RunContext`) in the parts' order.
   ``pytest_hil_page_sections``, and Allure's run-level files (controller-side, after the
   workers: see the reference on ``--clean-alluredir`` wiping files written earlier);
 - ``pytest_unconfigure``: every part's ``close`` (a driver never restored is restored),
-  then the virtual lab stops (unless ``--keep-tunnels``).
+  the connected lab closed, then the virtual lab stops (unless ``--keep-tunnels``).
 
 :class:`WorkerSession`: ``pytest_sessionfinish``, every part's ``worker_finish`` (its
-last word to the controller in ``workeroutput``).
+last word to the controller in ``workeroutput``); ``pytest_unconfigure``, its connected
+lab closed.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ from ipsec_hil.lab.sharing.holds import HOLDS
 from ipsec_hil.lab.errors import LabError, TopologyError
 from ipsec_hil.lab.live_lab import HardwareFacts, read_hardware
 from ipsec_hil.lab.reporting import history
-from ipsec_hil.lab.reporting.report import RunInfo, write_allure_files, write_page
+from ipsec_hil.lab.reporting.page import Section
+from ipsec_hil.lab.reporting.report import RunInfo, write_allure_files
 from ipsec_hil.lab.topology import Topology, load_topology
 from ipsec_hil.lab.expectations.hardware import REGISTRY
 
@@ -172,6 +175,9 @@ class WorkerSession:
         for part in self.ctx.in_order():
             part.worker_finish(self.ctx, session, session.config.workeroutput)
 
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.ctx.close_lab()
+
 
 class HilSession:
     """The controller's part of the run (see the module's docstring for its hooks)."""
@@ -217,15 +223,10 @@ class HilSession:
                 pytest.exit(f"virtual lab: its resolved lab file is invalid:\n{exc}", returncode=HilExitCode.LAB_NOT_UP)
             ctx.activate(resolved, lab=lab)
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node) -> None:
-        """xdist controller -> worker: the run's context, as one input (ipsec_hil.context)."""
-        node.workerinput[WORKER_INPUT] = self.ctx.to_workerinput(
-            loadgroup=getattr(node.config.option, "dist", None) == "loadgroup")
-
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         for part in self.ctx.in_order():
             part.close(self.ctx)
+        self.ctx.close_lab()  # after the parts' last use (a driver restored), before the lab stops
         lab = self.ctx.lab if self.ctx.lab_owned else None
         if lab is None:
             return
@@ -251,7 +252,7 @@ class HilSession:
                                                      "each worker's tests read them"),))
         if self._facts is None:
             try:
-                self._facts = read_hardware(self.topology)
+                self._facts = read_hardware(self.ctx.live_lab())
             except LabError as exc:
                 self._facts = HardwareFacts(unreadable=(("appliances", f"not reachable ({exc})"),))
         return self._facts
@@ -295,9 +296,8 @@ class HilSession:
         if is_acceptance_report(self.config, report):
             self.entries.add(report)
 
-    def pytest_hil_page_sections(self, config: pytest.Config) -> str | None:
-        parts = [self.entries.known_issues_section(), self.entries.config_health_section()]
-        return "\n".join(p for p in parts if p) or None
+    def pytest_hil_page_sections(self, config: pytest.Config) -> list[Section]:
+        return [s for s in (self.entries.known_issues_section(), self.entries.config_health_section()) if s]
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         lines = self.entries.known_issue_lines()
@@ -342,7 +342,8 @@ class HilSession:
         session.exitstatus = code
 
     def write_page_and_allure_files(self) -> Path | None:
-        """The measurement page (with the plugins' sections) and Allure's run-level files."""
+        """The measurement page (the context's page document: the run's facts, its tests, the
+        plugins' sections; rendered and written once) and Allure's run-level files."""
         config = self.config
         if not self.entries and not HOLDS.losses:  # a run stopped by a lost lease still says so
             return None
@@ -366,21 +367,19 @@ class HilSession:
             + [line for lines in config.hook.pytest_hil_page_verdict(config=config) for line in (lines or [])],
             lab_state=[line for lines in config.hook.pytest_hil_page_lab_state(config=config) for line in (lines or [])],
         )
-        entries = self.entries.page_entries()
-        notes.append(history.annotate(reports_dir(config), self.topology.lab.name, entries, self.started.isoformat()))
-        path = write_page(run, entries, reports_dir(config), name=PAGE_NAME,
-                          allure_results=getattr(config.option, "allure_report_dir", None))
-        sections = [s for s in config.hook.pytest_hil_page_sections(config=config) if s]
-        if sections:
-            records.append_sections(path, sections)
-        self.page_path = path
+        page = self.ctx.page
+        page.run, page.entries = run, self.entries.page_entries()
+        notes.append(history.annotate(reports_dir(config), self.topology.lab.name, page.entries, self.started.isoformat()))
+        for section in config.hook.pytest_hil_page_sections(config=config):
+            page.add(section)
         alluredir = getattr(config.option, "allure_report_dir", None)
+        path = page.write(reports_dir(config), name=PAGE_NAME, allure_results=alluredir)
+        self.page_path = path
         if alluredir:
-            write_allure_files(alluredir, run)
             extra: dict[str, str] = {}
             for values in config.hook.pytest_hil_allure_environment(config=config):
                 extra.update(values or {})
-            records.append_allure_environment(Path(alluredir), extra)
+            write_allure_files(alluredir, run, environment=extra)
         terminal = config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
             terminal.write_line(f"measurement page: {path}")

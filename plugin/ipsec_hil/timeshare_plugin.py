@@ -23,7 +23,6 @@ Nothing is shown for a run that executed no acceptance test.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import pytest
@@ -49,8 +48,7 @@ class RunShare(Part):
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunShare:
-        timeshare.SHARE.restart(threading.current_thread())
-        return cls()
+        return cls()  # the run's SHARE was restarted with the run's records (context.ProcessRecords.begin)
 
     def worker_finish(self, ctx: RunContext, session: pytest.Session, workeroutput: dict) -> None:
         workeroutput[WORKER_KEY] = timeshare.SHARE.snapshot().to_dict()

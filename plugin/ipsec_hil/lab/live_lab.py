@@ -1,9 +1,15 @@
 """The lab with live objects: a topology's appliances and bench, connected.
 
 Why here and not in the pytest fixtures: a person at a Python prompt wants the same
-objects a test gets (``with Lab.connect(load_topology(path, models=REGISTRY)) as lab: lab.appliances[...]``),
-and the run's controller reads the appliances' driver builds once through
-:func:`read_hardware` instead of every report reconnecting on its own.
+objects a test gets (``with Lab.connect(load_topology(path, models=REGISTRY)) as lab: lab.appliances[...]``).
+
+One run, one lab (issue 53): a pytest run connects its lab once per process, through its
+run context (``ipsec_hil.context.RunContext.live_lab``), and hands that :class:`Lab` to
+whatever needs the appliances -- the bench's lease, the recovery of dead runs, preflight,
+the driver under test, the candidate comparison, the hardware facts (:func:`read_hardware`)
+and the fixtures; the run closes it once, after its last use. This module is the one place
+that talks to the appliances for the page's hardware table (:func:`hardware_info`): the
+page (``ipsec_hil.lab.reporting``) only renders what it is given, and nothing here imports it.
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ from typing import Any
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.expectations.hardware import host_profile
+from ipsec_hil.lab.measuring.baseline import HardwareInfo
 from ipsec_hil.lab.remote import host_from_mgmt
-from ipsec_hil.lab.reporting.report import HardwareInfo, hardware_info
 from ipsec_hil.lab.topology import Port, Topology
 from ipsec_hil.lab.traffic.bench import BenchHost
 
@@ -72,6 +78,12 @@ class Lab:
     def close(self) -> None:
         close_hosts(self.hosts)
 
+    def check_again(self) -> None:
+        """Forget which appliances :meth:`recover_once` checked: the next lease-taker checks
+        them again (a run's recovery at its start released their leases; another run may
+        have held them, and died, since)."""
+        self._checked.clear()
+
     def __enter__(self) -> Lab:
         return self
 
@@ -124,16 +136,32 @@ class HardwareFacts:
     unreadable: tuple[tuple[str, str], ...] = ()
 
 
-def read_hardware(topology: Topology) -> HardwareFacts:
-    """Connect once, ask each appliance for its module (name, md5, size, loaded) and kernel."""
-    infos, unreadable = [], []
-    apps, hosts = build_appliances(topology)
+def hardware_info(appliance: Any) -> HardwareInfo:
+    """Ask one Appliance for its driver build and kernel (module_info + kernel_version)."""
+    mod = appliance.module_info()
     try:
-        for app in apps.values():
-            try:
-                infos.append(hardware_info(app))
-            except LabError as exc:
-                unreadable.append((app.name, str(exc)))
-    finally:
-        close_hosts(hosts)
+        k = appliance.kernel_version()
+        kernel = f"{k.osrelease} ({k.version})" if k.version else k.osrelease
+    except LabError as e:
+        kernel = f"unknown ({type(e).__name__})"
+    return HardwareInfo(
+        appliance=appliance.name,
+        model=str(getattr(appliance.profile, "model", "?")),
+        driver=str(getattr(appliance.profile, "driver", mod.name)),
+        module_md5=mod.md5,
+        module_size=mod.size,
+        module_loaded=mod.loaded,
+        kernel=kernel,
+    )
+
+
+def read_hardware(lab: Lab) -> HardwareFacts:
+    """Ask each appliance of the connected ``lab`` for its module (name, md5, size, loaded)
+    and kernel."""
+    infos, unreadable = [], []
+    for app in lab.appliances.values():
+        try:
+            infos.append(hardware_info(app))
+        except LabError as exc:
+            unreadable.append((app.name, str(exc)))
     return HardwareFacts(tuple(infos), tuple(unreadable))

@@ -88,6 +88,15 @@ class ApplianceEnv:
     kernel: str | None = None
 
 
+@dataclass(frozen=True)
+class HardwareInfo(ApplianceEnv):
+    """One appliance as the run found it: what a baseline keeps of it (the driver build,
+    the kernel) and, for the page, whether the module was loaded. Read by
+    ``ipsec_hil.lab.live_lab.hardware_info``; shown by ``ipsec_hil.lab.reporting.report``."""
+
+    module_loaded: bool | None = None
+
+
 @dataclass
 class Repeat:
     """One run saved into a baseline."""

@@ -54,6 +54,14 @@ def last_load_end() -> float:
     return _last_load_end
 
 
+def reset() -> None:
+    """Forget every load (a run's start: ipsec_hil.context.ProcessRecords.begin)."""
+    global _last_load_end
+    with _lock:
+        _last_load_end = float("-inf")
+        _quiet_since_load.clear()
+
+
 def settled(apps: Iterable[Any]) -> None:
     """``apps`` were found settled (by :func:`ipsec_hil.lab.measuring.measure.settle_all`): their next
     settle needs only their counter lag, until the next load."""

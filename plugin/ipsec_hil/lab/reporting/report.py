@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from ipsec_hil.lab.measuring.baseline import ApplianceEnv
-from ipsec_hil.lab.errors import InvariantError, LabError
+from ipsec_hil.lab.measuring.baseline import HardwareInfo  # the page's hardware rows (read by live_lab)
+from ipsec_hil.lab.errors import InvariantError
 from ipsec_hil.lab.reporting.first_screen import summary_lines, verdict_lines
 from ipsec_hil.lab.measuring.measure import Check
 
@@ -59,14 +59,6 @@ class Figure:
         else:
             s = str(v)
         return f"{s} {self.unit}".strip()
-
-
-@dataclass(frozen=True)
-class HardwareInfo(ApplianceEnv):
-    """One appliance as the run found it: what a baseline keeps of it (the driver build,
-    the kernel) and, for the page, whether the module was loaded."""
-
-    module_loaded: bool | None = None
 
 
 @dataclass
@@ -345,18 +337,24 @@ def allure_result_links(results: str | os.PathLike[str] | None, base: Path) -> d
     return {key: os.path.relpath(f, base) for key, (_, f) in latest.items()}
 
 
+def page_links(entries: Sequence[PageEntry], allure_results: str | os.PathLike[str] | None,
+               base: Path) -> dict[str, str]:
+    """Node id -> the test's Allure result file, relative to ``base`` (the page's folder)."""
+    by_key = allure_result_links(allure_results, base)
+    return {e.nodeid: by_key[k] for e in entries
+            if (k := (Path(e.nodeid.split("::", 1)[0]).stem, _test_name(e))) in by_key}
+
+
 def write_page(run: RunInfo, entries: Sequence[PageEntry], directory: str | os.PathLike[str],
                name: str = "measurement-page.md", allure_results: str | os.PathLike[str] | None = None) -> Path:
-    """Write the page into ``directory`` (created); returns its path. ``allure_results``:
-    the run's Allure results directory, to link each test's result from the page."""
+    """Write the page of ``run`` and ``entries`` alone into ``directory`` (created); returns
+    its path. ``allure_results``: the run's Allure results directory, to link each test's
+    result from the page. A run's page, with its parts' sections: ``reporting.page.PageDocument``."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    by_key = allure_result_links(allure_results, d)
-    links = {e.nodeid: by_key[k] for e in entries
-             if (k := (Path(e.nodeid.split("::", 1)[0]).stem, _test_name(e))) in by_key}
     path = d / name
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(render_page(run, entries, base=d, allure=links), encoding="utf-8")
+    tmp.write_text(render_page(run, entries, base=d, allure=page_links(entries, allure_results, d)), encoding="utf-8")
     os.replace(tmp, path)
     return path
 
@@ -468,8 +466,11 @@ def write_allure_files(
     build_order: int | None = None,
     build_name: str | None = None,
     report_url: str | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> list[Path]:
-    """environment.properties, executor.json, categories.json into the results directory.
+    """environment.properties, executor.json, categories.json into the results directory,
+    each written once; ``environment``: the parts' own ``key=value`` lines (the build
+    under test, the gate's figures), after the run's.
 
     Call it from the controller's ``pytest_sessionfinish`` (workers' --clean-alluredir would
     delete files written earlier; see the reference notes).
@@ -488,7 +489,8 @@ def write_allure_files(
     if report_url:
         executor["reportUrl"] = report_url
     files = {
-        "environment.properties": environment_properties(run),
+        "environment.properties": environment_properties(run)
+        + "".join(f"{_prop_escape(k)}={_prop_escape(v)}\n" for k, v in (environment or {}).items()),
         "executor.json": json.dumps(executor, indent=2) + "\n",
         "categories.json": json.dumps(CATEGORIES, indent=2) + "\n",
     }
@@ -501,21 +503,3 @@ def write_allure_files(
         out.append(p)
     return out
 
-
-def hardware_info(appliance: Any) -> HardwareInfo:
-    """Ask one Appliance for its driver build and kernel (module_info + kernel_version)."""
-    mod = appliance.module_info()
-    try:
-        k = appliance.kernel_version()
-        kernel = f"{k.osrelease} ({k.version})" if k.version else k.osrelease
-    except LabError as e:
-        kernel = f"unknown ({type(e).__name__})"
-    return HardwareInfo(
-        appliance=appliance.name,
-        model=str(getattr(appliance.profile, "model", "?")),
-        driver=str(getattr(appliance.profile, "driver", mod.name)),
-        module_md5=mod.md5,
-        module_size=mod.size,
-        module_loaded=mod.loaded,
-        kernel=kernel,
-    )
