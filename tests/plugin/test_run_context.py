@@ -148,3 +148,26 @@ def test_the_controller_runs_the_parts_phases_in_the_parts_order():
     run.pytest_unconfigure(config)  # type: ignore[arg-type]
     assert log == ["finish first", "finish second", "finish third", "close first", "close second", "close third"]
 
+
+
+def test_the_run_begins_and_ends_the_process_records():
+    """The library's process-wide records (leases lost, fences, time share, dead runs found,
+    the last load) are the run's once it began them; a profiles file's model is the run's
+    too: gone from the registry when the run ends (pytester runs many runs in one process)."""
+    import dataclasses
+
+    from ipsec_hil.context import ProcessRecords
+    from ipsec_hil.lab.measuring import quiet
+    from ipsec_hil.lab.remote import fence
+    from ipsec_hil.lab.sharing.holds import HOLDS
+
+    fence.fence("gw-earlier", "an earlier run's loss")
+    quiet.load_ended(1.0)
+    process = ProcessRecords.begin()
+    assert process.holds is HOLDS and not HOLDS.losses
+    assert fence.fenced("gw-earlier") is None and quiet.last_load_end() == float("-inf")
+    process.add_model(dataclasses.replace(REGISTRY.get("xgs136"), model="xgs9136"), source="extra.yaml")
+    process.add_model(REGISTRY.get("xgs136"), source="ipsec_hil.lab.expectations.hardware")  # the suite's own
+    assert "xgs9136" in REGISTRY.names()
+    process.end()
+    assert "xgs9136" not in REGISTRY.names() and "xgs136" in REGISTRY.names()
