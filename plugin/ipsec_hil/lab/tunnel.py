@@ -39,8 +39,36 @@ from ipsec_hil.lab.traffic.bench import BenchHost
 DEFAULT_CONGESTED_TOLERANCE = 0.001
 
 
+class TunnelInvariants:
+    """What every ledger of a tunnel must show, one line of intent each for a test (issue 53):
+    ``tunnel.expect_conserved(ledger, why, sender="local", at_least=n)``. Mixed into
+    :class:`ActiveTunnel`, which gives the ends (``appliance``, ``offloaded``), their
+    counters (``encrypted_refs``, ``decrypted_refs``) and the doors and loss rule between them."""
+
+    def expect_conserved(self, ledger: Ledger, why: str, *, sender: str, at_least: Any, sent: Any = None,
+                         received: Any = None, tolerance: float | None = None) -> int:
+        """``sent`` (default: what ``sender`` encrypted) = ``received`` (default: what the other
+        end decrypted) + ``loss_doors(sender)``, exactly (measure.expect_conserved); the counted
+        loss judged by ``loss_rule(sender)`` (or ``tolerance``). Returns the sent count."""
+        t: Any = self
+        received = t.decrypted_refs("remote" if sender == "local" else "local") if received is None else received
+        return expect_conserved(ledger, t.encrypted_refs(sender) if sent is None else sent, received, why,
+                                drops=t.loss_doors(sender), at_least=at_least,
+                                tolerance=t.loss_rule(sender) if tolerance is None else tolerance)
+
+    def expect_offload_carried(self, ledger: Ledger, why: str) -> None:
+        """Every end whose engine holds the associations left its kernel's ESP counters
+        where they were: the traffic took the offload path, not the kernel's cipher."""
+        t: Any = self
+        for end in ("local", "remote"):
+            if t.offloaded(end):
+                name = t.appliance(end).name
+                expect_zero(ledger, expect.kernel_esp_refs(name),
+                            f"{why}: {name}'s engine holds the SAs, its kernel ESP does not move")
+
+
 @dataclass
-class ActiveTunnel:
+class ActiveTunnel(TunnelInvariants):
     """A tunnel that is up: its plan, configuration, both appliances and what bring-up saw."""
 
     case: TunnelCase
@@ -167,15 +195,6 @@ class ActiveTunnel:
         its received bytes over the largest TCP payload the tunnel's path fits."""
         return expect.least_packets(result.received_bytes, expect.largest_tcp_payload(self.config, self.path_mtu))
 
-    def expect_offload_carried(self, ledger: Ledger, why: str) -> None:
-        """Every end whose engine holds the associations left its kernel's ESP counters
-        where they were: the traffic took the offload path, not the kernel's cipher."""
-        for end in ("local", "remote"):
-            if self.offloaded(end):
-                name = self.appliance(end).name
-                expect_zero(ledger, expect.kernel_esp_refs(name),
-                            f"{why}: {name}'s engine holds the SAs, its kernel ESP does not move")
-
     # ------------------------------------------------------------ the offload framework's door
 
     def own_addresses(self, end: str) -> list[str]:
@@ -217,15 +236,13 @@ class ActiveTunnel:
             expect_equal(ledger, out_door, self.encrypted_refs(end),
                          f"{why}: {name}'s SAs out through the NIC (hw offl) = what its driver encrypted",
                          at_least=least)
-            expect_conserved(ledger, out_door, self.decrypted_refs(other),
-                             f"{why}: {name}'s hw offl out = what {self.appliance(other).name} decrypted",
-                             drops=self.loss_doors(end), tolerance=self.loss_rule(end), at_least=least)
+            self.expect_conserved(ledger, f"{why}: {name}'s hw offl out = what {self.appliance(other).name} decrypted",
+                                  sender=end, sent=out_door, at_least=least)
             expect_equal(ledger, in_door, self.decrypted_refs(end),
                          f"{why}: {name}'s SAs in through the NIC (hw offl) = what its driver decrypted and handed up",
                          at_least=least_in)
-            expect_conserved(ledger, self.encrypted_refs(other), in_door,
-                             f"{why}: what {self.appliance(other).name} encrypted = {name}'s hw offl in",
-                             drops=self.loss_doors(other), tolerance=self.loss_rule(other), at_least=least_in)
+            self.expect_conserved(ledger, f"{why}: what {self.appliance(other).name} encrypted = {name}'s hw offl in",
+                                  sender=other, received=in_door, at_least=least_in)
             checked += 2
         return checked
 
