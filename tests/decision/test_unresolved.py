@@ -82,7 +82,7 @@ def _finish(monkeypatch, tmp_path: Path, result: bc.BuildComparison, exitstatus:
                              pluginmanager=SimpleNamespace(get_plugin=lambda name: terminal))
     (tmp_path / "allure").mkdir()
     session = SimpleNamespace(config=config, exitstatus=exitstatus)
-    cp._finish(pr, SimpleNamespace(topology=lambda: None), session)
+    cp._finish(pr, SimpleNamespace(topology=lambda: None, live_lab=lambda: None), session)
     page = verdict_lines(cp.pytest_hil_page_verdict(config), [])
     return session, lines, page, json.loads((tmp_path / "reports" / "comparison.json").read_text())
 

@@ -68,7 +68,7 @@ EXPECTED = {
     "labgrid_bad_tag": "6: lab.labgrid.tags: expected tags as key: value in lower-case letters, digits and _ (a key starts with a letter), found Board: 'XGS'",
     "labgrid_place_and_tags": "4: lab.labgrid: expected exactly one of place or tags, found both",
     # issue 41: an appliance's run-to-run noise
-    "noise_unknown_key": "14: hosts.gw2.noise.epochs: expected one of rate_sd, cpu_sd, epoch_s, seed, found unknown key 'epochs' (did you mean 'epoch_s'?)",
+    "noise_unknown_key": "14: hosts.gw2.noise.epochs: expected one of rate_sd, cpu_sd, epoch_s, seed, drift_sd, drift_s, outlier_share, outlier_rate, outlier_cpu, found unknown key 'epochs' (did you mean 'epoch_s'?)",
     "noise_negative_sd": "15: hosts.gw2.noise.rate_sd: expected a value >= 0",
     "noise_zero_epoch": "14: hosts.gw2.noise.epoch_s: expected a value > 0",
     "noise_on_bench": "20: hosts.bench.noise: expected no noise on the bench host (noise is an appliance's), found",
@@ -312,7 +312,7 @@ def test_schema_and_esp_math_name_the_same_families_and_ciphers():
 
 def test_noise_is_off_unless_stated_and_on_with_the_pages_defaults():
     """Issue 41: absent = off (the default lab stays deterministic); `noise: {}` = on with
-    the defaults the schema states (rate_sd from page 001, cpu_sd an assumption); any key
+    the defaults the schema states (rate_sd and drift_sd from page 001, the rest assumptions; issue 54); any key
     overrides its default alone."""
     from ipsec_hil.lab.topology import NoiseModel
 
@@ -320,6 +320,7 @@ def test_noise_is_off_unless_stated_and_on_with_the_pages_defaults():
     text = MINI.replace("    model: xgs136\n", "    model: xgs136\n    noise: {}\n").replace(
         "    model: xgs3300\n", "    model: xgs3300\n    noise: {rate_sd: 0.05, epoch_s: 0.5, seed: 7}\n")
     topo = parse_topology(text, "noise.yaml", models=REGISTRY)
-    assert topo.host("gw2").noise == NoiseModel(rate_sd=0.0133, cpu_sd=0.02, epoch_s=1.0, seed=0)
-    assert topo.host("gw1").noise.model_dump() == {"rate_sd": 0.05, "cpu_sd": 0.02, "epoch_s": 0.5, "seed": 7}
+    slow = {"drift_sd": 0.0327, "drift_s": 3600.0, "outlier_share": 0.002, "outlier_rate": 0.8, "outlier_cpu": 1.25}
+    assert topo.host("gw2").noise == NoiseModel(rate_sd=0.0208, cpu_sd=0.02, epoch_s=1.0, seed=0, **slow)
+    assert topo.host("gw1").noise.model_dump() == {"rate_sd": 0.05, "cpu_sd": 0.02, "epoch_s": 0.5, "seed": 7, **slow}
     assert topo.host("bench").noise is None

@@ -204,25 +204,28 @@ def _measure(active: Any, figure: str, seconds: float) -> float:
     return res.received_bps / 1e6
 
 
-def _measure_up_and_cpu(active: Any, seconds: float) -> tuple[float, float]:
-    """The up stream's Mbit/s and the DUT's kernel microseconds per packet over it."""
+def _measure_up_and_cpu(active: Any, seconds: float, costs: list | None = None) -> tuple[float, float]:
+    """The up stream's Mbit/s and the DUT's kernel microseconds per packet over it
+    (``costs``: the window's cpu_cost.CpuCost appended, its ticks for the caller to count)."""
     try:
         before = cpu_cost.read(active.local)
         mbit = _measure(active, "up", seconds)
         cost = cpu_cost.cost_between(before, cpu_cost.read(active.local))
     except LabError as exc:
         raise ComparisonError(f"{active.name}: CPU per packet: {exc}") from exc
+    if costs is not None:
+        costs.append(cost)
     return mbit, cost.us_per_packet
 
 
-def _measure_trial(active: Any, figures: Sequence[str], seconds: float) -> dict[str, float]:
+def _measure_trial(active: Any, figures: Sequence[str], seconds: float, costs: list | None = None) -> dict[str, float]:
     """Every figure of one trial, in the order asked (the CPU figure with the up stream)."""
     values: dict[str, float] = {}
     for figure in figures:
         if figure in values:
             continue
         if figure in ("up", CPU) and CPU in figures:
-            values["up"], values[CPU] = _measure_up_and_cpu(active, seconds)
+            values["up"], values[CPU] = _measure_up_and_cpu(active, seconds, costs)
         else:
             values[figure] = _measure(active, figure, seconds)
     return {f: values[f] for f in figures}

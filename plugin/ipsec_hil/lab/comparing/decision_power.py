@@ -291,6 +291,41 @@ def run(topology_path: Path, *, model: str, runs: int, identical_runs: int, leve
     return decisions
 
 
+def trial_spread(topology_path: Path, *, model: str, trials: int, seconds: float,
+                 figures: Sequence[str] = ("up", CPU)) -> list[dict]:
+    """The suite's own trials (build_comparison._measure_trial, the code a comparison runs)
+    of one build, back to back on one tunnel of ``model`` in the rate configuration, after
+    one discarded warm-up stream: per trial its figures' values, ``ticks`` (the CPU figure's
+    statclock ticks of sys + intr), ``started`` (s) and ``wall`` (time.time() before and
+    after the trial: the twin's noise epochs are the wall clock's). What identical builds would show
+    pair by pair, without the swaps: the lab's noise on each figure (issue 54)."""
+    from ipsec_hil.lab.comparing import build_comparison as bc
+    from ipsec_hil.lab.expectations.hardware import REGISTRY
+    from ipsec_hil.lab.topology import load_topology
+
+    topology = load_topology(topology_path, models=REGISTRY)
+    cases = tunnel_cases(topology, model=model, **RATE_CONFIGURATION)
+    if not cases:
+        raise SystemExit(f"{topology_path}: no tunnel from a {model} in the rate configuration {RATE_CONFIGURATION}")
+    rows: list[dict] = []
+    with Lab.connect(topology) as lab, bring_up(lab, cases[0], run_id="spread-" + uuid.uuid4().hex[:6]) as active:
+        route = active.bench.probe("route", action="add", dst=active.inner_prefix("remote"),
+                                   gateway=active.inner_address("local"))
+        try:
+            bc._measure(active, "up", seconds)  # the warm-up a comparison discards after a swap
+            t0 = time.monotonic()
+            for _ in range(trials):
+                costs: list = []
+                started, wall0 = time.monotonic() - t0, time.time()
+                values = bc._measure_trial(active, figures, seconds, costs)
+                rows.append({**values, "ticks": sum(round(c.kernel_seconds * c.stathz) for c in costs),
+                             "started": round(started, 2), "wall": [wall0, time.time()]})
+        finally:
+            if not route.get("existed"):
+                active.bench.probe("route", action="del", dst=active.inner_prefix("remote"))
+    return rows
+
+
 def noisy_copy(lab_file: Path, out: Path) -> Path:
     """``lab_file`` with the twin's noise model on every appliance (``noise: {}``: the
     defaults the twin states), written to ``out``; a file that already sets ``noise`` on a
