@@ -184,7 +184,7 @@ def test_the_graph_sees_lazy_imports(tmp_path):
 # docs/DESIGN.md's "The layers at a glance" draws the same order.
 
 LAB_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core", ("errors", "timeshare", "topology", "expectations", "parsers", "ping_argv", "decision", "cases")),
+    ("core", ("errors", "timeshare", "command", "topology", "expectations", "parsers", "ping_argv", "decision", "cases")),
     ("transport", ("remote", "files", "sharing")),
     ("measuring", ("measuring",)),
     ("appliance", ("appliance",)),

@@ -38,6 +38,7 @@ from ipsec_hil.lab.expectations.hardware import HardwareProfile
 from ipsec_hil.lab.measuring import offload
 from ipsec_hil.lab.measuring.measure import Snapshot, unchanged_since
 from ipsec_hil.lab.parsers import (
+    boottime,
     cputime,
     ifconfig,
     iperf3,
@@ -318,10 +319,10 @@ class Appliance(ShellCommands):
         # (stdout straight to the script's, fd 3), not in a temporary file: mktemp, a cat per
         # command and rm were five more processes in every snapshot (issue 39).
         lines = ["exec 3>&1"]
-        for k, (name, command) in enumerate([("sysctl", argv("sysctl", *oids.values())),
-                                             ("netstat", "netstat -s -p esp --libxo json"),
-                                             *([("netstat-if", netstat_if.DROPS_COMMAND)] if self.ports else []),
-                                             *([("setkey", "setkey -D")] if framework else [])], 1):
+        for k, (name, command) in enumerate([("sysctl", sysctl.COMMAND(*oids.values())),
+                                             ("netstat", netstat_esp.COMMAND),
+                                             *([("netstat-if", netstat_if.COMMAND)] if self.ports else []),
+                                             *([("setkey", setkey.COMMAND)] if framework else [])], 1):
             lines += [_mark(name), f"e=$({command} 2>&1 >&3); s{k}=$?", _mark(f"{name}-stderr", f'"$s{k}"'),
                       '[ -z "$e" ] || printf \'%s\\n\' "$e"']
         s = "\n".join(lines + [_mark("end")])
@@ -363,16 +364,14 @@ class Appliance(ShellCommands):
 
     def esp_stats(self) -> netstat_esp.EspStats:
         """``netstat -s -p esp --libxo json`` -> parsers.netstat_esp EspStats."""
-        r = self._run("netstat -s -p esp --libxo json")
-        r.check("netstat -s -p esp")
-        return netstat_esp.parse(r.stdout)
+        return netstat_esp.parse(self._run(netstat_esp.COMMAND).check(netstat_esp.COMMAND).stdout)
 
     def sysctl_get(self, *names: str) -> dict[str, sysctl.Value]:
-        r = self._run(argv("sysctl", *names))
+        r = self._run(cmd := sysctl.COMMAND(*names))
         unknown = sysctl.parse_errors(r.stderr)
         if unknown:
             raise LabError(f"{self.name}: unknown sysctl {', '.join(unknown)}")
-        r.check("sysctl " + " ".join(names))
+        r.check(cmd)
         return dict(sysctl.parse(r.stdout, mode="name", names=list(names)))
 
     def cpu_times(self) -> cputime.CpuTimes:
@@ -384,23 +383,23 @@ class Appliance(ShellCommands):
 
     def sysctl_set(self, name: str, value: int | str) -> tuple[sysctl.Value, sysctl.Value]:
         """Set one sysctl; returns (old, new) as sysctl printed them."""
-        r = self._run(argv("sysctl", f"{name}={value}"))
-        r.check(f"sysctl {name}=...")
+        r = self._run(sysctl.COMMAND(f"{name}={value}"))
+        r.check(f"{sysctl.COMMAND(name)}=...")
         return sysctl.parse_set(r.stdout)[name]
 
     # ------------------------------------------------------------------ strongSwan
     def swanctl_load(self) -> swanctl_load.LoadResult:
         """``swanctl --load-all --noprompt`` -> parsers.swanctl_load result."""
-        r = self._run("swanctl --load-all --noprompt")
+        r = self._run(swanctl_load.COMMAND)
         return swanctl_load.parse(r.stdout, r.stderr, r.status)
 
     def swanctl_initiate(self, child: str, ike: str | None = None, timeout: float = 30) -> swanctl_initiate.InitiateResult:
         """``swanctl --initiate --child X [--ike Y] --timeout S`` -> parsers.swanctl_initiate outcome."""
-        cmd: list[str | int] = ["swanctl", "--initiate", "--child", child]
+        more: list[str | int] = ["--child", child]
         if ike:
-            cmd += ["--ike", ike]
-        cmd += ["--timeout", int(max(1, timeout))]
-        r = self._run(argv(*cmd), timeout=timeout + 30)
+            more += ["--ike", ike]
+        more += ["--timeout", int(max(1, timeout))]
+        r = self._run(swanctl_initiate.COMMAND(*more), timeout=timeout + 30)
         return swanctl_initiate.parse(r.stdout, r.stderr, r.status)
 
     def swanctl_terminate(self, ike: str | None = None, child: str | None = None, timeout: float = 30) -> RunResult:
@@ -414,21 +413,15 @@ class Appliance(ShellCommands):
 
     def list_sas(self) -> SaList:
         """``swanctl --list-sas`` (text) -> parsers.swanctl_list_sas SaList."""
-        r = self._run("swanctl --list-sas")
-        r.check("swanctl --list-sas")
-        return swanctl_list_sas.parse(r.stdout)
+        return swanctl_list_sas.parse(self._run(swanctl_list_sas.COMMAND).check(swanctl_list_sas.COMMAND).stdout)
 
     def setkey_sas(self) -> setkey.SadDump:
         """``setkey -D`` -> parsers.setkey (KEYS INSIDE: never log or report the result)."""
-        r = self._run("setkey -D")
-        r.check("setkey -D")
-        return setkey.parse(r.stdout)
+        return setkey.parse(self._run(setkey.COMMAND).check(setkey.COMMAND).stdout)
 
     def setkey_policies(self) -> setkey_spd.SpdDump:
         """``setkey -DP`` -> parsers.setkey_spd SpdDump: the SPD, the policies each child installed."""
-        r = self._run("setkey -DP")
-        r.check("setkey -DP")
-        return setkey_spd.parse(r.stdout)
+        return setkey_spd.parse(self._run(setkey_spd.COMMAND).check(setkey_spd.COMMAND).stdout)
 
     # ------------------------------------------------------------------ routes, interfaces
     def route_add(
@@ -459,15 +452,14 @@ class Appliance(ShellCommands):
     def route_get(self, dst: str, family: str | None = None) -> route_get.RouteGet | None:
         """``route [-6] -n get DST`` -> parsers.route_get result, or None when there is no route."""
         family = family or _family_of(dst)
-        cmd = ["route"] + (["-6"] if family == "ipv6" else []) + ["-n", "get", dst]
-        r = self._run(argv(*cmd))
+        r = self._run(route_get.BY_FAMILY[family](dst))
         res = route_get.parse(r.stdout, r.stderr, r.status)
         return res if res.found else None
 
     def interface(self, name: str) -> ifconfig.Interface:
         """``ifconfig NAME`` -> parsers.ifconfig result (incl. ``ifdisabled``)."""
-        r = self._run(argv("ifconfig", name))
-        r.check(f"ifconfig {name}")
+        r = self._run(cmd := ifconfig.COMMAND(name))
+        r.check(cmd)
         try:
             return ifconfig.parse(r.stdout).get(name)
         except KeyError:
@@ -475,7 +467,7 @@ class Appliance(ShellCommands):
 
     def ifconfig(self, name: str, *args: str) -> RunResult:
         """``ifconfig NAME ARGS...`` (e.g. ``inet6 -ifdisabled``); raises on a non-zero status."""
-        return self._run(argv("ifconfig", name, *args)).check(f"ifconfig {name} {' '.join(args)}")
+        return self._run(cmd := ifconfig.COMMAND(name, *args)).check(cmd)
 
     # ------------------------------------------------------------------ module, kernel, reboot
     def module_info(self) -> ModuleInfo:
@@ -486,9 +478,9 @@ class Appliance(ShellCommands):
         s = "\n".join(
             [
                 _mark("kldstat"),
-                "kldstat",
+                kldstat.COMMAND,
                 _mark("md5"),
-                f"if [ -f {q} ]; then md5 {q}; fi",
+                f"if [ -f {q} ]; then {md5.COMMAND(path)}; fi",
                 _mark("size"),
                 f"if [ -f {q} ]; then wc -c < {q}; fi",
                 _mark("end"),
@@ -506,8 +498,9 @@ class Appliance(ShellCommands):
                           size=size, kldstat=kld)
 
     def kernel_version(self) -> KernelInfo:
-        s = "\n".join([_mark("osrelease"), "sysctl -n kern.osrelease", _mark("version"), "sysctl -n kern.version"])
-        r = self._run(s).check("sysctl kern.osrelease kern.version")
+        s = "\n".join([_mark("osrelease"), sysctl.COMMAND("-n", "kern.osrelease"),
+                       _mark("version"), sysctl.COMMAND("-n", "kern.version")])
+        r = self._run(s).check("kernel_version")
         sec = sections(r.stdout)
         version = next((l.strip() for l in sec.get("version", "").splitlines() if l.strip()), "")
         return KernelInfo(sec.get("osrelease", "").strip(), version)
@@ -558,18 +551,18 @@ class Appliance(ShellCommands):
         login before its IKE daemon listens; a load or initiate sent then fails with
         "connecting to 'default' URI failed", which is the boot still going, not a defect."""
         def answers() -> bool | None:
-            return True if self._run("swanctl --list-sas", timeout=20).status == 0 else None
+            return True if self._run(swanctl_list_sas.COMMAND, timeout=20).status == 0 else None
 
         self.when_back(answers, timeout=timeout, poll=poll, what="its boot (charon not answering)")
 
     def _boottime(self) -> str | None:
-        r = self._run("sysctl -n kern.boottime", timeout=20)
+        r = self._run(boottime.COMMAND, timeout=20)
         return r.stdout.strip() if r.status == 0 and r.stdout.strip() else None
 
 
 def _port_drops(name: str, ports: tuple[str, ...], sec: dict[str, str]) -> dict[str, tuple[int, int | None]]:
     """Each of ``ports``' (input drops, output drops) from a snapshot's `netstat -i` section."""
-    command = netstat_if.DROPS_COMMAND
+    command = netstat_if.COMMAND
     if sec.get("netstat-if-stderr.arg", "0") != "0":
         raise TransportError(f"{name}: {command} failed: {sec.get('netstat-if-stderr', '').strip()}")
     table = netstat_if.parse(sec["netstat-if"])

@@ -30,6 +30,7 @@ from typing import Any
 
 from ipsec_hil.lab import files
 from ipsec_hil.lab.errors import LabError, ProvisionError, TransportError
+from ipsec_hil.lab.parsers import dmesg as _dmesg, kldstat as _kldstat, md5 as _md5
 from ipsec_hil.lab.sharing.lock import ApplianceLock, LockHeld
 
 log = logging.getLogger(__name__)
@@ -167,23 +168,23 @@ class DriverDeployment:
 
     def remote_md5(self) -> str | None:
         """``md5 -q FILE`` on the appliance (None if the file does not exist)."""
-        q = _q(self.module_file)
-        r = self._run(f"[ -f {q} ] || exit 3\nmd5 -q {q}\n", "md5")
+        cmd = _md5.COMMAND("-q", self.module_file)
+        r = self._run(f"[ -f {_q(self.module_file)} ] || exit 3\n{cmd}\n", "md5")
         if r.status == 3:
             return None
-        r.check(f"md5 -q {self.module_file}")
+        r.check(cmd)
         digest = r.stdout.strip()
         if not re.fullmatch(r"[0-9a-f]{32}", digest):
             raise DriverError(f"{self._where()}: md5 -q printed {digest[:80]!r}, expected 32 hex digits")
         return digest
 
     def dmesg_lines(self) -> list[str]:
-        r = self._run("dmesg\n", "dmesg").check("dmesg")
+        r = self._run(f"{_dmesg.COMMAND}\n", "dmesg").check(_dmesg.COMMAND)
         return r.stdout.splitlines()
 
     def loaded(self) -> bool:
         """``kldstat -q -n MODULE``: exit 0 when loaded."""
-        r = self._run(f"kldstat -q -n {_q(self.module)}\n", "kldstat")
+        r = self._run(f"{_kldstat.COMMAND('-q', '-n', self.module)}\n", "kldstat")
         return r.status == 0
 
     def unload(self) -> None:
@@ -297,7 +298,7 @@ class DriverDeployment:
         if got != want.md5:
             raise DriverError(f"{self._where()}: md5 on the appliance is {got}, the local file "
                               f"{path} has {want.md5}: the upload is not the build under test")
-        self.steps.append(f"md5 -q matches {want.md5}")
+        self.steps.append(f"{_md5.COMMAND('-q')} matches {want.md5}")
         self.unload()
         kernel_log = self.load()
         now = self._state()

@@ -15,12 +15,12 @@ Library code: no pytest.
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.parsers import ifconfig as ifconfig_parser
+from ipsec_hil.lab.parsers import kldstat, route_get
 from ipsec_hil.lab.topology import Topology
 
 #: the bench's tools: (command that exits 0 when present, what installs it on Debian)
@@ -73,7 +73,7 @@ def _appliance_checks(app: Any, name: str, topology: Topology) -> list[Finding]:
     h = topology.hosts[name]
     out: list[Finding] = []
     try:
-        r = _run(app.host, "kldstat")
+        r = _run(app.host, kldstat.COMMAND)
     except LabError as exc:
         mgmt = h.mgmt
         return [Finding(name, "reachable over SSH with the pinned host key", False, str(exc)[:300],
@@ -90,7 +90,7 @@ def _appliance_checks(app: Any, name: str, topology: Topology) -> list[Finding]:
     r = _run(app.host, "swanctl --stats")
     out.append(Finding(name, "charon running (swanctl --stats)", r.status == 0,
                        (r.stderr or r.stdout).strip()[-200:], f"on {name}: service strongswan onestart"))
-    r = _run(app.host, "ifconfig")
+    r = _run(app.host, ifconfig_parser.COMMAND)
     ifaces = _ifconfig(r.stdout) if r.status == 0 else {}
     for pname, port in h.ports.items():
         ifname = port.ifname or pname
@@ -100,12 +100,12 @@ def _appliance_checks(app: Any, name: str, topology: Topology) -> list[Finding]:
                                f"on {name}: check the cabling/driver of {ifname}, or the topology's ifname for {pname}"))
             continue
         problems = [f"mtu {found.mtu}, expected {port.mtu}"] if found.mtu != port.mtu else []
-        fixes = [f"ifconfig {ifname} mtu {port.mtu}"] if found.mtu != port.mtu else []
+        fixes = [ifconfig_parser.COMMAND(ifname, "mtu", port.mtu)] if found.mtu != port.mtu else []
         have = {a.address for a in found.inet} | {a.address for a in found.inet6}
         for fam, want in (("inet", port.ipv4), ("inet6", port.ipv6)):
             if want is not None and str(want.ip) not in have:
                 problems.append(f"no {want}")
-                fixes.append(f"ifconfig {ifname} {fam} {want}" + (" alias" if fam == "inet6" else ""))
+                fixes.append(ifconfig_parser.COMMAND(ifname, fam, str(want), *(["alias"] if fam == "inet6" else [])))
         out.append(Finding(name, f"port {ifname}: addresses and MTU {port.mtu}", not problems, "; ".join(problems),
                            f"on {name}: " + "; ".join(fixes)))
     return out
@@ -131,11 +131,11 @@ def check_routes(apps: dict[str, Any], topology: Topology) -> list[Finding]:
         for want in (rport.ipv4, rport.ipv6):
             if want is None:
                 continue
-            fam = "-inet6 " if want.version == 6 else ""
-            key = (local, f"{fam}{shlex.quote(str(want.ip))}")
+            fam = "-inet6 " if want.version == 6 else ""  # route add's spelling, for the fix
+            key = (local, route_get.BY_FAMILY["ipv6" if want.version == 6 else "ipv4"](str(want.ip)))
             if key not in asked:
                 try:
-                    asked[key] = _run(apps[local].host, f"route -n get {key[1]}")
+                    asked[key] = _run(apps[local].host, key[1])
                 except LabError as exc:
                     asked[key] = exc
             r = asked[key]

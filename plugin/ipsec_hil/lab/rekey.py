@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from ipsec_hil.lab.appliance import Appliance
 from ipsec_hil.lab.measuring.health import POLICY, HealthSnapshot, compare, driver_scope, take_snapshots
 from ipsec_hil.lab.errors import LabError
-from ipsec_hil.lab.parsers import netstat_ipsec, swanctl_list_sas
+from ipsec_hil.lab.parsers import netstat_ipsec, swanctl_list_sas, sysctl
 from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.tunnel import ActiveTunnel
 
@@ -99,8 +99,8 @@ def _children(listing: str, conn: str) -> list[ChildView]:
 
 def children_of(app: Appliance, conn: str) -> list[ChildView]:
     """The tunnel's children on ``app`` as ``swanctl --list-sas`` lists them (every IKE_SA of ``conn``)."""
-    r = app.host.run("swanctl --list-sas", timeout=app.command_timeout)
-    r.check("swanctl --list-sas")
+    r = app.host.run(swanctl_list_sas.COMMAND, timeout=app.command_timeout)
+    r.check(swanctl_list_sas.COMMAND)
     return _children(r.stdout, conn)
 
 
@@ -119,7 +119,7 @@ def ipsec_stats(app: Appliance, family: str) -> netstat_ipsec.IpsecStats:
     inner ``family`` (ipv4: ipsec4stat, ipv6: ipsec6stat). ipsec.ko not loaded is a
     LabError: a test that reads these needs them."""
     proto = {"ipv4": "ipsec", "ipv6": "ipsec6"}[family]
-    r = app.host.run(argv("netstat", "-s", "-p", proto, "--libxo", "json"), timeout=app.command_timeout)
+    r = app.host.run(netstat_ipsec.BY_FAMILY[family], timeout=app.command_timeout)
     if r.status != 0:
         raise LabError(f"{app.name}: netstat -s -p {proto} failed ({r.status}): {r.stderr.strip()[-300:]}")
     stats = netstat_ipsec.parse(r.stdout)
@@ -200,8 +200,8 @@ def engine_sample(app: Appliance, conn: str) -> tuple[list[ChildView], EngineSam
 
 def _engine_reading(app: Appliance, conn: str) -> tuple[list[ChildView], EngineSample | None]:
     """One reading of :func:`engine_sample`: listing, count, listing in one script."""
-    script = (f"swanctl --list-sas; echo {_SPLIT}; {argv('sysctl', '-n', app.profile.oid('sa_count'))}; "
-              f"echo {_SPLIT}; swanctl --list-sas")
+    script = (f"{swanctl_list_sas.COMMAND}; echo {_SPLIT}; {sysctl.COMMAND('-n', app.profile.oid('sa_count'))}; "
+              f"echo {_SPLIT}; {swanctl_list_sas.COMMAND}")
     r = app.host.run(script, timeout=app.command_timeout)
     parts = r.stdout.split(_SPLIT + "\n")
     assert r.status == 0 and len(parts) == 3, f"{app.name}: listing and sa_count failed ({r.status}): {r.stderr[-300:]}"

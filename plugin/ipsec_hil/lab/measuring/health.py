@@ -155,14 +155,15 @@ def driver_scope(profile: _Profile) -> DriverScope:
 
 # --------------------------------------------------------------------------- snapshot
 
-#: (section, command) in the order the script runs them; JSON where FreeBSD 14 has libxo.
+#: (section, command, its text form) in the order the script runs them; each the parser's
+#: COMMAND, JSON where FreeBSD 14 has libxo (the text forms: a kernel without libxo's JSON).
 COMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("boottime", "sysctl -n kern.boottime", "sysctl -n kern.boottime"),
-    ("kldstat", "kldstat", "kldstat"),
-    ("netstat_m", "netstat -m --libxo json", "netstat -m"),
-    ("vmstat_z", "vmstat -z --libxo json", "vmstat -z"),
-    ("vmstat_m", "vmstat -m --libxo json", "vmstat -m"),
-    ("dmesg", "dmesg", "dmesg"),
+    ("boottime", boottime.COMMAND, boottime.COMMAND),
+    ("kldstat", kldstat.COMMAND, kldstat.COMMAND),
+    ("netstat_m", netstat_m.COMMAND, "netstat -m"),
+    ("vmstat_z", vmstat_z.COMMAND, "vmstat -z"),
+    ("vmstat_m", vmstat_m.COMMAND, "vmstat -m"),
+    ("dmesg", dmesg.COMMAND, dmesg.COMMAND),
 )
 _MARK = "@@ipsec-hil-health"
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from ._base import fail
 from ._lines import content_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "sysctl -n kern.boottime"
+COMMAND = Command("sysctl", "-n", "kern.boottime")
 _LINE = re.compile(r"\{ sec = (?P<sec>[0-9]+), usec = (?P<usec>[0-9]+) \} (?P<date>.*)")
 _CTIME = re.compile(r"(Sun|Mon|Tue|Wed|Thu|Fri|Sat) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
                     r"[ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}")

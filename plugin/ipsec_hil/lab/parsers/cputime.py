@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from . import sysctl
 from ._base import ParseError, fail, numbered_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "sysctl kern.clockrate hw.ncpu kern.cp_time"
+COMMAND = Command("sysctl", "kern.clockrate", "hw.ncpu", "kern.cp_time")
 NAMES = ("kern.clockrate", "hw.ncpu", "kern.cp_time")
 CP_STATES = ("user", "nice", "sys", "intr", "idle")
 BUSY_STATES = CP_STATES[:4]

@@ -18,8 +18,9 @@ import re
 from dataclasses import dataclass
 
 from ._base import fail, numbered_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "dmesg"
+COMMAND = Command("dmesg")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _PRIORITY = re.compile(r"<[0-9]+>")
 

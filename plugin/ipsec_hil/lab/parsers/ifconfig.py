@@ -14,8 +14,9 @@ from typing import Optional
 
 from ._base import fail
 from ._lines import LineTable, content_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "ifconfig"
+COMMAND = Command("ifconfig")  # ifconfig.COMMAND(name): one interface
 _INET6_FLAGS = frozenset("anycast tentative duplicated detached deprecated autoconf temporary prefer_source".split())
 _ND6_BITS = {"PERFORMNUD": 0x1, "ACCEPT_RTADV": 0x2, "PREFER_SOURCE": 0x4, "IFDISABLED": 0x8,
              "DONT_SET_IFROUTE": 0x10, "AUTO_LINKLOCAL": 0x20, "NO_RADR": 0x40, "NO_PREFER_IFACE": 0x80,

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ._base import fail, json_line_of, load_json
+from ipsec_hil.lab.command import Command
 
-COMMAND = "ip -j route"
+COMMAND = Command("ip", "-j", "route")  # the bench's, run by ipsec_hil.lab.probes.route
 _UNREACHABLE = ("RTNETLINK answers: Network is unreachable", "RTNETLINK answers: No route to host")
 
 

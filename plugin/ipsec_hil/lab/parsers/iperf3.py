@@ -16,8 +16,9 @@ from typing import Any, Optional
 _NUM = (int, float)
 
 from ._base import fail, json_line_of, load_json
+from ipsec_hil.lab.command import Command
 
-COMMAND = "iperf3 --json"
+COMMAND = Command("iperf3", "--json")  # the flags of each run: ShellCommands.iperf3_client, traffic/
 
 
 @dataclass(frozen=True)

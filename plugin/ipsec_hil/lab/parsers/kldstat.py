@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ._lines import LineTable
+from ipsec_hil.lab.command import Command
 
-COMMAND = "kldstat"
+COMMAND = Command("kldstat")
 _LINES = LineTable(COMMAND, {
     "header": r"Id\s+Refs\s+Address\s+Size\s+Name",
     "contains": r"\tContains modules:",

@@ -10,8 +10,9 @@ from typing import Optional
 
 from ._base import fail, numbered_lines
 from ._lines import LineTable
+from ipsec_hil.lab.command import Command
 
-COMMAND = "md5"
+COMMAND = Command("md5")
 _STDOUT = LineTable(COMMAND, {
     "bsd": r"MD5 \((?P<path>.*)\) = (?P<hex>[0-9a-f]{32})",
     "quiet": r"(?P<hex>[0-9a-f]{32})",  # -q and stdin: no name

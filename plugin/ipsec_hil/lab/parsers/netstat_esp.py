@@ -15,8 +15,9 @@ from typing import NamedTuple, Optional
 from . import _libxo
 from ._base import fail, json_line_of, numbered_lines, to_int
 from ._lines import LineTable
+from ipsec_hil.lab.command import Command
 
-COMMAND = "netstat -s -p esp"
+COMMAND = Command("netstat", "-s", "-p", "esp", "--libxo", "json")
 
 
 class EspCounter(NamedTuple):

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ._base import fail, json_line_of, numbered_lines, to_int
-
-COMMAND = "netstat -i"
+from ipsec_hil.lab.command import Command
 
 #: the interfaces' drops a snapshot reads (issue 52): -d for the output drops, -W for whole
 #: names (without it a name is cut to 5 characters), JSON for the input and the output drops
 #: in order (the module docstring says why the order matters)
-DROPS_COMMAND = "netstat -i -d -W --libxo json"
+COMMAND = Command("netstat", "-i", "-d", "-W", "--libxo", "json")
 
 #: the JSON keys of a link row, in if.c's order; "dropped-packets" twice with -d
 _COUNTS = ("received-packets", "received-errors", "dropped-packets", "received-bytes", "sent-packets",

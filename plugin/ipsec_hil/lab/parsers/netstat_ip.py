@@ -17,8 +17,10 @@ from typing import Mapping, Optional
 
 from . import _libxo
 from ._base import fail, json_line_of
+from ipsec_hil.lab.command import Command
 
-COMMAND = "netstat -s -p ip|ip6"
+COMMAND = Command("netstat", "-s", "-p", "ip", "--libxo", "json")
+COMMAND6 = Command("netstat", "-s", "-p", "ip6", "--libxo", "json")
 
 #: inet.c ip_stats' keys, in its order
 IP_KEYS: tuple[str, ...] = (

@@ -15,8 +15,11 @@ from typing import Optional
 
 from . import _libxo
 from ._base import fail, json_line_of
+from ipsec_hil.lab.command import Command
 
-COMMAND = "netstat -s -p ipsec"
+COMMAND = Command("netstat", "-s", "-p", "ipsec", "--libxo", "json")
+#: the statistics of packets of each inner family: ipsec4stat, ipsec6stat
+BY_FAMILY = {"ipv4": COMMAND, "ipv6": Command("netstat", "-s", "-p", "ipsec6", "--libxo", "json")}
 CONTAINER = "ipsec-statistics"
 
 #: usr.bin/netstat/ipsec.c print_ipsecstats' keys, in its order (FreeBSD 14)

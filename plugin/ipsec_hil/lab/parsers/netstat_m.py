@@ -22,8 +22,9 @@ from typing import Optional
 from . import _libxo
 from ._base import fail, json_line_of
 from ._lines import content_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "netstat -m"
+COMMAND = Command("netstat", "-m", "--libxo", "json")
 CONTAINER = "mbuf-statistics"
 
 # (text label after the numbers, libxo keys of the numbers in order, optional line)

@@ -21,8 +21,9 @@ from typing import Optional
 
 from ._base import fail
 from ._lines import content_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "freebsd-version -kru"
+COMMAND = Command("freebsd-version", "-kru")
 _RELEASE = re.compile(r"(?P<major>[0-9]{1,3})\.(?P<minor>[0-9]{1,2})-(?P<branch>[A-Z]+[0-9]*)(?:-p(?P<patch>[0-9]+))?")
 _OPNSENSE = re.compile(r"(?P<name>\S+) (?P<version>(?P<abi>[0-9]{2}\.[0-9]{1,2})(?:\.[0-9]+)?(?:_[0-9]+)?)"
                        r" \((?P<arch>[a-z0-9_]+)/(?P<flavour>[A-Za-z0-9]+)\)")

@@ -31,8 +31,9 @@ from typing import Optional
 
 from ._base import fail, numbered_lines
 from ._lines import LineTable, content_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "ping"
+COMMAND = Command("ping")  # its flags per program: ipsec_hil.lab.ping_argv
 
 _F = r"[0-9]+(?:\.[0-9]+)?"
 _STDOUT = LineTable(COMMAND, {

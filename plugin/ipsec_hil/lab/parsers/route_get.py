@@ -12,8 +12,11 @@ from typing import Optional
 
 from ._base import fail, to_int
 from ._lines import content_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "route -n get"
+#: ``route -n get DST`` of each family: ``route_get.BY_FAMILY[family](dst)``
+BY_FAMILY = {"ipv4": Command("route", "-n", "get"), "ipv6": Command("route", "-6", "-n", "get")}
+COMMAND = BY_FAMILY["ipv4"]
 _LABELS = {"route to": "route_to", "destination": "destination", "mask": "mask", "gateway": "gateway",
            "fib": "fib", "interface": "interface", "flags": "flags", "if address": "if_address"}
 _METRIC_HEADER = ("recvpipe", "sendpipe", "ssthresh", "rtt,msec", "mtu", "weight", "expire")

@@ -33,8 +33,9 @@ from typing import Any, Optional
 
 from ._base import fail
 from ._lines import LineTable, content_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "setkey -D"
+COMMAND = Command("setkey", "-D")
 _LINES = LineTable(COMMAND, {
     "addrs": r"(?P<src>[0-9a-fA-F:.]+)(?:\[(?P<sport>[0-9]+)\])? (?P<dst>[0-9a-fA-F:.]+)(?:\[(?P<dport>[0-9]+)\])?",
     "proto": r"\t(?P<satype>esp|ah|ipcomp|tcp|esp-udp) mode=(?P<mode>any|transport|tunnel) "

@@ -24,8 +24,9 @@ from typing import Any, Optional
 
 from ._base import fail
 from ._lines import LineTable, content_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "setkey -DP"
+COMMAND = Command("setkey", "-DP")
 IPSEC_MANUAL_REQID_MAX = 0x3FFF  # netipsec/ipsec.h: larger reqids are printed with '#'
 
 _ADDR = r"[0-9a-fA-F:.]+(?:%[\w.]+)?"

@@ -16,8 +16,9 @@ from typing import Optional
 from ._base import fail
 from ._lines import LineTable
 from ._swan import CHARON_DOWN, PLUGIN_WARNING, both_streams, charon_error
+from ipsec_hil.lab.command import Command
 
-COMMAND = "swanctl --initiate"
+COMMAND = Command("swanctl", "--initiate")
 
 
 class Outcome(str, enum.Enum):

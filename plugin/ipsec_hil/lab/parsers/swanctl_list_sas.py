@@ -10,8 +10,9 @@ from typing import Any, Optional
 from ._base import fail, numbered_lines
 from ._lines import LineTable
 from ._swan import CHILD_STATES, CHILD_STATES_WITH_SPIS, IKE_STATES, MODES, ChildSa, IkeSa, SaList
+from ipsec_hil.lab.command import Command
 
-COMMAND = "swanctl --list-sas"
+COMMAND = Command("swanctl", "--list-sas")
 
 _VIPS = r"(?P<vips>(?: \[[^\]\s]+\])*)"
 _ALG = r"[A-Z][A-Z0-9_]*(?:-[0-9]+)?"

@@ -14,8 +14,9 @@ from typing import Any, NoReturn, Optional, Union
 
 from ._base import fail, numbered_lines
 from ._swan import CHILD_STATES, IKE_STATES, MODES, ChildSa, IkeSa, SaList
+from ipsec_hil.lab.command import Command
 
-COMMAND = "swanctl --list-sas --raw"
+COMMAND = Command("swanctl", "--list-sas", "--raw")
 Node = Union[str, list[str], dict[str, Any]]
 
 IKE_KEYS = frozenset("""uniqueid version state local-host local-port local-id remote-host remote-port

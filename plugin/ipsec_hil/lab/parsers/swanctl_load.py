@@ -15,8 +15,9 @@ from typing import Optional
 from ._base import fail
 from ._lines import LineTable
 from ._swan import CHARON_DOWN, PLUGIN_WARNING, both_streams, charon_error
+from ipsec_hil.lab.command import Command
 
-COMMAND = "swanctl --load-all"
+COMMAND = Command("swanctl", "--load-all", "--noprompt")
 _PLURAL = {"connection": "connections", "pool": "pools", "authority": "authorities"}
 _SINGULAR = {v: k for k, v in _PLURAL.items()}
 

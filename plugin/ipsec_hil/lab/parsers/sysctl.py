@@ -15,8 +15,9 @@ from typing import Iterable, Iterator, Mapping, Optional, Union
 
 from ._base import fail, numbered_lines
 from ._lines import content_lines
+from ipsec_hil.lab.command import Command
 
-COMMAND = "sysctl"
+COMMAND = Command("sysctl")  # sysctl.COMMAND(*names), sysctl.COMMAND("-n", name)
 Value = Union[int, str, tuple[int, ...]]
 _NAME = re.compile(r"[A-Za-z0-9_%][A-Za-z0-9_.%+-]*")
 _INT = re.compile(r"-?[0-9]+")

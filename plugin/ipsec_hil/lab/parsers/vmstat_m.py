@@ -20,8 +20,9 @@ from typing import Optional
 from . import _libxo
 from ._base import fail, json_line_of
 from ._lines import LineTable
+from ipsec_hil.lab.command import Command
 
-COMMAND = "vmstat -m"
+COMMAND = Command("vmstat", "-m", "--libxo", "json")
 CONTAINER = "malloc-statistics"
 _COUNTS = ("in-use", "memory-use", "requests")  # MallocType's numbers, as the JSON names them
 _LINES = LineTable(COMMAND, {

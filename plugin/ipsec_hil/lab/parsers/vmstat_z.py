@@ -21,8 +21,9 @@ from typing import Optional
 from . import _libxo
 from ._base import fail, json_line_of
 from ._lines import LineTable
+from ipsec_hil.lab.command import Command
 
-COMMAND = "vmstat -z"
+COMMAND = Command("vmstat", "-z", "--libxo", "json")
 CONTAINER = "memory-zone-statistics"
 _LINES = LineTable(COMMAND, {
     "header": r"ITEM\s+SIZE\s+LIMIT\s+USED\s+FREE\s+REQ\s+FAIL\s*SLEEP(?P<xdomain>\s+XDOMAIN)?",

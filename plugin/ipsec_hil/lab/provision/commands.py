@@ -37,7 +37,7 @@ def initiate_script(conn: str, children: Sequence[str], timeout: float, token: s
     t = int(max(1, timeout))
     lines = []
     for i, child in enumerate(children):
-        cmd = argv("swanctl", "--initiate", "--child", child, "--ike", conn, "--timeout", t)
+        cmd = swanctl_initiate.COMMAND("--child", child, "--ike", conn, "--timeout", t)
         lines += [f"echo '{_MARK} {token} begin {i}'", f"{cmd} 2>&1", f"echo \"{_MARK} {token} end {i} $?\""]
     return "\n".join(lines) + "\n"
 

@@ -20,10 +20,10 @@ import base64
 import logging
 import os
 import re
-import shlex
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ipsec_hil.lab.command import argv
 from ipsec_hil.lab.errors import TransportError
 
 log = logging.getLogger(__name__)
@@ -95,14 +95,6 @@ class Host(Protocol):
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def argv(*args: str | os.PathLike[str] | int) -> str:
-    """One sh command line, every argument quoted with shlex.quote (safe for any bytes
-    sh accepts: quotes, backslashes, `$`, `!`, backticks, `;`, newlines)."""
-    if not args:
-        raise ValueError("argv() needs at least the command name")
-    return " ".join(shlex.quote(os.fspath(a) if not isinstance(a, int) else str(a)) for a in args)
 
 
 def script(*lines: str) -> str:

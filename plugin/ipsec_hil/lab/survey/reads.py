@@ -16,7 +16,8 @@ from typing import Any
 
 from ipsec_hil.lab.expectations import esp_math
 from ipsec_hil.lab.expectations.hardware import host_profile
-from ipsec_hil.lab.parsers import cputime
+from ipsec_hil.lab.parsers import (cputime, dmesg, ifconfig, ip_route, kldstat, netstat_esp, netstat_ip, netstat_ipsec,
+                                    osversion, route_get, setkey, setkey_spd, swanctl_list_sas, sysctl)
 from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.topology import Topology
 from ipsec_hil.lab import ping_argv
@@ -57,38 +58,37 @@ def appliance_reads(topology: Topology, host: str) -> list[Read]:
     oids = list(dict(profile.counters).values())
     reads = [
         Read("uname-a", "uname -a", why="kernel build (no parser in the suite)"),
-        Read("freebsd-version", "freebsd-version -kru", "osversion",
+        Read("freebsd-version", osversion.COMMAND, "osversion",
              why="installed kernel, running kernel and userland release (parsers.osversion)"),
         Read("opnsense-version", "opnsense-version", "osversion", function="parse_opnsense_version",
              why="OPNsense release (parsers.osversion)"),
-        Read("kern-osrelease", argv("sysctl", "-n", "kern.osrelease"), "sysctl",
+        Read("kern-osrelease", sysctl.COMMAND("-n", "kern.osrelease"), "sysctl",
              kwargs={"mode": "n", "names": ["kern.osrelease"]}, why="Appliance.kernel_version"),
-        Read("kldstat", "kldstat", "kldstat", why="preflight, Appliance.module_info"),
+        Read("kldstat", kldstat.COMMAND, "kldstat", why="preflight, Appliance.module_info"),
         Read("cputime", cputime.COMMAND, "cputime",
              why="the comparison's CPU per packet (Appliance.cpu_times)"),
-        Read(f"sysctl-dev.{profile.driver}", argv("sysctl", f"dev.{profile.driver}"), "sysctl",
+        Read(f"sysctl-dev.{profile.driver}", sysctl.COMMAND(f"dev.{profile.driver}"), "sysctl",
              unknown_oids=True, why="the driver's whole sysctl tree"),
-        Read("sysctl-profile", argv("sysctl", *oids), "sysctl", kwargs={"names": oids}, unknown_oids=True,
+        Read("sysctl-profile", sysctl.COMMAND(*oids), "sysctl", kwargs={"names": oids}, unknown_oids=True,
              why=f"every OID of the {profile.model} profile (Appliance.snapshot)"),
-        Read("sysctl-ipsec-offload", argv("sysctl", "net.inet.ipsec.offload"), "sysctl", unknown_oids=True,
+        Read("sysctl-ipsec-offload", sysctl.COMMAND("net.inet.ipsec.offload"), "sysctl", unknown_oids=True,
              why="FreeBSD 15's IPsec offload framework (unknown oid: absent)"),
-        Read("netstat-esp", "netstat -s -p esp --libxo json", "netstat_esp", why="Appliance.snapshot"),
-        Read("netstat-ipsec", "netstat -s -p ipsec --libxo json", why="no parser in the suite"),
-        Read("netstat-ip", "netstat -s -p ip --libxo json", "netstat_ip", why="the IP stack (parsers.netstat_ip)"),
-        Read("netstat-ip6", "netstat -s -p ip6 --libxo json", "netstat_ip", why="the IPv6 stack (parsers.netstat_ip)"),
-        Read("setkey-D", "setkey -D", "setkey", mask=True, why="Appliance.setkey_sas (keys masked)"),
-        Read("setkey-DP", "setkey -DP", "setkey_spd", why="Appliance.setkey_policies"),
-        Read("swanctl-list-sas", "swanctl --list-sas", "swanctl_list_sas", why="Appliance.list_sas"),
+        Read("netstat-esp", netstat_esp.COMMAND, "netstat_esp", why="Appliance.snapshot"),
+        Read("netstat-ipsec", netstat_ipsec.COMMAND, why="no parser in the suite"),
+        Read("netstat-ip", netstat_ip.COMMAND, "netstat_ip", why="the IP stack (parsers.netstat_ip)"),
+        Read("netstat-ip6", netstat_ip.COMMAND6, "netstat_ip", why="the IPv6 stack (parsers.netstat_ip)"),
+        Read("setkey-D", setkey.COMMAND, "setkey", mask=True, why="Appliance.setkey_sas (keys masked)"),
+        Read("setkey-DP", setkey_spd.COMMAND, "setkey_spd", why="Appliance.setkey_policies"),
+        Read("swanctl-list-sas", swanctl_list_sas.COMMAND, "swanctl_list_sas", why="Appliance.list_sas"),
         Read("swanctl-list-conns", "swanctl --list-conns", why="no parser in the suite"),
         Read("swanctl-stats", "swanctl --stats", why="preflight: charon answers (no parser)"),
-        Read("ifconfig", "ifconfig", "ifconfig", why="preflight, Appliance.interface"),
+        Read("ifconfig", ifconfig.COMMAND, "ifconfig", why="preflight, Appliance.interface"),
     ]
     for dst in peer_addresses(topology, host):
-        fam = "-6 " if ipaddress.ip_address(dst).version == 6 else ""
-        cmd = ["route"] + (["-6"] if fam else []) + ["-n", "get", dst]
-        reads.append(Read(f"route-get-{dst}", argv(*cmd), "route_get", stream=True,
+        fam = "ipv6" if ipaddress.ip_address(dst).version == 6 else "ipv4"
+        reads.append(Read(f"route-get-{dst}", route_get.BY_FAMILY[fam](dst), "route_get", stream=True,
                           why="Appliance.route_get to a tunnel peer"))
-    reads.append(Read("dmesg", "dmesg", "dmesg", why="driver load check, health"))
+    reads.append(Read("dmesg", dmesg.COMMAND, "dmesg", why="driver load check, health"))
     return reads
 
 
@@ -96,7 +96,7 @@ def bench_reads() -> list[Read]:
     """The bench's view: its addresses, routes and iperf3 (preflight's commands)."""
     return [
         Read("ip-addr", "ip -j addr show", why="preflight (JSON; no parser in the suite)"),
-        Read("ip-route", "ip -j route show", why="no parser in the suite"),
+        Read("ip-route", ip_route.COMMAND("show"), why="no parser in the suite"),
         Read("ip6-route", "ip -j -6 route show", why="no parser in the suite"),
         Read("iperf3-version", "iperf3 --version", why="preflight"),
     ]

@@ -1,0 +1,51 @@
+"""A command line the suite sends, as an object: its argv, built once, quoted for sh.
+
+Why (issue 53, "a command is an object"): the lines were spelled where they were sent --
+``netstat -s -p esp --libxo json`` five times, ``swanctl --list-sas`` in three modules --
+while each parser kept a ``COMMAND`` string nothing used. Now each parser module's
+``COMMAND`` is the line the suite sends for it (``netstat_esp.COMMAND``), beside its parser,
+its result type and its golden cases (tests/golden/<command>/), and every sender uses that
+object: the appliance, the health snapshot, the survey, preflight. A :class:`Command` is a
+``str`` (the quoted line, what :meth:`ipsec_hil.lab.remote.Host.run` takes) that keeps its
+argv; calling it adds arguments (``sysctl.COMMAND("-n", oid)``, ``ifconfig.COMMAND(name)``).
+tests/parsers/test_commands.py finds a command's line spelled anywhere else.
+
+:func:`argv` is the one sh quoting of an argument list (``ipsec_hil.lab.remote.argv`` is
+this function).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+__all__ = ["Command", "argv"]
+
+
+def argv(*args: str | os.PathLike[str] | int) -> str:
+    """One sh command line, every argument quoted with shlex.quote (safe for any bytes
+    sh accepts: quotes, backslashes, `$`, `!`, backticks, `;`, newlines)."""
+    if not args:
+        raise ValueError("argv() needs at least the command name")
+    return " ".join(shlex.quote(os.fspath(a) if not isinstance(a, int) else str(a)) for a in args)
+
+
+class Command(str):
+    """A command line (the str) and its argv (``.argv``); ``cmd(*more)`` is the same command
+    with more arguments, a Command too."""
+
+    argv: tuple[str, ...]
+
+    def __new__(cls, *args: str | os.PathLike[str] | int) -> Command:
+        self = super().__new__(cls, argv(*args))
+        self.argv = tuple(os.fspath(a) if not isinstance(a, int) else str(a) for a in args)
+        return self
+
+    def __call__(self, *more: str | os.PathLike[str] | int) -> Command:
+        return Command(*self.argv, *more)
+
+    def __reduce__(self) -> tuple[type[Command], tuple[str, ...]]:  # pickled (xdist) as its argv
+        return Command, self.argv
+
+    def __repr__(self) -> str:
+        return f"Command{self.argv!r}"

@@ -1,0 +1,135 @@
+"""Each command the suite sends to an appliance is built in one place: its parser module's
+``COMMAND`` (a :class:`ipsec_hil.lab.command.Command`), beside the parser, its result type
+and its golden cases (issue 53, "a command is an object").
+
+The scan reads the suite's sources (the library, the plugin glue, the acceptance tests) for
+a command line spelled outside its parser: a string that begins with a command's argv and
+says more than the program's bare name (``"netstat -s -p esp --libxo json"``, ``f"kldstat -q
+-n {m}"``, a ``check("swanctl --list-sas")`` label), or an argv list or call whose leading
+constants begin with it (``argv("sysctl", "-n", oid)``, ``["route", "-n", "get", dst]``).
+A program's bare name alone (a log label such as ``"dmesg"``) is not a command line.
+
+Not scanned: the bench's own programs, whose lines have their homes elsewhere -- ping
+(``ipsec_hil.lab.ping_argv``, both programs' flags from one request), iperf3 (each run's
+flags: ``ShellCommands.iperf3_client`` and traffic/), iproute2's ``ip`` (probes/route.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ipsec_hil.lab.command import Command, argv
+from ipsec_hil.lab.parsers import MODULES
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = REPO / "plugin" / "ipsec_hil" / "lab"
+#: where command lines are built (the homes), not scanned
+HOMES = (LAB / "parsers", LAB / "command.py", LAB / "ping_argv.py")
+#: the bench's programs (module docstring)
+BENCH_PROGRAMS = ("ping", "iperf3", "ip_route")
+SOURCES = (REPO / "plugin" / "ipsec_hil", REPO / "tests_hil")
+
+
+def commands() -> dict[tuple[str, ...], str]:
+    """argv -> ``parsers.<module>.<NAME>`` of every Command a parser module defines."""
+    out = {}
+    for name in MODULES:
+        mod = importlib.import_module(f"ipsec_hil.lab.parsers.{name}")
+        found = {f"{name}.{attr}": v for attr, v in vars(mod).items() if isinstance(v, Command)}
+        found |= {f"{name}.{attr}[{k!r}]": c for attr, v in vars(mod).items() if isinstance(v, dict)
+                  for k, c in v.items() if isinstance(c, Command)}
+        if name not in BENCH_PROGRAMS:
+            out |= {c.argv: where for where, c in found.items()}
+    return dict(sorted(out.items(), key=lambda kv: -len(kv[0])))  # the longest match names it
+
+
+def _tokens(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+
+
+def spelled_commands(path: Path, known: dict[tuple[str, ...], str], base: Path = REPO) -> list[str]:
+    """``file:line: 'text' is <parser>.COMMAND`` for each command line ``path`` spells itself."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    docs = _docstrings(tree)
+    hits = []
+
+    def check(tokens: list[str], node: ast.AST, quoting: bool = False) -> None:
+        """A command line: the command's argv and, for a bare program name, an option after it
+        (``kldstat -q``; ``"dmesg"`` or ``"sysctl net.inet..."`` in prose is a name); any
+        beginning at all given to the quoting itself (``argv("sysctl", *names)``)."""
+        for cmd, where in known.items():
+            if tuple(tokens[:len(cmd)]) == cmd and (
+                    quoting or len(cmd) > 1 or (len(tokens) > 1 and tokens[1].startswith("-"))):
+                hits.append(f"{path.relative_to(base)}:{node.lineno}: {' '.join(tokens)!r} is {where}")
+                return
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            check(_tokens(node.value), node)  # an f-string's first part is a constant too
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Call)):
+            items = node.elts if not isinstance(node, ast.Call) else node.args
+            lead = []
+            for item in items:
+                if not (isinstance(item, ast.Constant) and isinstance(item.value, str)):
+                    break
+                lead.append(item.value)
+            quoting = isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
+                "argv", "Command")
+            if lead and (quoting or not isinstance(node, ast.Call)):
+                check(lead, node, quoting)
+    return sorted(set(hits))
+
+
+def test_every_parser_module_has_its_command():
+    for name in MODULES:
+        assert isinstance(importlib.import_module(f"ipsec_hil.lab.parsers.{name}").COMMAND, Command), name
+
+
+def test_no_command_line_is_spelled_outside_its_parser():
+    known = commands()
+    assert known[("netstat", "-s", "-p", "esp", "--libxo", "json")] == "netstat_esp.COMMAND"
+    files = [p for root in SOURCES for p in sorted(root.rglob("*.py"))
+             if "__pycache__" not in p.parts and not any(p == h or h in p.parents for h in HOMES)]
+    assert len(files) > 100
+    hits = [h for p in files for h in spelled_commands(p, known)]
+    assert not hits, "use the parser module's COMMAND (ipsec_hil.lab.command.Command):\n" + "\n".join(hits)
+
+
+def test_the_scan_finds_each_form(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text('"""kldstat -q -n in a docstring is prose"""\n'
+                   'a = "netstat -s -p esp --libxo json"\n'
+                   'b = f"kldstat -q -n {m}"\n'
+                   'c = argv("sysctl", "-n", oid)\n'
+                   'd = ["swanctl", "--list-sas"]\n'
+                   'e = run("dmesg\\n", "dmesg")\n'
+                   'f = ["swanctl", "--terminate", ike]\n'
+                   'g = Read("kldstat", kldstat.COMMAND, "kldstat")\n'
+                   'h = f"sysctl net.inet.ipsec.offload.*: {n} leaves"\n'
+                   'i = ["route", "-n", "get", dst]\n')
+    assert {h.split(": ")[0] for h in spelled_commands(src, commands(), tmp_path)} == {
+        "m.py:2", "m.py:3", "m.py:4", "m.py:5", "m.py:10"}
+
+
+@pytest.mark.parametrize("args", [("sysctl", "-n", "kern.boottime"), ("ifconfig", "em0", "inet6", "2001:db8::1/64"),
+                                  ("md5", "-q", "/boot/modules/it's here.ko"), ("x", 5)])
+def test_a_command_is_its_quoted_line_and_keeps_its_argv(args):
+    import pickle
+
+    cmd = Command(*args)
+    assert cmd == argv(*args) and cmd.argv == tuple(str(a) for a in args)
+    assert cmd(7) == argv(*args, 7) and cmd(7).argv == (*cmd.argv, "7")
+    assert pickle.loads(pickle.dumps(cmd)).argv == cmd.argv  # an exception carrying it crosses xdist
