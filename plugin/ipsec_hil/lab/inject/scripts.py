@@ -57,13 +57,18 @@ if sys.platform.startswith("linux"):
 _PACED = r'''
 sent = failed = nbytes = queue_full = 0
 errs = {}
+# how late the sender may fall before it starts its pacing again from now instead of
+# catching up: at most 16 KiB of the path's rate (and 8 frames, 20 ms), so a catch-up
+# is never a burst the port's queue must hold -- 20 ms at half of 100 Mbit/s was 125 KB,
+# the whole 128 KiB queue the port states (issue 52)
+catch_up = min(0.02, 8 / pps, 16384 * 8 / bps if bps else 0.02)
 t0 = start = time.monotonic()
 for frame in frames():
     due = t0 + max(sent / pps, nbytes * 8 / bps if bps else 0.0)
     now = time.monotonic()
     if due > now:
         time.sleep(due - now)
-    elif now - due > 0.02:
+    elif now - due > catch_up:
         # a stall (the next frame still on its way, a busy machine): start the pacing again
         # from now instead of catching up in a burst the ports would have to queue
         t0 += now - due
