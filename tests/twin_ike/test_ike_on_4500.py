@@ -8,8 +8,6 @@ The twin used to show [4500] in ``--list-sas`` while its datagrams stayed on 500
 """
 from __future__ import annotations
 
-import os
-import secrets
 import signal
 import subprocess
 import time
@@ -22,26 +20,12 @@ from scapy.utils import RawPcapReader
 
 from ipsec_hil.lab.parsers import swanctl_initiate, swanctl_list_sas
 from ipsec_hil_twin.ike.pairlab import A4, A6, B4, B6, IkePair, conf
+from tests.twin_ike.test_negotiation import module_pair, pair  # noqa: F401 (fixtures: daemons reset per test)
 
 pytestmark = pytest.mark.needs_root
 
 LANS = {"ipv4": ("198.51.100.0/26", "203.0.113.0/26"), "ipv6": ("fd00:a::/64", "fd00:b::/64")}
 ADDRS = {"ipv4": (A4, B4), "ipv6": (A6, B6)}
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, tcpdump)")
-    prefix = "tn" + secrets.token_hex(2)
-    p = IkePair(prefix, tmp_path_factory.mktemp("ike4500")).build()
-    try:
-        p.start_engines_double()
-        for h in "ab":
-            p.start_daemon(h)
-        yield p
-    finally:
-        p.close()
 
 
 class Wire:
@@ -69,11 +53,6 @@ class Wire:
 
 
 def _up(pair: IkePair, family: str, mobike: str | None) -> tuple[list[tuple[int, int, bytes]], str]:
-    for h in "ab":
-        with __import__("socket").socket(__import__("socket").AF_UNIX) as s:
-            s.connect(str(pair.dirs[h] / "ike.sock"))
-            s.sendall(b'{"op": "reset"}\n')
-            assert b'"ok": true' in s.makefile("rb").readline()
     (a, b), (lan_a, lan_b) = ADDRS[family], LANS[family]
     opts = {"mobike": mobike} if mobike else None
     pair.write_conf("a", conf("net", a, b, {"c1": (lan_a, lan_b)}, conn_options=opts))
