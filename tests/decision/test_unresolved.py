@@ -31,13 +31,16 @@ RECORDED = json.loads((Path(__file__).parent / "recorded" / "cpu-x1.041-unresolv
 SECONDS = RECORDED["trial_seconds"]
 CPU = bc.figure_name(bc.CPU, SECONDS)
 UP = bc.figure_name("up", SECONDS)
+RECORDED_CPU = next(t["figure"] for t in RECORDED["trials"] if t["unit"] == "us/packet")
+"""The CPU figure's name when it was recorded (per packet; per data frame since issue 54's
+step 2): the recording's trials are answered under today's name."""
 ANSWER = "unresolved: candidate/parent between 1.019 and 1.063"
 
 
 def test_the_recording_is_issue_54s_case():
     """What the recording holds, as the code before the fix reported it: a CPU figure at
     x1.041 [1.019, 1.063] after the whole budget, written as "no change" without proof."""
-    cpu = next(c for c in RECORDED["comparisons"] if c["figure"] == CPU)
+    cpu = next(c for c in RECORDED["comparisons"] if c["figure"] == RECORDED_CPU)
     assert (round(cpu["ratio"], 3), round(cpu["ci_low"], 3), round(cpu["ci_high"], 3)) == (1.041, 1.019, 1.063)
     assert cpu["verdict"] == "no change" and not cpu["equivalence_proved"] and RECORDED["pairs"] == 16
 
@@ -46,11 +49,12 @@ def _replay(monkeypatch, tmp_path: Path, cpu_factor: float = 1.0) -> bc.BuildCom
     """The recorded run's phase again: every trial's figures answered from the recording (the
     candidate's CPU values times ``cpu_factor``), swaps and warm-up streams free; the two
     build files (their md5 is on the page) in ``tmp_path``."""
-    values = {(t["index"], t["figure"]): t["value"] * (cpu_factor if (t["figure"], t["role"]) == (CPU, "candidate")
-                                                        else 1.0) for t in RECORDED["trials"]}
+    values = {(t["index"], CPU if t["figure"] == RECORDED_CPU else t["figure"]):
+              t["value"] * (cpu_factor if (t["figure"], t["role"]) == (RECORDED_CPU, "candidate") else 1.0)
+              for t in RECORDED["trials"]}
     asked: list[tuple[str, ...]] = []
 
-    def trial(active, figures, seconds):
+    def trial(active, figures, seconds, streams=None):
         asked.append(tuple(figures))
         return {f: values[len(asked) - 1, bc.figure_name(f, seconds)] for f in figures}
 
@@ -104,7 +108,7 @@ def test_the_recorded_unresolved_comparison_is_unresolved_everywhere_and_exits_w
     assert by[CPU]["verdict"] == "unresolved" and by[CPU]["answer"] == ANSWER, by[CPU]
     assert not by[CPU]["equivalence_proved"] and by[CPU]["worse_than_parent"]
     assert by[UP]["verdict"] == "no change" and by[UP]["equivalence_proved"] and by[UP]["answer"] == "no change"
-    recorded = next(c for c in RECORDED["comparisons"] if c["figure"] == CPU)
+    recorded = next(c for c in RECORDED["comparisons"] if c["figure"] == RECORDED_CPU)
     assert set(recorded) <= set(by[CPU]), "a key comparison.json had is gone"
     allure = [json.loads(p.read_text()) for p in (tmp_path / "allure").glob("*-result.json")]
     assert {r["fullName"]: r["status"] for r in allure} == {f"compare::xgs136::{UP}": "passed",
@@ -116,7 +120,7 @@ def test_the_recorded_unresolved_comparison_is_unresolved_everywhere_and_exits_w
 def test_the_fixed_rule_on_the_recorded_trials_is_unresolved_across_its_5_percent_threshold():
     """The fixed design (95 % bootstrap, +-5 %) on the recording's first 4 pairs, as
     tools/decision-power judges it: [1.027, 1.071] excludes 1.00 and crosses 1.05."""
-    trials = [(t["role"], t["value"]) for t in RECORDED["trials"] if t["figure"] == CPU][:8]
+    trials = [(t["role"], t["value"]) for t in RECORDED["trials"] if t["figure"] == RECORDED_CPU][:8]
     c = compare_trials(CPU, trials, direction=Direction.LOWER_IS_BETTER, unit="us/packet")
     assert c.rule.threshold == 0.05 and c.ci_low < 1.05 < c.ci_high and c.worse_than_parent
     assert c.verdict is Verdict.UNRESOLVED and c.answer() == "unresolved: candidate/parent between 1.027 and 1.071"

@@ -51,7 +51,7 @@ from ipsec_hil_twin.faults import JsonWatch, dfbit, fault_params
 from ipsec_hil_twin.personality import for_driver
 
 from . import netio
-from .cost import charge_out
+from .cost import charge_out, data_frame
 from .counters import HIST_ALGS, HIST_OUT, INDEX, SA_BYTES, SA_PACKETS, PendingCounts
 from .esp import SEQ_LOW
 from .pacer import WIRE_EXTRA, PortQueue
@@ -369,7 +369,8 @@ class TxLoop(_Loop):
                 port.rate = 0.0  # an unpaced SA's packets model no port queue
             for i in incs:
                 p[i] += 1
-            p[i_cpu] += osa.cpu_ns  # the appliance's CPU for this packet (kern.cp_time's intr)
+            if data_frame(pkt, v == 4):  # a pure ACK's CPU is in its stream's data frames' (cost.data_frame)
+                p[i_cpu] += osa.cpu_ns  # the appliance's CPU for this packet (kern.cp_time's intr)
             if self.extra_pending:
                 self.extra_pending = 0
                 p[incs[0]] += 1

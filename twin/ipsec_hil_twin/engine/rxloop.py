@@ -20,7 +20,7 @@ from ipsec_hil_twin.faults import fault_params
 from ipsec_hil_twin.personality import for_driver
 
 from . import netio
-from .cost import charge_in
+from .cost import charge_in, data_frame
 from .counters import (ALG_OF_CIPHER, HIST_ALGS, HIST_IN, INDEX, SA_BYTES, SA_PACKETS, PendingCounts, RxCounters,
                        port_drop)
 from .esp import EspError, ReplayWindow, make_suite
@@ -227,7 +227,8 @@ class RxLoop(_Loop):
             rp = None  # an unauthenticated frame never moves the window
         if rp is not None:
             rp.update(seq)
-        p[X_CPU] += sa.cpu_ns  # opened: the appliance's CPU for it (kern.cp_time's intr)
+        if data_frame(inner, nh == 4):  # a pure ACK's CPU is in its stream's data frames' (cost.data_frame)
+            p[X_CPU] += sa.cpu_ns  # opened: the appliance's CPU for it (kern.cp_time's intr)
         if self.f_pad is not None and len(inner) % 16 == self.f_pad:
             return  # fault pad_length_lost: this padding length never comes out of the driver
         # the policy cache first (nh 4/41: _strip checked the version and length)

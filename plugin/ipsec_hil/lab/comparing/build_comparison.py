@@ -51,11 +51,12 @@ FIGURES = ("up", "down")
 #: Opt-in (``--compare-figures up,down,pdr``): a search is ~10 short trials, so it costs
 #: ~10x a stream per trial.
 PDR = "pdr"
-#: The DUT's kernel CPU time per packet over each "up" stream (measuring.cpu_cost): the cost a
+#: The DUT's kernel CPU time per data frame over the trial's streams (measuring.cpu_cost: the
+#: up stream's sealed frames and the down stream's opened ones, not their ACKs): the cost a
 #: driver adds when the link, not the engine, is the limit -- a build that burns more CPU per
-#: packet and still fills the link differs in nothing else. Lower is better. Opt-in
-#: (``--compare-figures up,cpu``); it rides on the up stream's trial (one stream is run for
-#: it when "up" is not asked).
+#: frame and still fills the link differs in nothing else. Lower is better. Opt-in
+#: (``--compare-figures up,cpu``); it rides on the trial's streams (an up stream is run for
+#: it when no stream figure is asked).
 CPU = "cpu"
 KNOWN_FIGURES = FIGURES + (PDR, CPU)
 #: 0.5 % loss (the PDR's definition); width 2 %, well inside the verdict rule's 5 %.
@@ -108,7 +109,7 @@ class Trial:
     role: str
     figure: str
     value: float
-    unit: str  # Mbit/s for a rate, us/packet for the CPU figure
+    unit: str  # Mbit/s for a rate, us/frame for the CPU figure
     started: float  # seconds since the phase started
 
 
@@ -149,7 +150,7 @@ class BuildComparison:
 
 def figure_name(figure: str, seconds: float) -> str:
     if figure == CPU:
-        return f"DUT kernel CPU per packet (sys + intr of kern.cp_time), over 1 TCP stream up, {seconds:g} s"
+        return f"DUT kernel CPU per data frame (sys + intr of kern.cp_time over the trial's streams), {seconds:g} s"
     if figure == PDR:
         missed_when = math.floor(PDR_EXCEED * PDR_TRIALS_PER_LOAD) + 1  # trials over the loss that miss a load
         return (f"PDR (loss <= {100 * PDR_LOSS:g} %, width {100 * PDR_WIDTH:g} %, a load missed when "
@@ -204,29 +205,47 @@ def _measure(active: Any, figure: str, seconds: float) -> float:
     return res.received_bps / 1e6
 
 
-def _measure_up_and_cpu(active: Any, seconds: float, costs: list | None = None) -> tuple[float, float]:
-    """The up stream's Mbit/s and the DUT's kernel microseconds per packet over it
-    (``costs``: the window's cpu_cost.CpuCost appended, its ticks for the caller to count)."""
+def _measure_with_cpu(active: Any, streams: Sequence[str], seconds: float,
+                      costs: list | None = None) -> tuple[dict[str, float], float]:
+    """The streams' Mbit/s, in order, and the DUT's kernel microseconds per data frame over
+    all of them (measuring.cpu_cost: one read before the first stream and one after each;
+    ``costs``: the trial's combined cpu_cost.CpuCost appended, its ticks for the caller to
+    count)."""
     try:
-        before = cpu_cost.read(active.local)
-        mbit = _measure(active, "up", seconds)
-        cost = cpu_cost.cost_between(before, cpu_cost.read(active.local))
+        prev = cpu_cost.read(active.local)
+        rates: dict[str, float] = {}
+        windows = []
+        for stream in streams:
+            rates[stream] = _measure(active, stream, seconds)
+            cur = cpu_cost.read(active.local)
+            windows.append(cpu_cost.cost_between(prev, cur, stream))
+            prev = cur
+        cost = cpu_cost.combine(windows)
     except LabError as exc:
-        raise ComparisonError(f"{active.name}: CPU per packet: {exc}") from exc
+        raise ComparisonError(f"{active.name}: CPU per data frame: {exc}") from exc
     if costs is not None:
         costs.append(cost)
-    return mbit, cost.us_per_packet
+    return rates, cost.us_per_frame
 
 
-def _measure_trial(active: Any, figures: Sequence[str], seconds: float, costs: list | None = None) -> dict[str, float]:
-    """Every figure of one trial, in the order asked (the CPU figure with the up stream)."""
+def cpu_streams(figures: Sequence[str]) -> tuple[str, ...]:
+    """The streams the CPU figure's window spans: every stream the comparison measures (its
+    window is the trial's traffic), the up stream when it measures none."""
+    return tuple(f for f in FIGURES if f in figures) or (FIGURES[0],)
+
+
+def _measure_trial(active: Any, figures: Sequence[str], seconds: float, costs: list | None = None,
+                   streams: Sequence[str] | None = None) -> dict[str, float]:
+    """Every figure of one trial, in the order asked. The CPU figure spans ``streams``
+    (default :func:`cpu_streams` of ``figures``; the comparison passes its own, so a decided
+    stream figure still carries the CPU figure's window), their rates reused for the stream
+    figures asked."""
     values: dict[str, float] = {}
+    if CPU in figures:
+        rates, values[CPU] = _measure_with_cpu(active, streams or cpu_streams(figures), seconds, costs)
+        values.update((f, v) for f, v in rates.items() if f in figures)
     for figure in figures:
-        if figure in values:
-            continue
-        if figure in ("up", CPU) and CPU in figures:
-            values["up"], values[CPU] = _measure_up_and_cpu(active, seconds, costs)
-        else:
+        if figure not in values:
             values[figure] = _measure(active, figure, seconds)
     return {f: values[f] for f in figures}
 
@@ -236,7 +255,7 @@ def direction_of(figure: str) -> Direction:
 
 
 def unit_of(figure: str) -> str:
-    return "us/packet" if figure == CPU else "Mbit/s"
+    return "us/frame" if figure == CPU else "Mbit/s"
 
 
 def _switch(deployments: Sequence[DriverDeployment], path: Path) -> None:
@@ -249,7 +268,8 @@ def _switch(deployments: Sequence[DriverDeployment], path: Path) -> None:
 
 def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds: Builds, *,
                    pairs: int, seconds: float, rule: Rule | None = None,
-                   figures: Sequence[str] = FIGURES, sequential: SequentialRule | None = None) -> BuildComparison:
+                   figures: Sequence[str] = FIGURES, sequential: SequentialRule | None = None,
+                   warmup: float | None = None) -> BuildComparison:
     """Measure ``figures`` on ``active`` (an ActiveTunnel with a bench route in place) in
     interleaved pairs of trials and judge each figure.
 
@@ -260,6 +280,7 @@ def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds:
     measured, and the phase ends when every figure is decided.
 
     ``figures``: names from :data:`KNOWN_FIGURES` (checked by :func:`check_figures`).
+    ``warmup``: seconds of the discarded stream after each swap (None: ``seconds``).
     ``deployments``: the ``--driver`` deployments of the tunnel's appliances of this model
     (already deployed: their backup holds the appliance's own module). A trial that
     cannot be measured ends the phase with ``error`` set and no comparisons.
@@ -281,10 +302,11 @@ def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds:
                 # discarded: the first stream after a swap ran 10-40 % slow on the twin
                 # (the driver re-attaching re-offloads the SAs and resyncs routes); always a
                 # TCP stream, whatever the figures, so a PDR-only comparison does not pay a search
-                out.warmups.append(round(_measure(active, FIGURES[0], seconds), 3))
+                out.warmups.append(round(_measure(active, FIGURES[0], warmup or seconds), 3))
             started = time.monotonic() - t0
             wanted = [f for f in figures if f not in decided]
-            for figure, value in _measure_trial(active, wanted, seconds).items():
+            extra = {"streams": cpu_streams(figures)} if CPU in wanted else {}
+            for figure, value in _measure_trial(active, wanted, seconds, **extra).items():
                 out.trials.append(Trial(index, role, figure_name(figure, seconds), round(value, 3), unit_of(figure),
                                         round(started, 2)))
                 log.info("comparison %s trial %d %s %s: %.3f %s", builds.model, index, role, figure, value,
