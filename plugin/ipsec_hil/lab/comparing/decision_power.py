@@ -30,6 +30,14 @@ fixed design it replaced (compare_trials' +-5 % bootstrap rule on the first
 fixed design had no CPU figure: its CPU rows show what the rule would have said, and its
 rate rows what a gate of that design saw of a costlier build.
 
+Replay (issue 54, ``--replay RUNS``): every decision is recorded with its trials (``trials``:
+figure -> [role, value] in measurement order); the replay re-decides RUNS times by drawing
+pairs from the identical builds' recorded pairs, shifted to each level from 0.90 to 1.00
+(ipsec_hil.lab.decision.replay): the power curve and the false alarms to a percent, each
+with its Wilson interval, a decision's lab time (pairs x the live seconds a pair), and each
+live scenario's count against the curve. ``--kinds``, ``--levels``, ``--append`` run a
+bounded live set into the same file; ``--table-only --replay`` re-reads it.
+
 The lab should carry its noise model (``noise:`` on the DUT in the lab file): the twin's
 paced engine is otherwise nearly deterministic and the figures would say nothing of a real
 lab. ``tools/decision-power`` writes such a copy of the lab file and runs this.
@@ -105,6 +113,8 @@ class Decision:
     sequential: dict[str, dict] = field(default_factory=dict)  # figure -> verdict, ratio, ci, equivalence
     fixed: dict[str, dict] = field(default_factory=dict)
     error: str | None = None
+    #: figure -> [[role, value], ...] in measurement order: what ``--replay`` resamples
+    trials: dict[str, list] = field(default_factory=dict)
 
 
 def _fake_build(path: Path, driver: str, tag: str, marker: bytes) -> Path:
@@ -126,7 +136,7 @@ def _unresolved(row: dict) -> bool:
 
 
 def decide(active, dep: DriverDeployment, scenario: Scenario, workdir: Path, *, seconds: float,
-           rule: SequentialRule) -> Decision:
+           rule: SequentialRule, warmup: float | None = None) -> Decision:
     """One comparison of a fresh parent and candidate on ``active`` (the candidate loaded
     first, as after ``--driver``), judged by both designs."""
     driver = active.local.profile.driver
@@ -136,7 +146,7 @@ def decide(active, dep: DriverDeployment, scenario: Scenario, workdir: Path, *, 
     dep.switch_to(candidate)
     figures = FIGURES if scenario.kind is None else (scenario.kind,)
     r = compare_builds(active, [dep], Builds(active.local.profile.model, parent, candidate), pairs=rule.max_pairs,
-                       seconds=seconds, figures=figures, sequential=rule)
+                       seconds=seconds, figures=figures, sequential=rule, warmup=warmup)
     fixed_end = [t.started for t in r.trials if t.index < 2 * FIXED_PAIRS]
     d = Decision(scenario.name, scenario.kind, scenario.level, r.pairs, round(r.wall_seconds, 1),
                  round(max(fixed_end, default=0.0) + seconds, 1), error=r.error)
@@ -145,6 +155,7 @@ def decide(active, dep: DriverDeployment, scenario: Scenario, workdir: Path, *, 
     for figure, c in zip(figures, r.comparisons):
         d.sequential[figure] = _summary(c)
         name = figure_name(figure, seconds)
+        d.trials[figure] = [[t.role, t.value] for t in r.trials if t.figure == name]
         trials = [(t.role, t.value) for t in r.trials if t.figure == name and t.index < 2 * FIXED_PAIRS]
         if len(trials) % 2:
             trials = trials[:-1]
@@ -254,9 +265,11 @@ def measured_noise(decisions: list[Decision], rule: SequentialRule) -> list[str]
 
 
 def run(topology_path: Path, *, model: str, runs: int, identical_runs: int, levels: Sequence[float], seconds: float,
-        rule: SequentialRule, out: Path, log=print) -> list[Decision]:
-    """Every scenario on the lab of ``topology_path`` (already up), one tunnel of ``model``
-    in the rate configuration; the decisions appended to ``out`` (JSON lines) as they end."""
+        rule: SequentialRule, out: Path, log=print, warmup: float | None = None,
+        kinds: Sequence[str | None] = (None, *FIGURES)) -> list[Decision]:
+    """Every scenario of ``kinds`` (None: identical builds) on the lab of ``topology_path``
+    (already up), one tunnel of ``model`` in the rate configuration; the decisions appended
+    to ``out`` (JSON lines, with their trials) as they end."""
     from ipsec_hil.lab.expectations.hardware import REGISTRY
     from ipsec_hil.lab.topology import load_topology
 
@@ -274,10 +287,10 @@ def run(topology_path: Path, *, model: str, runs: int, identical_runs: int, leve
                                run_id="power")
         dep.deploy()
         try:
-            for sc in scenarios(levels):
+            for sc in [sc for sc in scenarios(levels) if sc.kind in kinds]:
                 for i in range(identical_runs if sc.kind is None else runs):
                     t0 = time.monotonic()
-                    d = decide(active, dep, sc, workdir, seconds=seconds, rule=rule)
+                    d = decide(active, dep, sc, workdir, seconds=seconds, rule=rule, warmup=warmup)
                     decisions.append(d)
                     with out.open("a") as fh:
                         fh.write(json.dumps(asdict(d)) + "\n")
@@ -365,6 +378,15 @@ def _with_lab(lab_file: Path, noise: bool, work: Path, body) -> None:
         virtual_lab.stop(vl)
 
 
+def _kinds(text: str) -> list[str | None]:
+    """``--kinds identical,cpu``: which scenarios run."""
+    names = {"identical": None, "up": "up", "rate": "up", "cpu": CPU}
+    try:
+        return [names[x.strip()] for x in text.split(",") if x.strip()]
+    except KeyError as exc:
+        raise argparse.ArgumentTypeError(f"expected identical, up or cpu, found {exc.args[0]!r}") from None
+
+
 def _levels(text: str) -> list[float]:
     """``--levels 0.98,0.95``: fractions of the parent (argparse says which text it refused)."""
     try:
@@ -384,18 +406,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--levels", type=_levels, default=list(LEVELS), help="fractions of the parent, comma-separated")
     ap.add_argument("--seconds", type=float, default=2.0, help="seconds per trial (default 2: the gate's --compare-seconds)")
     ap.add_argument("--budget", type=int, default=SequentialRule().max_pairs, help="the sequential design's budget of pairs")
+    ap.add_argument("--warmup", type=float, default=None, help="seconds of the discarded stream after each swap "
+                    "(default: --seconds)")
+    ap.add_argument("--kinds", type=_kinds, default=[None, *FIGURES],
+                    help="scenarios to run: identical,up,cpu (default all)")
     ap.add_argument("--out", type=Path, default=Path("reports/decision-power.jsonl"))
+    ap.add_argument("--append", action="store_true", help="add to --out's decisions instead of starting it afresh")
     ap.add_argument("--table-only", action="store_true", help="print the table of --out's decisions, measure nothing")
+    ap.add_argument("--replay", type=int, default=0, metavar="RUNS",
+                    help="also re-decide RUNS times by resampling --out's recorded pairs: the power curve 0.90-1.00, "
+                         "false alarms, and the live runs against it (ipsec_hil.lab.decision.replay)")
     args = ap.parse_args(argv)
     try:
         if not args.table_only:
             load_lab_file(ap.prog, args.topology, then=None)  # refused in one line before any lab starts
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.unlink(missing_ok=True)
+            if not args.append:
+                args.out.unlink(missing_ok=True)
             t0 = time.monotonic()
             _with_lab(args.topology, not args.no_noise, args.out.parent, lambda resolved: run(
                 resolved, model=args.model, runs=args.runs, identical_runs=args.identical_runs,
-                levels=args.levels, seconds=args.seconds,
+                levels=args.levels, seconds=args.seconds, warmup=args.warmup, kinds=args.kinds,
                 rule=SequentialRule(max_pairs=args.budget), out=args.out, log=lambda s: print(s, flush=True)))
             print(f"measured in {time.monotonic() - t0:.0f} s", flush=True)
         try:
@@ -415,7 +446,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if noise:
         print(f"\nthe noise the identical builds measured ({args.seconds:g} s trials):")
         print("\n".join(noise))
+    if args.replay:
+        print_replay(decisions, SequentialRule(max_pairs=args.budget), args.replay)
     return 0
+
+
+def print_replay(decisions: list[Decision], rule: SequentialRule, runs: int) -> None:
+    """The replayed power curve and the live runs against it (ipsec_hil.lab.decision.replay)."""
+    from ipsec_hil.lab.decision import replay
+
+    records = [asdict(d) for d in decisions]
+    directions = {f: direction_of(f) for f in FIGURES}
+    try:
+        curve = replay.power_curve(records, rule, directions, runs=runs)
+    except ValueError as exc:
+        print(f"\nreplay: {exc}")
+        return
+    print(f"\nreplayed: {runs} decisions a row, pairs drawn from the recorded identical builds' pairs and "
+          f"shifted to the level; a decision's lab time at {replay.seconds_per_pair(records):.1f} s a pair (the live "
+          "runs' median)")
+    print("\n".join(replay.curve_lines(curve)))
+    print("\nthe live runs against the replay:")
+    print("\n".join(replay.live_check(records, rule, directions, runs=runs)))
 
 
 if __name__ == "__main__":
