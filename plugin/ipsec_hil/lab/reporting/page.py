@@ -25,13 +25,27 @@ from ipsec_hil.lab.reporting.report import PageEntry, RunInfo, page_links, rende
 
 
 @dataclass(frozen=True)
-class Bold:
+class _Text:
+    """A piece of the page that is one string: the subclass says how it renders (one field,
+    one constructor, one equality for all of them; a Bold and a Code of one text differ)."""
+
     text: str
 
 
-@dataclass(frozen=True)
-class Code:
-    text: str
+class Bold(_Text):
+    """Inline: ``**text**``."""
+
+
+class Code(_Text):
+    """Inline: the text in backticks."""
+
+
+class Preformatted(_Text):
+    """A block of fixed-width text (a counter ledger), shown as it is."""
+
+
+class Markdown(_Text):
+    """A section a library module renders itself (``## Title`` and its body)."""
 
 
 @dataclass(frozen=True)
@@ -66,24 +80,10 @@ class Bullets:
 
 @dataclass(frozen=True)
 class Table:
+    """A Markdown table: the header's cells are plain, a row's cells inline text."""
+
     header: tuple[str, ...]
     rows: tuple[tuple[Text, ...], ...]
-
-
-@dataclass(frozen=True)
-class Preformatted:
-    """Fixed-width text (a counter ledger), shown as it is."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Subsection:
-    title: str
-    blocks: tuple[Block, ...]
-
-
-Block = Union[Paragraph, Bullets, Table, Preformatted, Subsection]
 
 
 @dataclass(frozen=True)
@@ -94,11 +94,11 @@ class Section:
     blocks: tuple[Block, ...]
 
 
-@dataclass(frozen=True)
-class Markdown:
-    """A section a library module renders itself (``## Title`` and its body)."""
+class Subsection(Section):
+    """A section among another section's blocks: its heading one level deeper."""
 
-    text: str
+
+Block = Union[Paragraph, Bullets, Table, Preformatted, Subsection]
 
 
 # --------------------------------------------------------------------------- rendering
