@@ -48,7 +48,7 @@ def test_bypass_tax(tunnel, record, bench_route):
     driver = DriverDeployment(app, app.profile.module_file)  # only its kldunload/kldload: no upload
 
     def switch_off() -> None:
-        tunnel.local.swanctl_terminate(ike=tunnel.conn).check(f"swanctl --terminate --ike {tunnel.conn}")
+        tunnel.local.swanctl_terminate(ike=tunnel.conn).check(f"terminating {tunnel.conn}")
         driver.unload()
 
     def switch_on() -> None:

@@ -1,6 +1,8 @@
 """Each command the suite sends to an appliance is built in one place: its parser module's
 ``COMMAND`` (a :class:`ipsec_hil.lab.command.Command`), beside the parser, its result type
-and its golden cases (issue 53, "a command is an object").
+and its golden cases (issue 53, "a command is an object"); a command with no output to
+parse (``swanctl --terminate``, ``route add``, ``kldload``, ``shutdown -r now``) in
+ipsec_hil.lab.command itself.
 
 The scan reads the suite's sources (the library, the plugin glue, the acceptance tests) for
 a command line spelled outside its parser: a string that begins with a command's argv and
@@ -36,10 +38,11 @@ SOURCES = (REPO / "plugin" / "ipsec_hil", REPO / "tests_hil")
 
 
 def commands() -> dict[tuple[str, ...], str]:
-    """argv -> ``parsers.<module>.<NAME>`` of every Command a parser module defines."""
+    """argv -> ``<module>.<NAME>`` of every Command a parser module defines, and of those
+    ipsec_hil.lab.command builds itself (the commands whose answer is their exit status)."""
     out = {}
-    for name in MODULES:
-        mod = importlib.import_module(f"ipsec_hil.lab.parsers.{name}")
+    for name in (*MODULES, "command"):
+        mod = importlib.import_module(f"ipsec_hil.lab.parsers.{name}" if name != "command" else "ipsec_hil.lab.command")
         found = {f"{name}.{attr}": v for attr, v in vars(mod).items() if isinstance(v, Command)}
         found |= {f"{name}.{attr}[{k!r}]": c for attr, v in vars(mod).items() if isinstance(v, dict)
                   for k, c in v.items() if isinstance(c, Command)}
@@ -116,7 +119,7 @@ def test_the_scan_finds_each_form(tmp_path):
                    'c = argv("sysctl", "-n", oid)\n'
                    'd = ["swanctl", "--list-sas"]\n'
                    'e = run("dmesg\\n", "dmesg")\n'
-                   'f = ["swanctl", "--terminate", ike]\n'
+                   'f = ["swanctl", "--stats"]\n'
                    'g = Read("kldstat", kldstat.COMMAND, "kldstat")\n'
                    'h = f"sysctl net.inet.ipsec.offload.*: {n} leaves"\n'
                    'i = ["route", "-n", "get", dst]\n')

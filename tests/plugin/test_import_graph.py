@@ -190,11 +190,9 @@ LAB_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("appliance", ("appliance",)),
     ("provisioning", ("provision", "driver")),
     ("traffic", ("traffic", "probes", "inject")),
-    # the page sits below the live lab only while live_lab reads hardware_info from
-    # reporting.report (issue 53: the page stops talking to appliances, then it goes on top)
-    ("page", ("reporting",)),
     ("lab", ("dead_runs", "live_lab", "tunnel", "rekey", "preflight")),
     ("programs", ("comparing", "survey")),
+    ("page", ("reporting",)),  # renders what it is given: nothing of the lab imports it
 )
 TWIN_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("errors", "jsonl", "personality", "machinery")),

@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from types import ModuleType
 
+from ipsec_hil.lab.command import REBOOT, ROUTE, SWANCTL_TERMINATE
 from ipsec_hil.lab.errors import CommandTimeout, LabError, ParseError, ProfileError, TransportError
 from ipsec_hil.lab.expectations.hardware import HardwareProfile
 from ipsec_hil.lab.measuring import offload
@@ -406,10 +407,8 @@ class Appliance(ShellCommands):
         """``swanctl --terminate --ike X`` (or ``--child``); returns the RunResult (status kept)."""
         if not ike and not child:
             raise LabError("swanctl_terminate needs ike= or child=")
-        cmd: list[str | int] = ["swanctl", "--terminate"]
-        cmd += ["--ike", ike] if ike else ["--child", child]  # type: ignore[list-item]
-        cmd += ["--timeout", int(max(1, timeout))]
-        return self._run(argv(*cmd), timeout=timeout + 30)
+        which = ["--ike", ike] if ike else ["--child", child]
+        return self._run(SWANCTL_TERMINATE(*which, "--timeout", int(max(1, timeout))), timeout=timeout + 30)
 
     def list_sas(self) -> SaList:
         """``swanctl --list-sas`` (text) -> parsers.swanctl_list_sas SaList."""
@@ -431,22 +430,20 @@ class Appliance(ShellCommands):
         if (gateway is None) == (interface is None):
             raise LabError("route_add needs exactly one of gateway= or interface=")
         family = family or _family_of(prefix)
-        cmd: list[str] = ["route"] + (["-6"] if family == "ipv6" else []) + ["add", "-net", prefix]
-        cmd += [gateway] if gateway else ["-interface", interface]  # type: ignore[list-item]
-        r = self._run(argv(*cmd))
+        cmd = ROUTE[family]("add", "-net", prefix, *([gateway] if gateway else ["-interface", interface]))
+        r = self._run(cmd)
         if r.status != 0:
-            raise LabError(f"{self.name}: {' '.join(cmd)} failed: {(r.stdout + r.stderr).strip()[-300:]}")
+            raise LabError(f"{self.name}: {cmd} failed: {(r.stdout + r.stderr).strip()[-300:]}")
         return RouteChange(prefix, family, gateway, interface)
 
     def route_delete(self, prefix: str, family: str | None = None) -> bool:
         """Delete a net route; False (not an error) if it was not in the table."""
         family = family or _family_of(prefix)
-        cmd = ["route"] + (["-6"] if family == "ipv6" else []) + ["delete", "-net", prefix]
-        r = self._run(argv(*cmd))
+        r = self._run(cmd := ROUTE[family]("delete", "-net", prefix))
         if r.status != 0 and "not in table" in r.stdout + r.stderr:
             return False
         if r.status != 0:
-            raise LabError(f"{self.name}: {' '.join(cmd)} failed: {(r.stdout + r.stderr).strip()[-300:]}")
+            raise LabError(f"{self.name}: {cmd} failed: {(r.stdout + r.stderr).strip()[-300:]}")
         return True
 
     def route_get(self, dst: str, family: str | None = None) -> route_get.RouteGet | None:
@@ -510,7 +507,7 @@ class Appliance(ShellCommands):
         before = self._boottime()
         self.reboots += 1
         try:
-            self._run("shutdown -r now", timeout=30)
+            self._run(REBOOT, timeout=30)
         except TransportError as e:  # expected: the session drops as the machine goes down
             log.debug("%s: shutdown -r now ended the session: %s", self.name, e)
         if not wait:
@@ -520,7 +517,7 @@ class Appliance(ShellCommands):
             now = self._boottime()
             return (now or "answering") if before is None or (now is not None and now != before) else None
 
-        self.when_back(rebooted, timeout=timeout, poll=poll, first_wait=True, what="shutdown -r now")
+        self.when_back(rebooted, timeout=timeout, poll=poll, first_wait=True, what=REBOOT)
         for call in list(self.after_reboot):
             call()
 

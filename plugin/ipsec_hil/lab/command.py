@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shlex
 
-__all__ = ["Command", "argv"]
+__all__ = ["Command", "argv", "KLDLOAD", "KLDUNLOAD", "REBOOT", "ROUTE", "SWANCTL_REKEY", "SWANCTL_TERMINATE"]
 
 
 def argv(*args: str | os.PathLike[str] | int) -> str:
@@ -49,3 +49,17 @@ class Command(str):
 
     def __repr__(self) -> str:
         return f"Command{self.argv!r}"
+
+
+# -- the commands whose answer is their exit status: no output to parse, so no parser module
+# to live beside; each is built here once (a command with output: its parser's COMMAND).
+
+#: ``swanctl --terminate`` + ``--ike X`` | ``--child X`` | ``--child-id N``, ``--timeout S``, ``--force``
+SWANCTL_TERMINATE = Command("swanctl", "--terminate")
+#: ``swanctl --rekey --child|--ike NAME``
+SWANCTL_REKEY = Command("swanctl", "--rekey")
+#: ``route [-6] add|delete -net PREFIX ...`` of each family (``route -n get``: parsers.route_get)
+ROUTE = {"ipv4": Command("route"), "ipv6": Command("route", "-6")}
+KLDLOAD = Command("kldload")
+KLDUNLOAD = Command("kldunload")
+REBOOT = Command("shutdown", "-r", "now")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_hil.lab import files
+from ipsec_hil.lab.command import KLDLOAD, KLDUNLOAD
 from ipsec_hil.lab.errors import LabError, ProvisionError, TransportError
 from ipsec_hil.lab.parsers import dmesg as _dmesg, kldstat as _kldstat, md5 as _md5
 from ipsec_hil.lab.sharing.lock import ApplianceLock, LockHeld
@@ -189,7 +190,7 @@ class DriverDeployment:
 
     def unload(self) -> None:
         """``kldunload MODULE``; a module that is not loaded ("can't find file") is fine."""
-        r = self._run(f"kldunload {_q(self.module)}\n", "kldunload")
+        r = self._run(f"{KLDUNLOAD(self.module)}\n", "kldunload")
         if r.status == 0:
             self.steps.append(f"kldunload {self.module}")
             return
@@ -205,7 +206,7 @@ class DriverDeployment:
         error. (Callers then read ``module_info()``: kldstat must list it with the md5.)
         """
         before = self.dmesg_lines()
-        r = self._run(f"kldload {_q(self.module_file)}\n", "kldload")
+        r = self._run(f"{KLDLOAD(self.module_file)}\n", "kldload")
         after = self.dmesg_lines()
         new = _new_lines(before, after)
         bad = [l for l in new if LINK_ERROR_RE.search(l)]

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ipsec_hil.lab.appliance import Appliance
+from ipsec_hil.lab.command import SWANCTL_REKEY
 from ipsec_hil.lab.measuring.health import POLICY, HealthSnapshot, compare, driver_scope, take_snapshots
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.parsers import netstat_ipsec, swanctl_list_sas, sysctl
-from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.tunnel import ActiveTunnel
 
 __all__ = [
@@ -213,7 +213,7 @@ def _engine_reading(app: Appliance, conn: str) -> tuple[list[ChildView], EngineS
 
 def rekey(app: Appliance, what: str, name: str) -> None:
     """``swanctl --rekey --child|--ike NAME``; returns at once (5.9.8's vici only queues it)."""
-    r = app.host.run(argv("swanctl", "--rekey", f"--{what}", name), timeout=app.command_timeout)
+    r = app.host.run(SWANCTL_REKEY(f"--{what}", name), timeout=app.command_timeout)
     assert r.status == 0, f"{app.name}: swanctl --rekey --{what} {name} failed ({r.status}): {r.stderr.strip()[-300:]}"
 
 

@@ -336,7 +336,7 @@ class ActiveTunnel(TunnelInvariants):
         the tunnel's own, an outbound counter started near 2^32 -- leaves the next test a
         window or a counter it cannot reason about."""
         for c in self.children:
-            self.local.swanctl_terminate(child=c.name).check(f"swanctl --terminate --child {c.name}")
+            self.local.swanctl_terminate(child=c.name).check(f"terminating child {c.name}")
         self.reestablish()
 
     def spis(self, app: Appliance) -> set[int]:

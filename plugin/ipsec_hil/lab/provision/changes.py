@@ -14,12 +14,13 @@ import contextlib
 import dataclasses
 import ipaddress
 import logging
-import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from ipsec_hil.lab import files
+from ipsec_hil.lab.command import ROUTE
 from ipsec_hil.lab.errors import LabError, ProvisionError, TransportError
+from ipsec_hil.lab.parsers import ifconfig
 from ipsec_hil.lab.provision.plan import EndPlan
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,10 @@ class Undo:
         idempotent (an already-removed route or address is the wanted state)."""
         if self.kind == "route":
             net, fam = self.args
-            cmd = ["route"] + (["-6"] if fam == "ipv6" else []) + ["delete", "-net", net]
+            cmd = ROUTE[fam]("delete", "-net", net)
         else:
-            cmd = ["ifconfig", *self.args]
-        return " ".join(shlex.quote(a) for a in cmd) + " >/dev/null 2>&1 || true\n"
+            cmd = ifconfig.COMMAND(*self.args)
+        return f"{cmd} >/dev/null 2>&1 || true\n"
 
     def revert(self, app: Any) -> str:
         """Revert the change on ``app`` (an Appliance) and drop its journal entry."""

@@ -24,9 +24,10 @@ import os
 import re
 from typing import Any, Callable, Sequence
 
+from ipsec_hil.lab.command import SWANCTL_TERMINATE, Command
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.parsers import swanctl_initiate
-from ipsec_hil.lab.remote import RunResult, argv
+from ipsec_hil.lab.remote import RunResult
 
 _MARK = "@@hil-initiate"
 
@@ -94,7 +95,7 @@ def terminate_child_id(app: Any, unique_id: int, timeout: float) -> RunResult:
     """``swanctl --terminate --child-id N``: one CHILD_SA by its unique id, wherever it lives
     (a child the peer filed under another connection's IKE_SA is not reached by ``--ike``)."""
     t = int(max(1, timeout))
-    return app.host.run(argv("swanctl", "--terminate", "--child-id", unique_id, "--timeout", t), timeout=t + 30)
+    return app.host.run(SWANCTL_TERMINATE("--child-id", unique_id, "--timeout", t), timeout=t + 30)
 
 
 def terminate_ike_forced(app: Any, ike: str) -> RunResult:
@@ -102,4 +103,10 @@ def terminate_ike_forced(app: Any, ike: str) -> RunResult:
     answer to the DELETE. Only for an IKE_SA whose orderly terminate timed out (a peer that
     rebooted does not know it and never answers): charon would otherwise keep it DELETING for
     its whole retransmission schedule (about 165 s with the defaults)."""
-    return app.host.run(argv("swanctl", "--terminate", "--ike", ike, "--force", "--timeout", 5), timeout=35)
+    return app.host.run(forced_terminate(ike), timeout=35)
+
+
+def forced_terminate(ike: str) -> Command:
+    """``swanctl --terminate --ike X --force --timeout 5``: :func:`terminate_ike_forced`'s line,
+    and a dead run's tunnel journal's (provision.recovery)."""
+    return SWANCTL_TERMINATE("--ike", ike, "--force", "--timeout", 5)

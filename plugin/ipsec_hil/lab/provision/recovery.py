@@ -15,10 +15,10 @@ Library code: no pytest.
 from __future__ import annotations
 
 import logging
-import shlex
 from typing import Any
 
 from ipsec_hil.lab import files
+from ipsec_hil.lab.provision.commands import forced_terminate
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,7 @@ def sa_undo_script(conn: str) -> str:
     """sh for the journal: end every SA of ``conn`` on this end now, without waiting for the
     peer (``--force``: the peer may be the dead run's other end, or gone). Idempotent: a
     connection without SAs is the wanted state."""
-    return (" ".join(shlex.quote(a) for a in ("swanctl", "--terminate", "--ike", conn, "--force", "--timeout", "5"))
-            + " >/dev/null 2>&1 || true\n")
+    return f"{forced_terminate(conn)} >/dev/null 2>&1 || true\n"
 
 
 def sa_undo_what(app_name: str, conn: str) -> str:
