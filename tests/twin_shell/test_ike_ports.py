@@ -12,17 +12,14 @@ shapes, the rest line for line).
 """
 from __future__ import annotations
 
-import os
 import re
-import secrets
-import socket
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from ipsec_hil.lab.parsers import swanctl_initiate, swanctl_list_sas
 from ipsec_hil_twin.ike.pairlab import A4, B4, IkePair, conf
+from tests.twin_ike.test_negotiation import module_pair, pair  # noqa: F401 (fixtures: daemons reset per test)
 
 pytestmark = pytest.mark.needs_root
 
@@ -30,35 +27,6 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "swanctl_list_sas" / "
 LAN_A4, LAN_B4 = "198.51.100.0/26", "203.0.113.0/26"
 #: what differs between two runs of one negotiation: SPIs, seconds, byte/packet counts
 _VARYING = re.compile(r"#\d+|\b[0-9a-f]{16}_[ir]\*?|\b[0-9a-f]{8}\b|\b\d+s\b|\b\d+ (bytes|packets)")
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """Two daemons in two namespaces (engine doubles): one negotiation per case."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
-    prefix = "tp" + secrets.token_hex(2)
-    p = IkePair(prefix, tmp_path_factory.mktemp("ikeports")).build()
-    try:
-        p.start_engines_double()
-        p.start_daemon("a")
-        p.start_daemon("b")
-        yield p
-    finally:
-        p.close()
-        left = [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-                if n.startswith(prefix)]
-        assert not left, f"namespaces left behind: {left}"
-
-
-@pytest.fixture(autouse=True)
-def _fresh(pair):
-    """Each case from daemons that hold no SA and no configuration (op reset)."""
-    for h in "ab":
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(str(pair.dirs[h] / "ike.sock"))
-            s.sendall(b'{"op": "reset"}\n')
-            assert b'"ok": true' in s.makefile("rb").readline()
 
 
 def _up(pair: IkePair, name: str, mobike: str | None) -> str:
