@@ -300,6 +300,10 @@ class NoiseModel(_Model):
     outlier_cpu: float = Field(1.25, gt=0)
 
 
+#: A host's keys that describe an appliance, and why the bench host has none.
+APPLIANCE_ONLY = {"os": "it is the machine running pytest", "noise": "noise is an appliance's"}
+
+
 class Host(_Model):
     """An appliance (with a model) or the bench PC."""
 
@@ -312,18 +316,12 @@ class Host(_Model):
     noise: NoiseModel | None = None
     _name: str = PrivateAttr("")
 
-    @field_validator("os")
+    @field_validator(*APPLIANCE_ONLY)
     @classmethod
-    def _os(cls, v: OsSpec | None, info: ValidationInfo) -> OsSpec | None:
+    def _appliance_only(cls, v: Any, info: ValidationInfo) -> Any:
         if v is not None and info.data.get("role") == "bench":
-            raise ValueError("expected no os on the bench host (it is the machine running pytest)")
-        return v
-
-    @field_validator("noise")
-    @classmethod
-    def _noise(cls, v: NoiseModel | None, info: ValidationInfo) -> NoiseModel | None:
-        if v is not None and info.data.get("role") == "bench":
-            raise ValueError("expected no noise on the bench host (noise is an appliance's), found a noise mapping")
+            name = info.field_name
+            raise ValueError(f"expected no {name} on the bench host ({APPLIANCE_ONLY[name]}), found a mapping")
         return v
 
     @property
