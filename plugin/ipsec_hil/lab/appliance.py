@@ -21,7 +21,6 @@ are never logged here, and nothing here logs command output at all.
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import logging
 import math
@@ -30,8 +29,6 @@ import shlex
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TypeVar
-
-from types import ModuleType
 
 from ipsec_hil.lab.command import REBOOT, ROUTE, SWANCTL_TERMINATE
 from ipsec_hil.lab.errors import CommandTimeout, LabError, ParseError, ProfileError, TransportError
@@ -72,12 +69,6 @@ PING_INTERVAL = 0.05
 
 MARK = "@@hil"
 _SECTION = re.compile(rf"^{MARK} (\S+)(?: (.*))?$")
-
-
-def parser(name: str) -> ModuleType:
-    """``ipsec_hil.lab.parsers.<name>``, for a caller that holds a command's name (a test
-    table). This module itself imports every parser it uses by name (above)."""
-    return importlib.import_module(f"ipsec_hil.lab.parsers.{name}")
 
 
 def sections(stdout: str) -> dict[str, str]:
