@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import pytest
+
 from tests.safety._inject import (Armed, InterruptingHost, Step, after_then_raise, at_step, cut_before, cut_mid_command,
                             describe, recorder, unwrap_hosts)
 from tests.safety._lab import (FAULT, PY, bench_host, next_run, reaped, restored_differences, scenario, snapshot,
@@ -290,6 +292,24 @@ def run_kind(r: Run, kind: str, part: str) -> None:
     mine = part_of(steps, part)
     run_all(r, CONFIG, mine, (kind,), f"{kind}, {CONFIG.id}, {part} (steps {PART_IDS.index(part) + 1}, "
             f"{PART_IDS.index(part) + 1 + PARTS}, ... of {len(steps)})", len(steps))
+
+
+#: the marks of every every-step file (its own CI stage: tests/safety/conftest.py)
+MARKS = [pytest.mark.needs_root, pytest.mark.safety_exhaustive]
+
+
+def kind_test(kind: str) -> Callable[..., None]:
+    """``kind``'s test, one case a part. Each kind is a file of its own (test_every_step*.py,
+    each part an xdist unit with its own lab: tests/file_order.py SHARDED_FILES); the test is
+    the same in each, so it is made here and the file only names it."""
+
+    @pytest.mark.parametrize("part", PART_IDS)
+    def test(every: Run, part: str) -> None:
+        run_kind(every, kind, part)
+
+    test.__name__ = test.__qualname__ = f"test_{kind.replace('-', '_')}_at_every_step"
+    test.__doc__ = f"Every step of {CONFIG.id}'s part ``part``, interrupted by {kind}."
+    return test
 
 
 def parse_step(text: str) -> Step:

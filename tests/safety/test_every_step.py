@@ -11,12 +11,10 @@ stage's workers share the set (tools/run-safety). Each prints its count: steps x
 
 from __future__ import annotations
 
-import pytest
-
-from tests.safety._every_step import CONFIG, PART_IDS, run_kind
+from tests.safety._every_step import CONFIG, MARKS, kind_test
 from tests.safety._inject import STEPS, trigger
 
-pytestmark = [pytest.mark.needs_root, pytest.mark.safety_exhaustive]
+pytestmark = MARKS
 
 
 def test_every_step_is_enumerated_and_stable(every):
@@ -43,6 +41,4 @@ def test_every_step_is_enumerated_and_stable(every):
     assert not diffs, diffs
 
 
-@pytest.mark.parametrize("part", PART_IDS)
-def test_ctrl_c_at_every_step(every, part):
-    run_kind(every, "ctrl-c", part)
+test_ctrl_c_at_every_step = kind_test("ctrl-c")

@@ -1,16 +1,8 @@
-"""Interruption at every step of one configuration's run: cut (issue 40; the kinds and
-what is compared: _every_step.py). A file of its own, its steps in parts (_every_step.PARTS):
-each part an xdist unit with its own lab (tests/file_order.py SHARDED_FILES)."""
+"""Interruption at every step of one configuration's run: cut (issue 40). A kind a file,
+so that each part is an xdist unit with its own lab: test_every_step.py says why."""
 
-from __future__ import annotations
+from tests.safety._every_step import MARKS, kind_test
 
-import pytest
+pytestmark = MARKS
 
-from tests.safety._every_step import PART_IDS, run_kind
-
-pytestmark = [pytest.mark.needs_root, pytest.mark.safety_exhaustive]
-
-
-@pytest.mark.parametrize("part", PART_IDS)
-def test_cut_at_every_step(every, part):
-    run_kind(every, "cut", part)
+test_cut_at_every_step = kind_test("cut")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.safety._every_step import KINDS, OTHERS, SAMPLE, SEED, run_all, sample
+from tests.safety._every_step import KINDS, MARKS, OTHERS, SAMPLE, SEED, run_all, sample
 
-pytestmark = [pytest.mark.needs_root, pytest.mark.safety_exhaustive]
+pytestmark = MARKS
 
 
 @pytest.mark.parametrize("config", OTHERS, ids=[c.id for c in OTHERS])
