@@ -43,6 +43,18 @@ class ScriptedAppliance:
         return self.seq.pop(0) if len(self.seq) > 1 else self.seq[0]
 
 
+class MovingAppliance:
+    """An end whose ``counter`` grows at every read beside ``still`` counters that stay: it
+    never settles, and only ``counter`` may be named as moving."""
+
+    def __init__(self, name: str, counter: str, **still: int) -> None:
+        self.name, self.counter, self.still, self.reads = name, counter, still, 0
+
+    def snapshot(self) -> Snapshot:
+        self.reads += 1
+        return snap(self.name, self.reads, **{self.counter: self.reads}, **self.still)
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 0.0
@@ -73,17 +85,9 @@ def test_settle_esp_counters_count_too():
 
 
 def test_settle_times_out_naming_the_moving_counter():
-    class Moving:
-        name = "dut"
-        n = 0
-
-        def snapshot(self):
-            self.n += 1
-            return snap("dut", self.n, tx_encrypt=self.n, rx_bad=0)
-
     clock = FakeClock()
     with pytest.raises(SettleTimeout, match=r"dut: counters did not settle.*still moving: tx_encrypt$"):
-        settle(Moving(), interval=0.5, timeout=2, sleep=clock.sleep, clock=clock)
+        settle(MovingAppliance("dut", "tx_encrypt", rx_bad=0), interval=0.5, timeout=2, sleep=clock.sleep, clock=clock)
 
 
 def test_settle_all_each_end_done_at_its_own_equal_pair():
@@ -120,17 +124,9 @@ def test_settle_all_reads_the_ends_concurrently():
 
 
 def test_settle_all_timeout_names_only_the_moving_end():
-    class Moving:
-        name = "peer"
-        n = 0
-
-        def snapshot(self):
-            self.n += 1
-            return snap("peer", self.n, rx=self.n)
-
     clock = FakeClock()
     with pytest.raises(SettleTimeout) as err:
-        settle_all([ScriptedAppliance("dut", [snap("dut", 0, a=1)]), Moving()], interval=0.5, timeout=2,
+        settle_all([ScriptedAppliance("dut", [snap("dut", 0, a=1)]), MovingAppliance("peer", "rx")], interval=0.5, timeout=2,
                    sleep=clock.sleep, clock=clock)
     assert str(err.value).startswith("peer: counters did not settle") and "dut" not in str(err.value)
 
