@@ -20,74 +20,74 @@ from __future__ import annotations
 
 import json
 
-# (FreeBSD libxo key, text after the number (%s = plural or none), plural?, Linux source)
+# (FreeBSD libxo key, text after the number (%s: the plural, "s" or none), Linux source)
 # Linux sources: "Ip.X" /proc/net/snmp, "IpExt.X" /proc/net/netstat, "Icmp.X" /proc/net/snmp,
 # "X" /proc/net/snmp6; None: FreeBSD keeps it, Linux does not (0).
-IP_COUNTERS: tuple[tuple[str, str, bool, str | None], ...] = (
-    ("received-packets", "total packet%s received", True, "Ip.InReceives"),
-    ("dropped-bad-checksum", "bad header checksum%s", True, "IpExt.InCsumErrors"),
-    ("dropped-below-minimum-size", "with size smaller than minimum", False, None),
-    ("dropped-short-packets", "with data size < data length", False, "IpExt.InTruncatedPkts"),
-    ("dropped-too-long", "with ip length > max ip packet size", False, None),
-    ("dropped-short-header-length", "with header length < data size", False, "Ip.InHdrErrors"),
-    ("dropped-short-data", "with data length < header length", False, None),
-    ("dropped-bad-options", "with bad options", False, None),
-    ("dropped-bad-version", "with incorrect version number", False, None),
-    ("received-fragments", "fragment%s received", True, "Ip.ReasmReqds"),
-    ("dropped-fragments", "fragment%s dropped (dup or out of space)", True, "Ip.ReasmFails"),
-    ("dropped-fragments-after-timeout", "fragment%s dropped after timeout", True, "Ip.ReasmTimeout"),
-    ("reassembled-packets", "packet%s reassembled ok", True, "Ip.ReasmOKs"),
-    ("received-local-packets", "packet%s for this host", True, "Ip.InDelivers"),
-    ("dropped-unknown-protocol", "packet%s for unknown/unsupported protocol", True, "Ip.InUnknownProtos"),
-    ("forwarded-packets", "packet%s forwarded", True, "Ip.ForwDatagrams"),
-    ("fast-forwarded-packets", "packet%s fast forwarded", True, None),
-    ("packets-cannot-forward", "packet%s not forwardable", True, "Ip.InAddrErrors"),
-    ("received-unknown-multicast-group", "packet%s received for unknown multicast group", True, None),
-    ("redirects-sent", "redirect%s sent", True, "Icmp.OutRedirects"),
-    ("sent-packets", "packet%s sent from this host", True, "Ip.OutRequests"),
-    ("send-packets-fabricated-header", "packet%s sent with fabricated ip header", True, None),
-    ("discard-no-mbufs", "output packet%s dropped due to no bufs, etc.", True, "Ip.OutDiscards"),
-    ("discard-no-route", "output packet%s discarded due to no route", True, "Ip.OutNoRoutes"),
-    ("sent-fragments", "output datagram%s fragmented", True, "Ip.FragOKs"),
-    ("fragments-created", "fragment%s created", True, "Ip.FragCreates"),
-    ("discard-cannot-fragment", "datagram%s that can't be fragmented", True, "Ip.FragFails"),
-    ("discard-tunnel-no-gif", "tunneling packet%s that can't find gif", True, None),
-    ("discard-bad-address", "datagram%s with bad address in header", True, None),
+IP_COUNTERS: tuple[tuple[str, str, str | None], ...] = (
+    ("received-packets", "total packet%s received", "Ip.InReceives"),
+    ("dropped-bad-checksum", "bad header checksum%s", "IpExt.InCsumErrors"),
+    ("dropped-below-minimum-size", "with size smaller than minimum", None),
+    ("dropped-short-packets", "with data size < data length", "IpExt.InTruncatedPkts"),
+    ("dropped-too-long", "with ip length > max ip packet size", None),
+    ("dropped-short-header-length", "with header length < data size", "Ip.InHdrErrors"),
+    ("dropped-short-data", "with data length < header length", None),
+    ("dropped-bad-options", "with bad options", None),
+    ("dropped-bad-version", "with incorrect version number", None),
+    ("received-fragments", "fragment%s received", "Ip.ReasmReqds"),
+    ("dropped-fragments", "fragment%s dropped (dup or out of space)", "Ip.ReasmFails"),
+    ("dropped-fragments-after-timeout", "fragment%s dropped after timeout", "Ip.ReasmTimeout"),
+    ("reassembled-packets", "packet%s reassembled ok", "Ip.ReasmOKs"),
+    ("received-local-packets", "packet%s for this host", "Ip.InDelivers"),
+    ("dropped-unknown-protocol", "packet%s for unknown/unsupported protocol", "Ip.InUnknownProtos"),
+    ("forwarded-packets", "packet%s forwarded", "Ip.ForwDatagrams"),
+    ("fast-forwarded-packets", "packet%s fast forwarded", None),
+    ("packets-cannot-forward", "packet%s not forwardable", "Ip.InAddrErrors"),
+    ("received-unknown-multicast-group", "packet%s received for unknown multicast group", None),
+    ("redirects-sent", "redirect%s sent", "Icmp.OutRedirects"),
+    ("sent-packets", "packet%s sent from this host", "Ip.OutRequests"),
+    ("send-packets-fabricated-header", "packet%s sent with fabricated ip header", None),
+    ("discard-no-mbufs", "output packet%s dropped due to no bufs, etc.", "Ip.OutDiscards"),
+    ("discard-no-route", "output packet%s discarded due to no route", "Ip.OutNoRoutes"),
+    ("sent-fragments", "output datagram%s fragmented", "Ip.FragOKs"),
+    ("fragments-created", "fragment%s created", "Ip.FragCreates"),
+    ("discard-cannot-fragment", "datagram%s that can't be fragmented", "Ip.FragFails"),
+    ("discard-tunnel-no-gif", "tunneling packet%s that can't find gif", None),
+    ("discard-bad-address", "datagram%s with bad address in header", None),
 )
 
-IP6_COUNTERS: tuple[tuple[str, str, bool, str | None], ...] = (
-    ("received-packets", "total packet%s received", True, "Ip6InReceives"),
-    ("dropped-below-minimum-size", "with size smaller than minimum", False, None),
-    ("dropped-short-packets", "with data size < data length", False, "Ip6InTruncatedPkts"),
-    ("dropped-bad-options", "with bad options", False, "Ip6InHdrErrors"),
-    ("dropped-bad-version", "with incorrect version number", False, None),
-    ("received-fragments", "fragment%s received", True, "Ip6ReasmReqds"),
-    ("dropped-fragment", "fragment%s dropped (dup or out of space)", True, "Ip6ReasmFails"),
-    ("dropped-fragment-after-timeout", "fragment%s dropped after timeout", True, "Ip6ReasmTimeout"),
-    ("dropped-fragments-overflow", "fragment%s that exceeded limit", True, None),
-    ("reassembled-packets", "packet%s reassembled ok", True, "Ip6ReasmOKs"),
-    ("received-local-packets", "packet%s for this host", True, "Ip6InDelivers"),
-    ("forwarded-packets", "packet%s forwarded", True, "Ip6OutForwDatagrams"),
-    ("packets-not-forwardable", "packet%s not forwardable", True, "Ip6InAddrErrors"),
-    ("sent-redirects", "redirect%s sent", True, "Icmp6OutRedirects"),
-    ("sent-packets", "packet%s sent from this host", True, "Ip6OutRequests"),
-    ("send-packets-fabricated-header", "packet%s sent with fabricated ip header", True, None),
-    ("discard-no-mbufs", "output packet%s dropped due to no bufs, etc.", True, "Ip6OutDiscards"),
-    ("discard-no-route", "output packet%s discarded due to no route", True, "Ip6OutNoRoutes"),
-    ("sent-fragments", "output datagram%s fragmented", True, "Ip6FragOKs"),
-    ("fragments-created", "fragment%s created", True, "Ip6FragCreates"),
-    ("discard-cannot-fragment", "datagram%s that can't be fragmented", True, "Ip6FragFails"),
-    ("discard-scope-violations", "packet%s that violated scope rules", True, None),
-    ("multicast-no-join-packets", "multicast packet%s which we don't join", True, None),
+IP6_COUNTERS: tuple[tuple[str, str, str | None], ...] = (
+    ("received-packets", "total packet%s received", "Ip6InReceives"),
+    ("dropped-below-minimum-size", "with size smaller than minimum", None),
+    ("dropped-short-packets", "with data size < data length", "Ip6InTruncatedPkts"),
+    ("dropped-bad-options", "with bad options", "Ip6InHdrErrors"),
+    ("dropped-bad-version", "with incorrect version number", None),
+    ("received-fragments", "fragment%s received", "Ip6ReasmReqds"),
+    ("dropped-fragment", "fragment%s dropped (dup or out of space)", "Ip6ReasmFails"),
+    ("dropped-fragment-after-timeout", "fragment%s dropped after timeout", "Ip6ReasmTimeout"),
+    ("dropped-fragments-overflow", "fragment%s that exceeded limit", None),
+    ("reassembled-packets", "packet%s reassembled ok", "Ip6ReasmOKs"),
+    ("received-local-packets", "packet%s for this host", "Ip6InDelivers"),
+    ("forwarded-packets", "packet%s forwarded", "Ip6OutForwDatagrams"),
+    ("packets-not-forwardable", "packet%s not forwardable", "Ip6InAddrErrors"),
+    ("sent-redirects", "redirect%s sent", "Icmp6OutRedirects"),
+    ("sent-packets", "packet%s sent from this host", "Ip6OutRequests"),
+    ("send-packets-fabricated-header", "packet%s sent with fabricated ip header", None),
+    ("discard-no-mbufs", "output packet%s dropped due to no bufs, etc.", "Ip6OutDiscards"),
+    ("discard-no-route", "output packet%s discarded due to no route", "Ip6OutNoRoutes"),
+    ("sent-fragments", "output datagram%s fragmented", "Ip6FragOKs"),
+    ("fragments-created", "fragment%s created", "Ip6FragCreates"),
+    ("discard-cannot-fragment", "datagram%s that can't be fragmented", "Ip6FragFails"),
+    ("discard-scope-violations", "packet%s that violated scope rules", None),
+    ("multicast-no-join-packets", "multicast packet%s which we don't join", None),
 )
 #: ip6_stats' counters printed after the mbuf-statistics container, then the one inside
 #: source-address-selection
-IP6_AFTER_MBUF: tuple[tuple[str, str, bool, str | None], ...] = (
-    ("dropped-header-too-long", "packet%s whose headers are not contiguous", True, None),
-    ("discard-tunnel-no-gif", "tunneling packet%s that can't find gif", True, None),
-    ("dropped-too-many-headers", "packet%s discarded because of too many headers", True, None),
+IP6_AFTER_MBUF: tuple[tuple[str, str, str | None], ...] = (
+    ("dropped-header-too-long", "packet%s whose headers are not contiguous", None),
+    ("discard-tunnel-no-gif", "tunneling packet%s that can't find gif", None),
+    ("dropped-too-many-headers", "packet%s discarded because of too many headers", None),
 )
-IP6_SOURCE_FAILURES = ("address-selection-failures", "failure%s of source address selection", True, None)
+IP6_SOURCE_FAILURES = ("address-selection-failures", "failure%s of source address selection", None)
 
 
 def linux_counters(proc: str = "/proc/net") -> dict[str, int]:
@@ -120,26 +120,31 @@ def linux_counters(proc: str = "/proc/net") -> dict[str, int]:
 
 def values(table, linux: dict[str, int], zero: bool = False) -> dict[str, int]:
     """FreeBSD key -> value for one table (0 where Linux keeps no such counter, or -z)."""
-    return {key: 0 if zero or src is None else max(0, int(linux.get(src, 0))) for key, _, _, src in table}
+    return {key: 0 if zero or src is None else max(0, int(linux.get(src, 0))) for key, _, src in table}
 
 
-def _line(n: int, text: str, plural: bool) -> str:
-    return f"{n} " + (text % ("" if n == 1 else "s") if plural else text)
+def _line(n: int, text: str) -> str:
+    """inet.c's `p` (a text with %s: its plural) and `p1a` (a text without)."""
+    return f"{n} " + (text % ("" if n == 1 else "s") if "%s" in text else text)
+
+
+def _shown(table, stats: dict[str, int], sflag: int) -> dict[str, str]:
+    """Key -> text of the rows of ``table`` netstat prints: the non-zero ones, every one
+    unless -s was given twice (sflag > 1)."""
+    return {key: text for key, text, _ in table if stats[key] or sflag <= 1}
 
 
 def text_ip(stats: dict[str, int], sflag: int) -> str:
     """inet.c ip_stats as text: forwarded and fast-forwarded share a line."""
     out = ["ip:\n"]
-    for key, text, plural, _ in IP_COUNTERS:
-        v = stats[key]
-        if not (v or sflag <= 1):
-            continue
+    for key, text in _shown(IP_COUNTERS, stats, sflag).items():
+        line = _line(stats[key], text)
         if key == "forwarded-packets":
-            out.append(f"\t{_line(v, text, plural)}")
+            out.append(f"\t{line}")
         elif key == "fast-forwarded-packets":
-            out.append(f" ({_line(v, text, plural)})")
+            out.append(f" ({line})")
         else:
-            out.append(f"\t{_line(v, text, plural)}\n")
+            out.append(f"\t{line}\n")
         if key == "fast-forwarded-packets" and (stats["forwarded-packets"] or sflag <= 1):
             out.append("\n")
     return "".join(out)
@@ -147,40 +152,20 @@ def text_ip(stats: dict[str, int], sflag: int) -> str:
 
 def text_ip6(stats: dict[str, int], sflag: int) -> str:
     """inet6.c ip6_stats as text (no histograms: see the module docstring)."""
-    out = ["ip6:\n"]
-    for key, text, plural, _ in IP6_COUNTERS:
-        if stats[key] or sflag <= 1:
-            out.append(f"\t{_line(stats[key], text, plural)}\n")
-    out += ["\tMbuf statistics:\n", "\t\t0 one mbuf\n", "\t\t0 one ext mbuf\n", "\t\t0 two or more ext mbuf\n"]
-    for key, text, plural, _ in IP6_AFTER_MBUF:
-        if stats[key] or sflag <= 1:
-            out.append(f"\t{_line(stats[key], text, plural)}\n")
-    key, text, plural, _ = IP6_SOURCE_FAILURES
-    if stats[key] or sflag <= 1:
-        out.append(f"\t{_line(stats[key], text, plural)}\n")
-    return "".join(out)
+    before = _shown(IP6_COUNTERS, stats, sflag)
+    after = _shown((*IP6_AFTER_MBUF, IP6_SOURCE_FAILURES), stats, sflag)
+    return "".join(["ip6:\n", *(f"\t{_line(stats[k], t)}\n" for k, t in before.items()),
+                    "\tMbuf statistics:\n", "\t\t0 one mbuf\n", "\t\t0 one ext mbuf\n", "\t\t0 two or more ext mbuf\n",
+                    *(f"\t{_line(stats[k], t)}\n" for k, t in after.items())])
 
 
 def json_doc(proto: str, stats: dict[str, int], sflag: int, pretty: bool) -> str:
     """The libxo JSON of ip_stats / ip6_stats under netstat's `statistics` container."""
-    body: dict = {}
-    if proto == "ip":
-        for key, _, _, _ in IP_COUNTERS:
-            if stats[key] or sflag <= 1:
-                body[key] = stats[key]
-    else:
-        for key, _, _, _ in IP6_COUNTERS:
-            if stats[key] or sflag <= 1:
-                body[key] = stats[key]
+    body: dict = {k: stats[k] for k in _shown(IP_COUNTERS if proto == "ip" else IP6_COUNTERS, stats, sflag)}
+    if proto != "ip":
         body["mbuf-statistics"] = {"one-mbuf": 0, "one-extra-mbuf": 0, "two-or-more-extra-mbufs": 0}
-        for key, _, _, _ in IP6_AFTER_MBUF:
-            if stats[key] or sflag <= 1:
-                body[key] = stats[key]
-        sel: dict = {}
-        key = IP6_SOURCE_FAILURES[0]
-        if stats[key] or sflag <= 1:
-            sel[key] = stats[key]
-        body["source-address-selection"] = sel
+        body.update({k: stats[k] for k in _shown(IP6_AFTER_MBUF, stats, sflag)})
+        body["source-address-selection"] = {k: stats[k] for k in _shown((IP6_SOURCE_FAILURES,), stats, sflag)}
     doc = {"__version": "1", "statistics": {proto: body}}
     return (json.dumps(doc, indent=2) if pretty else json.dumps(doc)) + "\n"
 
