@@ -50,7 +50,7 @@ def test_appliance_answers_typed(lab):
     assert set(snap.counters) == set(dut.profile.counters)
     assert dut.last_read is not None and dut.last_read[1] is snap and dut.last_read[0] >= t0  # settle's start
     assert "received-packets" in snap.esp
-    from ipsec_hil.lab.reporting.report import hardware_info
+    from ipsec_hil.lab.live_lab import hardware_info
 
     hw = hardware_info(dut)
     assert (hw.model, hw.driver, hw.module_loaded) == ("xgs3300", "octep", True)
