@@ -21,28 +21,33 @@ from .rekey import Rekeys
 from .state import IkeState
 
 
-class Lifecycle(Protocol):
-    """The daemon-wide operations a control request may ask for (ipsec_hil_twin.ike.daemon.Daemon)."""
+class Controlled(Protocol):
+    """The daemon as a control request drives it (ipsec_hil_twin.ike.daemon.Daemon): the parts
+    the ops call, and the daemon-wide operations load and reset ask for."""
+
+    state: IkeState
+    children: ChildSAs
+    initiator: Initiator
+    rekeys: Rekeys
 
     def load_file(self, path: str) -> dict[str, Any]: ...
 
     async def flush(self) -> None: ...
 
+
 MAX_REQUEST = 16 * 1024 * 1024
 
 
 class ControlServer:
-    def __init__(self, state: IkeState, children: ChildSAs, initiator: Initiator, rekeys: Rekeys,
-                 lifecycle: Lifecycle) -> None:
-        self.state = state
-        self.children = children
-        self.initiator = initiator
-        self.rekeys = rekeys
-        self.lifecycle = lifecycle
-        self.path = str(state.hd.ike_sock)
+    """The socket's server: each op is answered by the daemon's parts (one daemon handed over,
+    not its parts one by one beside it)."""
+
+    def __init__(self, daemon: Controlled) -> None:
+        self.daemon = daemon
+        self.path = str(daemon.state.hd.ike_sock)
 
     async def start(self) -> asyncio.AbstractServer:
-        self.state.hd.ike_sock.unlink(missing_ok=True)
+        self.daemon.state.hd.ike_sock.unlink(missing_ok=True)
         return await asyncio.start_unix_server(self.on_client, path=self.path, limit=MAX_REQUEST)
 
     async def on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -57,27 +62,27 @@ class ControlServer:
             op = req.get("op")
             # fault old_sa_kept switched off since the last tick: its leftovers go before any
             # answer, so what swanctl lists next matches the engine (ipsec_hil_twin.ike.rekey)
-            await self.rekeys.sweep_kept()
+            await self.daemon.rekeys.sweep_kept()
             if op in ("initiate", "terminate", "rekey"):
                 await self._streamed(op, req, send)
             else:
                 send(await self._answer(op, req))
             await writer.drain()
         except (ConnectionError, ValueError) as exc:  # ControlSocketError is a ConnectionError
-            self.state.log(f"control client: {exc!r}")
+            self.daemon.state.log(f"control client: {exc!r}")
         finally:
             writer.close()
 
     async def _answer(self, op: Any, req: dict) -> dict[str, Any]:
-        s = self.state
+        s = self.daemon.state
         if op == "load":
-            return {"ok": True, **self.lifecycle.load_file(req["file"])}
+            return {"ok": True, **self.daemon.load_file(req["file"])}
         if op == "list_sas":
-            return {"ok": True, "sas": await self.children.list_sas(req.get("ike"), req.get("child"))}
+            return {"ok": True, "sas": await self.daemon.children.list_sas(req.get("ike"), req.get("child"))}
         if op == "list_conns":
             return {"ok": True, "conns": s.config.list_conns()}
         if op == "reset":  # the supervisor's/tests' "as after a reboot": no SAs, no config
-            await self.lifecycle.flush()
+            await self.daemon.flush()
             s.config.clear()
             return {"ok": True}
         if op == "status":
@@ -88,15 +93,15 @@ class ControlServer:
         def log(line: str) -> None:
             send({"log": line})
         if op == "initiate":
-            coro = self.initiator.initiate(req["child"], req.get("ike"), log)
+            coro = self.daemon.initiator.initiate(req["child"], req.get("ike"), log)
         elif op == "terminate":
             sel = TerminateSelector.of(req)
-            coro = self.children.terminate(sel, log)
+            coro = self.daemon.children.terminate(sel, log)
             if sel.force:  # a forced terminate ends by itself once its timeout is spent
                 req = {**req, "timeout": None}
         else:
-            coro = self.rekeys.request(req.get("child"), req.get("ike"))  # queued, as vici's rekey
-        task = self.state.spawn(coro)
+            coro = self.daemon.rekeys.request(req.get("child"), req.get("ike"))  # queued, as vici's rekey
+        task = self.daemon.state.spawn(coro)
         timeout = req.get("timeout")
         try:
             if timeout:

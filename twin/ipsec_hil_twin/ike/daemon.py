@@ -89,7 +89,7 @@ class Daemon:
         self.rekeys = Rekeys(s, self.transport, self.children, self.initiator, self.lifetimes)
         self.lifetimes.act_with(self.rekeys)
         self.responder = Responder(s, self.children, self.lifetimes, self.rekeys)
-        self.control = ControlServer(s, self.children, self.initiator, self.rekeys, self)
+        self.control = ControlServer(self)
 
     async def start(self) -> None:
         await self.transport.listen(self.responder)
