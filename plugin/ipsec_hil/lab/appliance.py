@@ -210,15 +210,13 @@ class ShellCommands:
     def iperf3_server(self, port: int = 5201, bind: str | None = None, ready_timeout: float = 10.0) -> IperfServer:
         """Start a one-off (``-1``) iperf3 server in the background and wait until it listens."""
         logp = f"/tmp/hil-iperf3-{port}-{int(time.time() * 1000) % 10**9}.log"
-        cmd = ["iperf3", "-s", "-1", "--forceflush", "-p", port]  # flushed: we wait for "Server listening"
-        if bind:
-            cmd += ["-B", bind]
+        cmd = iperf3.SERVER("-p", port, *(["-B", bind] if bind else []))  # we wait for "Server listening"
         # it listens within tens of ms: looked for every 20 ms, not every 100 (one stream's
         # start is "stream start/stop" time, paid before each of a run's ~55 streams)
         tries = int(ready_timeout / 0.02)
         s = "\n".join(
             [
-                f"nohup {argv(*cmd)} > {shlex.quote(logp)} 2>&1 < /dev/null &",
+                f"nohup {cmd} > {shlex.quote(logp)} 2>&1 < /dev/null &",
                 "pid=$!",
                 "i=0",
                 f"while [ $i -lt {tries} ]; do",
@@ -250,15 +248,10 @@ class ShellCommands:
         """``iperf3 -c SERVER --json`` -> parsers.iperf3 IperfResult (errors included, not raised)."""
         family = family or _family_of(server)
         # iperf3 reads -t with atoi: a fraction would be cut; round up to whole seconds
-        cmd: list[str | int] = ["iperf3", "-c", server, "-p", port, "-t", max(1, math.ceil(seconds)), "-P", streams,
-                                "--json"]
-        cmd.append("-6" if family == "ipv6" else "-4")
-        if reverse:
-            cmd.append("-R")
-        if bind:
-            cmd += ["-B", bind]
-        cmd += list(extra)
-        r = self._run(argv(*cmd), timeout=seconds + 60)
+        cmd = iperf3.CLIENT(server, "-p", port, "-t", max(1, math.ceil(seconds)), "-P", streams, "--json",
+                            "-6" if family == "ipv6" else "-4", *(["-R"] if reverse else []),
+                            *(["-B", bind] if bind else []), *extra)
+        r = self._run(cmd, timeout=seconds + 60)
         return iperf3.parse(r.stdout)
 
 

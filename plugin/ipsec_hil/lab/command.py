@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 import shlex
 
-__all__ = ["Command", "argv", "KLDLOAD", "KLDUNLOAD", "REBOOT", "ROUTE", "SWANCTL_REKEY", "SWANCTL_TERMINATE"]
+__all__ = ["Command", "argv", "IP_ADDR", "IP_NETNS_EXEC", "IP_ROUTE", "IP_VERSION", "KLDLOAD", "KLDUNLOAD",
+           "REBOOT", "ROUTE", "SWANCTL_LIST_CONNS", "SWANCTL_REKEY", "SWANCTL_STATS", "SWANCTL_TERMINATE"]
 
 
 def argv(*args: str | os.PathLike[str] | int) -> str:
@@ -58,8 +59,23 @@ class Command(str):
 SWANCTL_TERMINATE = Command("swanctl", "--terminate")
 #: ``swanctl --rekey --child|--ike NAME``
 SWANCTL_REKEY = Command("swanctl", "--rekey")
+#: exits 0 when charon answers (preflight); its text is saved raw by the survey (no parser)
+SWANCTL_STATS = Command("swanctl", "--stats")
+#: the loaded connections, saved raw by the survey (no parser)
+SWANCTL_LIST_CONNS = Command("swanctl", "--list-conns")
 #: ``route [-6] add|delete -net PREFIX ...`` of each family (``route -n get``: parsers.route_get)
 ROUTE = {"ipv4": Command("route"), "ipv6": Command("route", "-6")}
 KLDLOAD = Command("kldload")
 KLDUNLOAD = Command("kldunload")
 REBOOT = Command("shutdown", "-r", "now")
+
+# -- iproute2's ``ip`` on the bench (Linux) and on the controller (``ip -j route``: parsers.ip_route)
+
+#: ``ip -4|-6 route add|del NET via GW [proto N]`` of each family (the route probe)
+IP_ROUTE = {"ipv4": Command("ip", "-4", "route"), "ipv6": Command("ip", "-6", "route")}
+#: the bench's addresses as JSON (preflight reads the JSON itself: no parser module)
+IP_ADDR = Command("ip", "-j", "addr", "show")
+#: exits 0 when iproute2 is installed (preflight's bench tools)
+IP_VERSION = Command("ip", "-V")
+#: ``IP_NETNS_EXEC(netns, *argv)``: a program inside a network namespace (remote.local)
+IP_NETNS_EXEC = Command("ip", "netns", "exec")

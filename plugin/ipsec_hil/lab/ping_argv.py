@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ipsec_hil.lab.command import Command
+
 #: Above this many data bytes FreeBSD's ping6 needs ``-b`` (ping6.c: ``datalen > 8 * 1024``).
 PING6_DEFAULT_DATA_MAX = 8 * 1024
 #: IPv6 header + ICMPv6 echo header in front of the data.
@@ -76,3 +78,11 @@ def iputils(req: PingRequest) -> list[str | int]:
     if req.interval is not None:
         args += ["-i", f"{req.interval:g}"]
     return args + ["-w", req.deadline, req.dst]
+
+
+def iputils_under_load(dst: str, count: int, *, interval: float = 0.05, source: str | None = None) -> Command:
+    """iputils' ping of the round trips under load (traffic.udp_load.rtt_probe): only ``-n
+    -c -i`` and ``-I`` -- no family flag, no ``-M``, no ``-w``: it runs inside the load's
+    seconds and its replies are read line by line (``icmp_seq=N ... time=T ms``), not by
+    parsers.ping, so it keeps the line it had rather than :func:`iputils`'s."""
+    return Command("ping", "-n", "-c", count, "-i", f"{interval:g}", *(["-I", source] if source else []), dst)

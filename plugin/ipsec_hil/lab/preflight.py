@@ -18,16 +18,17 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ipsec_hil.lab.command import IP_ADDR, IP_VERSION, SWANCTL_STATS
 from ipsec_hil.lab.errors import LabError
 from ipsec_hil.lab.parsers import ifconfig as ifconfig_parser
-from ipsec_hil.lab.parsers import kldstat, route_get
+from ipsec_hil.lab.parsers import iperf3, kldstat, ping, route_get
 from ipsec_hil.lab.topology import Topology
 
 #: the bench's tools: (command that exits 0 when present, what installs it on Debian)
 BENCH_TOOLS = (
-    ("iperf3 --version", "apt-get install iperf3"),
-    ("ping -V", "apt-get install iputils-ping"),
-    ("ip -V", "apt-get install iproute2"),
+    (iperf3.VERSION, "apt-get install iperf3"),
+    (ping.VERSION, "apt-get install iputils-ping"),
+    (IP_VERSION, "apt-get install iproute2"),
 )
 CHECK_TIMEOUT = 20.0
 
@@ -87,8 +88,8 @@ def _appliance_checks(app: Any, name: str, topology: Topology) -> list[Finding]:
     module = module_file.rsplit("/", 1)[-1]
     out.append(Finding(name, f"driver {module} loaded", module in names, "not in kldstat",
                        f"on {name}: kldload {module_file}"))
-    r = _run(app.host, "swanctl --stats")
-    out.append(Finding(name, "charon running (swanctl --stats)", r.status == 0,
+    r = _run(app.host, SWANCTL_STATS)
+    out.append(Finding(name, f"charon running ({SWANCTL_STATS})", r.status == 0,
                        (r.stderr or r.stdout).strip()[-200:], f"on {name}: service strongswan onestart"))
     r = _run(app.host, ifconfig_parser.COMMAND)
     ifaces = _ifconfig(r.stdout) if r.status == 0 else {}
@@ -162,12 +163,12 @@ def check_bench_tools(bench: Any, name: str) -> list[Finding]:
 def check_bench_ports(bench: Any, name: str, topology: Topology) -> list[Finding]:
     """The bench's addresses and MTUs (by address: the OS names its adapters)."""
     out = []
-    r = _run(bench.host, "ip -j addr show")
+    r = _run(bench.host, IP_ADDR)
     try:
         links = json.loads(r.stdout) if r.status == 0 else []
     except json.JSONDecodeError as exc:
         links = []
-        out.append(Finding(name, "ip -j addr show", False, f"not JSON: {exc}", f"on {name}: apt-get install iproute2"))
+        out.append(Finding(name, IP_ADDR, False, f"not JSON: {exc}", f"on {name}: apt-get install iproute2"))
     addrs = {a.get("local"): link for link in links for a in link.get("addr_info", [])}
     for pname, port in topology.hosts[name].ports.items():
         for want in (port.ipv4, port.ipv6):

@@ -156,13 +156,14 @@ def driver_scope(profile: _Profile) -> DriverScope:
 # --------------------------------------------------------------------------- snapshot
 
 #: (section, command, its text form) in the order the script runs them; each the parser's
-#: COMMAND, JSON where FreeBSD 14 has libxo (the text forms: a kernel without libxo's JSON).
+#: COMMAND, JSON where FreeBSD 14 has libxo, and its TEXT form (a kernel without libxo's
+#: JSON), both built in the parser's module (tests/parsers/test_commands.py).
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("boottime", boottime.COMMAND, boottime.COMMAND),
     ("kldstat", kldstat.COMMAND, kldstat.COMMAND),
-    ("netstat_m", netstat_m.COMMAND, "netstat -m"),
-    ("vmstat_z", vmstat_z.COMMAND, "vmstat -z"),
-    ("vmstat_m", vmstat_m.COMMAND, "vmstat -m"),
+    ("netstat_m", netstat_m.COMMAND, netstat_m.TEXT),
+    ("vmstat_z", vmstat_z.COMMAND, vmstat_z.TEXT),
+    ("vmstat_m", vmstat_m.COMMAND, vmstat_m.TEXT),
     ("dmesg", dmesg.COMMAND, dmesg.COMMAND),
 )
 _MARK = "@@ipsec-hil-health"

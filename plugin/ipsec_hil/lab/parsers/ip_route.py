@@ -17,6 +17,9 @@ from ._base import fail, json_line_of, load_json
 from ipsec_hil.lab.command import Command
 
 COMMAND = Command("ip", "-j", "route")  # the bench's, run by ipsec_hil.lab.probes.route
+#: of one family: ``BY_FAMILY["ipv6"]("get", dst)``, ``("show", "table", "main")`` (the route
+#: probe; ``ip route add|del``, whose answer is its exit status: ipsec_hil.lab.command.IP_ROUTE)
+BY_FAMILY = {"ipv4": Command("ip", "-j", "-4", "route"), "ipv6": Command("ip", "-j", "-6", "route")}
 _UNREACHABLE = ("RTNETLINK answers: Network is unreachable", "RTNETLINK answers: No route to host")
 
 

@@ -18,7 +18,15 @@ _NUM = (int, float)
 from ._base import fail, json_line_of, load_json
 from ipsec_hil.lab.command import Command
 
-COMMAND = Command("iperf3", "--json")  # the flags of each run: ShellCommands.iperf3_client, traffic/
+#: a client, ``CLIENT(server, "-p", port, ..., "--json")``: the line this parser reads (the
+#: TCP stream's flags: ShellCommands.iperf3_client; the UDP loads': traffic.udp_load's
+#: client_argv, traffic.bypass_tax's senders_argv -- each run's flags are its caller's)
+COMMAND = CLIENT = Command("iperf3", "-c")
+#: the one-off server, ``SERVER("-p", port)`` (``-B ADDR`` to bind): flushed, because its
+#: starter waits for its "Server listening" line (ShellCommands.iperf3_server)
+SERVER = Command("iperf3", "-s", "-1", "--forceflush")
+#: exits 0 when iperf3 is installed (preflight's bench tools, the survey)
+VERSION = Command("iperf3", "--version")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from ._lines import content_lines
 from ipsec_hil.lab.command import Command
 
 COMMAND = Command("netstat", "-m", "--libxo", "json")
+#: the text form, for a kernel without libxo's JSON (the health snapshot's fallback)
+TEXT = Command("netstat", "-m")
 CONTAINER = "mbuf-statistics"
 
 # (text label after the numbers, libxo keys of the numbers in order, optional line)

@@ -34,6 +34,8 @@ from ._lines import LineTable, content_lines
 from ipsec_hil.lab.command import Command
 
 COMMAND = Command("ping")  # its flags per program: ipsec_hil.lab.ping_argv
+#: iputils' ping says its version (exit 0): preflight's bench tools
+VERSION = Command("ping", "-V")
 
 _F = r"[0-9]+(?:\.[0-9]+)?"
 _STDOUT = LineTable(COMMAND, {

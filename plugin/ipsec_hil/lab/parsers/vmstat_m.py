@@ -23,6 +23,8 @@ from ._lines import LineTable
 from ipsec_hil.lab.command import Command
 
 COMMAND = Command("vmstat", "-m", "--libxo", "json")
+#: the text form, for a kernel without libxo's JSON (the health snapshot's fallback)
+TEXT = Command("vmstat", "-m")
 CONTAINER = "malloc-statistics"
 _COUNTS = ("in-use", "memory-use", "requests")  # MallocType's numbers, as the JSON names them
 _LINES = LineTable(COMMAND, {

@@ -24,6 +24,8 @@ from ._lines import LineTable
 from ipsec_hil.lab.command import Command
 
 COMMAND = Command("vmstat", "-z", "--libxo", "json")
+#: the text form, for a kernel without libxo's JSON (the health snapshot's fallback)
+TEXT = Command("vmstat", "-z")
 CONTAINER = "memory-zone-statistics"
 _LINES = LineTable(COMMAND, {
     "header": r"ITEM\s+SIZE\s+LIMIT\s+USED\s+FREE\s+REQ\s+FAIL\s*SLEEP(?P<xdomain>\s+XDOMAIN)?",

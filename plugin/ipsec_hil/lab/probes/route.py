@@ -27,6 +27,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Sequence
 
+from ipsec_hil.lab.command import IP_ROUTE, Command
 from ipsec_hil.lab.probes import ProbeUsage, parser, run
 
 
@@ -71,16 +72,17 @@ def _ip_binary() -> str:
     return found
 
 
-def _ip(*args: str) -> tuple[str, str, int]:
-    """``ip ARGS``: (stdout, stderr, status)."""
+def _ip(cmd: Command) -> tuple[str, str, int]:
+    """``cmd`` (an ``ip`` Command: parsers.ip_route.BY_FAMILY, command.IP_ROUTE) run with the
+    ``ip`` found (:func:`_ip_binary`): (stdout, stderr, status)."""
     import subprocess
 
-    r = subprocess.run([_ip_binary(), *args], capture_output=True, text=True, timeout=30)
+    r = subprocess.run([_ip_binary(), *cmd.argv[1:]], capture_output=True, text=True, timeout=30)
     return r.stdout, r.stderr, r.returncode
 
 
-def _family_flag(version: int) -> str:
-    return "-4" if version == 4 else "-6"
+def _family(version: int) -> str:
+    return "ipv4" if version == 4 else "ipv6"
 
 
 def _lookup(dst: str, version: int) -> dict | None:
@@ -88,7 +90,7 @@ def _lookup(dst: str, version: int) -> dict | None:
     has none (unreachable); any other failure is raised (ParseError naming ip's answer)."""
     from ipsec_hil.lab.parsers import ip_route
 
-    found = ip_route.parse(*_ip("-j", _family_flag(version), "route", "get", dst))
+    found = ip_route.parse(*_ip(ip_route.BY_FAMILY[_family(version)]("get", dst)))
     if found.unreachable or not found.routes:
         return None
     r = found.routes[0]
@@ -101,7 +103,7 @@ def _configured(net, version: int, proto: int | None = None) -> list:
     in the cache, not listed here); with ``proto``, only those carrying it."""
     from ipsec_hil.lab.parsers import ip_route
 
-    shown = ip_route.parse(*_ip("-j", _family_flag(version), "route", "show", "table", "main"))
+    shown = ip_route.parse(*_ip(ip_route.BY_FAMILY[_family(version)]("show", "table", "main")))
     return [r for r in shown.routes if r.dst == str(net) and (proto is None or r.protocol == str(proto))]
 
 
@@ -124,8 +126,7 @@ def main(argv: Sequence[str]) -> dict:
             if gw is None or ipaddress.ip_address(gw) != ipaddress.ip_address(a.gateway):
                 raise RuntimeError(f"a route to {net} via {gw} exists already; not replacing it")
             return {"action": "add", "dst": str(net), "gateway": gw, "existed": True}
-        _out, err, status = _ip(_family_flag(net.version), "route", "add", str(net), "via", a.gateway,
-                                *_proto(a.proto))
+        _out, err, status = _ip(IP_ROUTE[_family(net.version)]("add", str(net), "via", a.gateway, *_proto(a.proto)))
         if status != 0:
             raise RuntimeError(f"route add {net} via {a.gateway}: {err.strip() or f'ip exit {status}'}")
         found = _lookup(str(net.network_address), net.version) or {}
@@ -134,7 +135,7 @@ def main(argv: Sequence[str]) -> dict:
     if not existing:
         return {"action": "del", "dst": str(net), "existed": False}
     via = ["via", existing[0].gateway] if existing[0].gateway else []
-    _out, err, status = _ip(_family_flag(net.version), "route", "del", str(net), *via, *_proto(a.proto))
+    _out, err, status = _ip(IP_ROUTE[_family(net.version)]("del", str(net), *via, *_proto(a.proto)))
     if status != 0:
         raise RuntimeError(f"route del {net}: {err.strip() or f'ip exit {status}'}")
     return {"action": "del", "dst": str(net), "existed": True}

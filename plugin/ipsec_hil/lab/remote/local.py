@@ -15,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from ipsec_hil.lab.command import IP_NETNS_EXEC
 from ipsec_hil.lab.errors import CommandTimeout, TransportError
 from ipsec_hil.lab.remote.fence import guarded
 from ipsec_hil.lab.remote.shell import RunResult, decode_output, random_token, script_file_command, wrap_script
@@ -47,7 +48,7 @@ class LocalHost:
             # else `ip netns exec` exits 255, indistinguishable from the script's own status
             raise TransportError(f"{self.name}: network namespace {self.netns!r} does not exist "
                                  f"(/run/netns/{self.netns} missing; is the lab up?)")
-        return ["ip", "netns", "exec", self.netns, *sh]
+        return list(IP_NETNS_EXEC(self.netns, *sh).argv)
 
     @spent(SSH, within_phase=True)
     @guarded("run")

@@ -16,8 +16,9 @@ from typing import Any
 
 from ipsec_hil.lab.expectations import esp_math
 from ipsec_hil.lab.expectations.hardware import host_profile
-from ipsec_hil.lab.parsers import (cputime, dmesg, ifconfig, ip_route, kldstat, netstat_esp, netstat_ip, netstat_ipsec,
-                                    osversion, route_get, setkey, setkey_spd, swanctl_list_sas, sysctl)
+from ipsec_hil.lab.command import IP_ADDR, SWANCTL_LIST_CONNS, SWANCTL_STATS
+from ipsec_hil.lab.parsers import (cputime, dmesg, ifconfig, iperf3, ip_route, kldstat, netstat_esp, netstat_ip,
+                                    netstat_ipsec, osversion, route_get, setkey, setkey_spd, swanctl_list_sas, sysctl)
 from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.topology import Topology
 from ipsec_hil.lab import ping_argv
@@ -80,8 +81,8 @@ def appliance_reads(topology: Topology, host: str) -> list[Read]:
         Read("setkey-D", setkey.COMMAND, "setkey", mask=True, why="Appliance.setkey_sas (keys masked)"),
         Read("setkey-DP", setkey_spd.COMMAND, "setkey_spd", why="Appliance.setkey_policies"),
         Read("swanctl-list-sas", swanctl_list_sas.COMMAND, "swanctl_list_sas", why="Appliance.list_sas"),
-        Read("swanctl-list-conns", "swanctl --list-conns", why="no parser in the suite"),
-        Read("swanctl-stats", "swanctl --stats", why="preflight: charon answers (no parser)"),
+        Read("swanctl-list-conns", SWANCTL_LIST_CONNS, why="no parser in the suite"),
+        Read("swanctl-stats", SWANCTL_STATS, why="preflight: charon answers (no parser)"),
         Read("ifconfig", ifconfig.COMMAND, "ifconfig", why="preflight, Appliance.interface"),
     ]
     for dst in peer_addresses(topology, host):
@@ -95,10 +96,10 @@ def appliance_reads(topology: Topology, host: str) -> list[Read]:
 def bench_reads() -> list[Read]:
     """The bench's view: its addresses, routes and iperf3 (preflight's commands)."""
     return [
-        Read("ip-addr", "ip -j addr show", why="preflight (JSON; no parser in the suite)"),
+        Read("ip-addr", IP_ADDR, why="preflight (JSON; no parser in the suite)"),
         Read("ip-route", ip_route.COMMAND("show"), why="no parser in the suite"),
-        Read("ip6-route", "ip -j -6 route show", why="no parser in the suite"),
-        Read("iperf3-version", "iperf3 --version", why="preflight"),
+        Read("ip6-route", ip_route.BY_FAMILY["ipv6"]("show"), why="no parser in the suite"),
+        Read("iperf3-version", iperf3.VERSION, why="preflight"),
     ]
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ipsec_hil.lab.measuring.quiet import load_ended
+from ipsec_hil.lab.parsers import iperf3
 from ipsec_hil.lab.timeshare import STREAM, TRAFFIC, spent
 from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.traffic.udp_load import LoadError, parse_udp_json
@@ -70,7 +71,7 @@ def senders_argv(addr: str, *, pps: float, senders: int, size: int, seconds: int
     """iperf3 -u with ``senders`` parallel streams of ``size``-byte datagrams, ``pps`` in all
     (``-b`` is per stream, in bits of UDP payload)."""
     per_stream_bits = pps / senders * size * 8
-    cmd: list[str | int] = ["iperf3", "-c", addr, "-p", port, "-u", "-P", senders, "-l", size,
+    cmd: list[str | int] = [*iperf3.CLIENT.argv, addr, "-p", port, "-u", "-P", senders, "-l", size,
                             "-b", f"{per_stream_bits / 1e6:.4f}M", "-t", seconds, "--json"]
     return cmd + (["-B", bind] if bind else [])
 

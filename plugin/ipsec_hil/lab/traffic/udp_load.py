@@ -49,6 +49,8 @@ from typing import Any
 from ipsec_hil.lab.decision.latency import ProbeSample
 from ipsec_hil.lab.decision.search import TrialResult
 from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab import ping_argv
+from ipsec_hil.lab.parsers import iperf3
 from ipsec_hil.lab.measuring.quiet import load_ended
 from ipsec_hil.lab.remote import argv
 from ipsec_hil.lab.timeshare import STREAM, TRAFFIC, spent
@@ -147,7 +149,10 @@ def trial_script(cmd: list[str | int], port_ifname: str | None) -> str:
 
 def client_argv(addr: str, load_mbit: float, *, blocks: int | None = None, seconds: int | None = None,
                 size: int, bind: str | None, port: int) -> list[str | int]:
-    cmd: list[str | int] = ["iperf3", "-c", addr, "-p", port, "-u", "-b", f"{load_mbit:.3f}M", "-l", size, "--json"]
+    """iperf3.CLIENT's argv for one UDP trial: ``-k`` blocks (a search's trial) or ``-t`` seconds (the load
+    under the round-trip probe); a list, quoted by the trial's script."""
+    cmd: list[str | int] = [*iperf3.CLIENT.argv, addr, "-p", port, "-u", "-b", f"{load_mbit:.3f}M", "-l", size,
+                            "--json"]
     cmd += ["-k", blocks] if blocks is not None else ["-t", seconds or 1]
     return cmd + (["-B", bind] if bind else [])
 
@@ -206,7 +211,7 @@ def rtt_probe(bench: Any, server: Any, addr: str, *, size: int = 1200, bind: str
     @spent(STREAM)
     def probe(load_mbit: float) -> list[ProbeSample]:
         load = argv(*client_argv(addr, load_mbit, seconds=seconds, size=size, bind=bind, port=port))
-        ping = argv("ping", "-n", "-c", count, "-i", "0.05", *(["-I", bind] if bind else []), addr)
+        ping = ping_argv.iputils_under_load(addr, count, source=bind)
         srv = server.iperf3_server(port=port)
         try:
             with spent(TRAFFIC, cap=seconds):
