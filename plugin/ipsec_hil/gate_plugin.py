@@ -38,7 +38,9 @@ import pytest
 
 from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.exitcodes import HilExitCode
+from ipsec_hil.lab.reporting import sections
 from ipsec_hil.lab.reporting.allure_results import Attachment, write_result
+from ipsec_hil.lab.reporting.page import Section
 from ipsec_hil.lab.measuring import baseline as bl
 from ipsec_hil.session import command_line, hil_session, reports_dir, wants_lab
 
@@ -125,7 +127,8 @@ def write_allure_result(config: pytest.Config, comparison: bl.Comparison) -> Pat
         history_id="ipsec-hil-gate-baseline", status="passed" if comparison.passed else "failed",
         message=comparison.summary() + ". Builds: " + comparison.builds_line(),
         description=f"Baseline {comparison.source}; builds compared: {comparison.builds_line()}",
-        attachments=[Attachment("baseline comparison", comparison.markdown().encode(), "text/markdown", "md"),
+        attachments=[Attachment("baseline comparison", sections.baseline_comparison_markdown(comparison).encode(),
+                                "text/markdown", "md"),
                      Attachment("baseline comparison.json", (json.dumps(comparison.to_dict(), indent=1) + "\n").encode(),
                                 "application/json", "json")],
         suite="gate")
@@ -231,9 +234,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(m)
 
 
-def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+def pytest_hil_page_sections(config: pytest.Config) -> Section | None:
     g = run_context(config).part(GateRun)
-    return g.comparison.markdown() if g.comparison is not None else None
+    return sections.baseline_comparison(g.comparison) if g.comparison is not None else None
 
 
 def pytest_hil_allure_environment(config: pytest.Config) -> dict[str, str] | None:

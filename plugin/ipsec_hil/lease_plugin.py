@@ -42,6 +42,8 @@ import pytest
 from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.reporting import sections
+from ipsec_hil.lab.reporting.page import Section
 from ipsec_hil.lab.sharing.holds import HOLDS, Loss
 from ipsec_hil.lab.sharing.lease import LeaseLost
 from ipsec_hil.lab.sharing.lock import ApplianceLock, bench_lock_path
@@ -288,5 +290,5 @@ def _say(config: pytest.Config) -> None:
         terminal.write_line(line)
 
 
-def pytest_hil_page_sections(config: pytest.Config) -> str | None:
-    return HOLDS.page_section() if _acceptance(config) else None
+def pytest_hil_page_sections(config: pytest.Config) -> Section | None:
+    return sections.lost_leases(HOLDS) if _acceptance(config) else None

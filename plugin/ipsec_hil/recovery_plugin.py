@@ -31,6 +31,8 @@ from ipsec_hil.context import Part, RunContext, run_context
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab import files
 from ipsec_hil.lab.dead_runs import FOUND, recover_at_start, recover_bench
+from ipsec_hil.lab.reporting import sections
+from ipsec_hil.lab.reporting.page import Section
 
 __all__: list[str] = []
 
@@ -123,8 +125,8 @@ def pytest_hil_page_lab_state(config: pytest.Config) -> list[str] | None:
     return [line] if line else None
 
 
-def pytest_hil_page_sections(config: pytest.Config) -> str | None:
-    return FOUND.section() if _acceptance(config) else None
+def pytest_hil_page_sections(config: pytest.Config) -> Section | None:
+    return sections.dead_runs(FOUND) if _acceptance(config) else None
 
 
 def pytest_hil_allure_environment(config: pytest.Config) -> dict[str, str] | None:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from ipsec_hil.lab import timeshare
+from ipsec_hil.lab.reporting import sections
+from ipsec_hil.lab.reporting.page import Section
 from ipsec_hil.lab.timeshare import Breakdown
 from ipsec_hil.context import Part, RunContext, run_context
 
@@ -84,12 +86,12 @@ def _traffic_asked(config: pytest.Config) -> float | None:
     return entries.traffic_seconds()
 
 
-def pytest_hil_page_sections(config: pytest.Config) -> str | None:
+def pytest_hil_page_sections(config: pytest.Config) -> Section | None:
     traffic = _traffic_asked(config)
     if traffic is None:
         return None
     b, wall = run_breakdown(config)
-    return timeshare.markdown(b, run_wall=wall, traffic_asked=traffic)
+    return sections.time_share(b, run_wall=wall, traffic_asked=traffic)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

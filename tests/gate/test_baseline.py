@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from ipsec_hil.lab.measuring import baseline as bl
+from ipsec_hil.lab.reporting.sections import baseline_comparison_markdown
 
 NODE = "tests_hil/test_rates.py::test_forwarded_rate[up-1x10s-lab-v4in4-gcm]"
 LABEL = "one stream up, 1 stream(s), 10 s"
@@ -63,7 +64,8 @@ def test_rate_below_mean_minus_noise_is_a_regression(tmp_path):
     (row,) = [r for r in c.rows if r.label == LABEL]
     assert row.verdict == "regression" and not c.passed and c.regressions == [row]
     assert row.mean == pytest.approx(96.0) and row.noise == pytest.approx(3.0)
-    assert "REGRESSION" in c.markdown() and "Compared with baseline" in c.markdown()
+    text = baseline_comparison_markdown(c)
+    assert "REGRESSION" in text and "Compared with baseline" in text
     for v, verdict in ((93.1, "ok"), (96.0, "ok"), (98.9, "ok"), (99.1, "improved")):
         c = bl.compare(base, _cur(v), _env())
         assert [r.verdict for r in c.rows if r.label == LABEL] == [verdict], v

@@ -51,6 +51,8 @@ from tests.safety._lab import (FAULT, PY, bench_host, next_run, reaped, restored
                          swap_build, wait_for_line)
 
 from ipsec_hil.lab.errors import LabError
+from ipsec_hil.lab.reporting import sections
+from ipsec_hil.lab.reporting.page import render_section
 from ipsec_hil.lab.topology import TunnelConfig
 
 #: the exhaustive configuration: the lab tunnel with inner IPv6 (the one that also adds
@@ -214,7 +216,8 @@ def said(found: Any, left: dict[str, bool], original: tuple) -> list[str]:
     problems = []
     if left["driver"]:
         u = next((u for u in found.undone if u.host == "dut3300" and u.journal == "driver"), None)
-        line, section = found.line() or "", found.section() or ""
+        on_page = sections.dead_runs(found)
+        line, section = found.line() or "", render_section(on_page) if on_page else ""
         if u is None:
             problems.append(f"the DUT's module was {'another build' if original else '?'} and the next run did not say "
                             f"it restored it: {found.terminal_lines()}")

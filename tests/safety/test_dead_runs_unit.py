@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from ipsec_hil.lab import files
 from ipsec_hil.lab.dead_runs import Found, Undone, died_after, whose
+from ipsec_hil.lab.reporting.page import render_section
+from ipsec_hil.lab.reporting.sections import dead_runs
 from ipsec_hil.lab.sharing.lock import LockInfo
+
+
+def _section(found: Found) -> str | None:
+    """The page's "Recovered from dead runs" as text (ipsec_hil.lab.reporting.sections)."""
+    section = dead_runs(found)
+    return render_section(section) + "\n" if section else None
+
 
 MD5 = "4e69f85b0b8484af3b1627cdc43d4ca3"
 
@@ -50,7 +59,7 @@ def test_one_line_a_section_and_allure_values():
     assert line is not None and "\n" not in line
     assert line.startswith("Found a dead run's state and undid it before measuring: pid 4711 on ws3, started ")
     assert f"dut3300: driver restored: md5 {MD5[:8]}, loaded; bench: 1 route(s)" in line
-    section = found.section()
+    section = _section(found)
     assert section is not None and section.startswith("## Recovered from dead runs\n")
     assert f"  - now: octep md5 {MD5}, 2,095 bytes, loaded" in section
     assert "  - undone: bench: route 198.51.100.65/32" in section  # the recovery's own prefix not doubled
@@ -75,7 +84,7 @@ def test_a_recovery_that_could_not_finish_is_the_runs_stop_message():
                             "(peer3300, driver journal).")
     message = found.stop_message()
     assert message is not None and "what is left: peer3300, driver journal" in message and "left: /boot" in message
-    assert "**Not undone**" in (found.section() or "")
+    assert "**Not undone**" in (_section(found) or "")
 
 
 def test_a_journal_entry_names_its_writer_and_older_entries_still_read():

@@ -15,8 +15,10 @@ import pytest
 from ipsec_hil.lab import timeshare
 from ipsec_hil.lab.measuring.measure import Snapshot, settle
 from ipsec_hil.lab.remote import LocalHost
+from ipsec_hil.lab.reporting.page import render_section
+from ipsec_hil.lab.reporting.sections import time_share
 from ipsec_hil.lab.timeshare import (BRING_UP, OTHER, PROBES, SETTLE, SSH, STREAM, TRAFFIC, Breakdown, TimeShare,
-                                  markdown, terminal_lines)
+                                  terminal_lines)
 from ipsec_hil.lab.traffic.bench import BenchHost, iperf_run
 
 
@@ -173,7 +175,7 @@ def test_workers_are_summed_and_survive_the_trip_as_plain_data():
 
 def test_the_section_lists_every_category_in_order_with_its_share_and_the_ratio():
     b = Breakdown(200, {TRAFFIC: 100, SSH: 30, BRING_UP: 20, SETTLE: 10, STREAM: 5, PROBES: 5}, {SSH: 70}, {SSH: 321})
-    text = markdown(b, run_wall=200, traffic_asked=100)
+    text = render_section(time_share(b, run_wall=200, traffic_asked=100))
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [r.split("|")[1].strip() for r in rows] == [TRAFFIC, BRING_UP, SSH, SETTLE, STREAM, PROBES, OTHER,
                                                       "**wall**"]
@@ -183,7 +185,7 @@ def test_the_section_lists_every_category_in_order_with_its_share_and_the_ratio(
     assert "321, 70.0 s in all" in text
     lines = terminal_lines(b, run_wall=200, traffic_asked=100)
     assert lines[-1] == "wall 200.0 s / traffic asked 100.0 s = 2.00x"
-    assert markdown(Breakdown(5), run_wall=5, traffic_asked=0).count("n/a (no traffic asked)") == 1
+    assert render_section(time_share(Breakdown(5), run_wall=5, traffic_asked=0)).count("n/a (no traffic asked)") == 1
 
 
 # ----------------------------------------------------------------- the instrumented boundaries

@@ -27,9 +27,10 @@ Each recovery is recorded in :data:`FOUND` (one per process, as ``sharing.holds.
 which host, from which journal, whose run it was (the dead holder's lease record when this
 run took it over, and the journal's writers: run id, machine, pid, first change), the step
 it died after (its last journalled change), what was undone and, for a driver, the module
-now loaded. :class:`Found` says it as one line (the page's first screen, the terminal), a
-section (the page), Allure environment values, and -- when a recovery could not finish --
-the message the run stops with, naming what is left.
+now loaded. :class:`Found` says it as one line (the page's first screen, the terminal),
+Allure environment values, and -- when a recovery could not finish -- the message the run
+stops with, naming what is left; the page's section is rendered from it in reporting/
+(ipsec_hil.lab.reporting.sections.dead_runs: the Markdown is spelled there only).
 
 Library code: no pytest.
 """
@@ -89,16 +90,10 @@ class Undone:
             return f"{n} route(s)" if all("route" in line for line in self.lines) else f"{n} change(s)"
         return f"{n} tunnel change(s)"
 
-    def details(self) -> list[str]:
-        head = f"**{self.host}**, {JOURNALS[self.journal]} journal"
-        if self.dead:
-            head += f", of the dead run {self.run or '(not recorded)'}: {'; '.join(self.dead)}"
-        if self.died_after:
-            head += f"; it died after its last journalled change: {self.died_after}"
-        out = [head] + [f"  - undone: {_undone(line)}" for line in self.lines]
-        if self.now:
-            out.append(f"  - now: {self.now}")
-        return out
+    def undone_lines(self) -> tuple[str, ...]:
+        """What was undone, each line once without the recovery's own ``undone: `` prefix
+        (the page says "undone:" itself: ipsec_hil.lab.reporting.sections.dead_runs)."""
+        return tuple(_undone(line) for line in self.lines)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -188,24 +183,6 @@ class Found:
         out += [f"recovery INCOMPLETE: {t}" for t in self.left]
         out += [f"recovery: {t}" for t in self.notes]
         return out
-
-    def section(self) -> str | None:
-        if not self:
-            return None
-        out = ["## Recovered from dead runs", ""]
-        if self.undone:
-            out += ["This run found what earlier runs had left when they died, and undid it before it measured "
-                    "anything there (each host under its lease). A change is journalled before it is made, so the "
-                    "last journalled change is the last step each run reached on that host.", ""]
-            for u in self.undone:
-                details = u.details()
-                out += ["- " + details[0], *details[1:]]
-        if self.left:
-            out += ["", "**Not undone** (the run stopped; the journals keep it for the next run):", ""]
-            out += [f"- {t}" for t in self.left]
-        if self.notes:
-            out += ["", "Said, not undone:", ""] + [f"- {t}" for t in self.notes]
-        return "\n".join(out) + "\n"
 
     def environment(self) -> dict[str, str]:
         if not self:

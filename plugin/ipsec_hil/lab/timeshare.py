@@ -227,7 +227,8 @@ class Breakdown:
         return out
 
 
-def _share(part: float, whole: float) -> str:
+def share_text(part: float, whole: float) -> str:
+    """``part`` as a percentage of ``whole`` ("n/a" of nothing), the terminal's and the page's."""
     return f"{100 * part / whole:.1f} %" if whole > 0 else "n/a"
 
 
@@ -235,31 +236,10 @@ def ratio_text(wall: float, traffic_asked: float) -> str:
     return f"{wall / traffic_asked:.2f}x" if traffic_asked > 0 else "n/a (no traffic asked)"
 
 
-def markdown(b: Breakdown, *, run_wall: float, traffic_asked: float) -> str:
-    """The page's section: the table, the ratio wall / traffic asked, and how to read it."""
-    of = "wall" if b.processes <= 1 else f"the {b.processes} workers' summed wall time ({b.wall:,.1f} s)"
-    lines = ["## Where the time went", "",
-             f"| category | seconds | share of {'wall' if b.processes <= 1 else 'worker time'} |",
-             "|---|---:|---:|"]
-    lines += [f"| {c} | {s:,.1f} | {_share(s, b.wall)} |" for c, s in b.rows()]
-    lines.append(f"| **wall** | **{b.wall:,.1f}** | 100.0 % |")
-    lines += ["", f"Wall time {run_wall:,.1f} s for {traffic_asked:,.1f} s of traffic asked: "
-                  f"**{ratio_text(run_wall, traffic_asked)}**.", ""]
-    if b.processes > 1:
-        lines += [f"Shares are of {of}: the workers ran side by side.", ""]
-    lines += [f"SSH and shell commands (SFTP included): {b.calls.get(SSH, 0):,}, {b.inclusive.get(SSH, 0.0):,.1f} s "
-              "in all; the \"ssh\" row is the ones run outside every other category (inside one they are "
-              "that category's time). Each second is counted once, in the innermost category open "
-              "in the thread running the tests; \"other\" is the rest (collection, pytest, the tests' "
-              "own work, waits on helper threads). Traffic is the seconds asked; what an iperf3 client "
-              "takes beyond them is stream start/stop."]
-    return "\n".join(lines) + "\n"
-
-
 def terminal_lines(b: Breakdown, *, run_wall: float, traffic_asked: float) -> list[str]:
-    """The same table, short, for the terminal summary."""
+    """The table, short, for the terminal summary (the page's: ipsec_hil.lab.reporting.sections.time_share)."""
     width = max(len(c) for c, _ in b.rows())
-    lines = [f"{c:<{width}}  {s:>9,.1f} s  {_share(s, b.wall):>7}" for c, s in b.rows()]
+    lines = [f"{c:<{width}}  {s:>9,.1f} s  {share_text(s, b.wall):>7}" for c, s in b.rows()]
     lines.append(f"{'wall':<{width}}  {b.wall:>9,.1f} s" + (f"  ({b.processes} workers summed)" if b.processes > 1 else ""))
     lines.append(f"wall {run_wall:,.1f} s / traffic asked {traffic_asked:,.1f} s = {ratio_text(run_wall, traffic_asked)}")
     return lines
@@ -276,4 +256,4 @@ def spent(category: str, *, cap: float | None = None, within_phase: bool = False
 
 
 __all__ = ["BRING_UP", "Breakdown", "ORDER", "OTHER", "PROBES", "SETTLE", "SHARE", "SSH", "STREAM", "Spent",
-           "TRAFFIC", "TimeShare", "markdown", "ratio_text", "spent", "terminal_lines"]
+           "TRAFFIC", "TimeShare", "ratio_text", "share_text", "spent", "terminal_lines"]

@@ -423,32 +423,6 @@ class Comparison:
             ],
         }
 
-    def markdown(self) -> str:
-        """The page's "Compared with baseline" section."""
-        out = ["## Compared with baseline", ""]
-        out.append(f"Baseline `{self.source}` ({self.repeats} repeat(s)). Driver builds compared: {self.builds_line()}.")
-        out.append("")
-        out.append(f"Rule: noise = max({NOISE_STDEVS:g} x stdev of the repeats, {NOISE_FLOOR * 100:g} % of their mean); "
-                   "a rate below mean - noise is a regression.")
-        for w in self.warnings:
-            out += ["", f"Warning: {w}"]
-        out += ["", f"**Verdict: {self.summary()}.**", ""]
-        out.append("| figure | baseline (Mbit/s) | this run (Mbit/s) | change | verdict |")
-        out.append("|---|---:|---:|---:|---|")
-        for r in self.rows:
-            base = f"{r.mean:,.1f} +- {r.noise:,.1f}" if r.mean is not None and r.noise is not None else "-"
-            cur = f"{r.current:,.1f}" if r.current is not None else "-"
-            ch = f"{r.change_pct:+.1f} %" if r.change_pct is not None else "-"
-            verdict = f"**{r.verdict.upper()}**" if r.verdict == "regression" else r.verdict
-            out.append(f"| {_cell(r.key)} | {base} | {cur} | {ch} | {verdict} |")
-        if not self.rows:
-            out.append("| (no rate recorded by either run) | | | | |")
-        return "\n".join(out) + "\n"
-
-
-def _cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
-
 
 def noise_of(samples: Sequence[float]) -> tuple[float, float]:
     """(mean, noise) of a figure's repeats by the documented rule."""

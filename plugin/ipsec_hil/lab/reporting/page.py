@@ -9,8 +9,9 @@ a title and typed blocks), and :meth:`PageDocument.write` renders everything her
 
 A section's blocks: :class:`Paragraph`, :class:`Bullets` (of :class:`Item`, which may nest),
 :class:`Table`, :class:`Preformatted`, :class:`Subsection`; inline text is a sequence of
-``str`` (plain), :class:`Bold`, :class:`Code` and :class:`Image`. :class:`Markdown` carries a section some
-library module still renders itself (listed in DESIGN.md, "Plugin glue").
+``str`` (plain), :class:`Bold`, :class:`Code` and :class:`Image`. :class:`Markdown` carries a section a
+driver repository's conftest rendered itself (a ``str`` from ``pytest_hil_page_sections``); the
+suite's own sections are typed (the library records': ipsec_hil.lab.reporting.sections).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Preformatted(_Text):
 
 
 class Markdown(_Text):
-    """A section a library module renders itself (``## Title`` and its body)."""
+    """A section rendered outside the suite (``## Title`` and its body): a driver repository's."""
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,12 @@ class Bullets:
 
 @dataclass(frozen=True)
 class Table:
-    """A Markdown table: the header's cells are plain, a row's cells inline text."""
+    """A Markdown table: the header's cells are plain, a row's cells inline text; ``align``
+    per column, "right" for figures (``---:``), anything else (or none given) the default."""
 
     header: tuple[str, ...]
     rows: tuple[tuple[Text, ...], ...]
+    align: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,8 +135,10 @@ def _block_lines(block: Block, level: int) -> list[str]:
     if isinstance(block, Bullets):
         return [line for item in block.items for line in _item_lines(item, 0)]
     if isinstance(block, Table):
-        return (["| " + " | ".join(block.header) + " |", "|" + "|".join("---" for _ in block.header) + "|"]
-                + ["| " + " | ".join(inline(c) for c in row) + " |" for row in block.rows])
+        right = {i for i, a in enumerate(block.align) if a == "right"}
+        rules = ("---:" if i in right else "---" for i in range(len(block.header)))
+        return (["| " + " | ".join(block.header) + " |", "|" + "|".join(rules) + "|"]
+                + ["|" + "|".join(f" {inline(c)} " if inline(c) else " " for c in row) + "|" for row in block.rows])
     if isinstance(block, Preformatted):
         return ["```", block.text.rstrip("\n"), "```"]
     if isinstance(block, Subsection):

@@ -14,8 +14,9 @@ otherwise drive appliances another run now holds. So every keeper reports its lo
 
 A teardown that finds its hosts lost does not undo its changes (it could not: the fence
 refuses) but says what it left (:meth:`Holds.leave`): the new holder's recovery restores
-it from the journal this run kept on the appliance. :meth:`Holds.summary_lines` and
-:meth:`Holds.page_section` say all of it for the terminal and the page.
+it from the journal this run kept on the appliance. :meth:`Holds.summary_lines` says all
+of it for the terminal, and the page's section is made of the same lines in reporting/
+(ipsec_hil.lab.reporting.sections.lost_leases: Markdown is spelled there only).
 
 Library code: no pytest import.
 """
@@ -174,7 +175,8 @@ class Holds:
                 f"to {hosts} any more") if self.losses else ""
 
     def summary_lines(self) -> list[str]:
-        """The terminal's lines: each loss, what was left, and who restores it."""
+        """The terminal's lines: each loss, what was left, and who restores it (the page's
+        bullets too: ipsec_hil.lab.reporting.sections.lost_leases)."""
         if not self.losses:
             return []
         out = [f"lost {loss.what} at {time.strftime('%H:%M:%S', time.gmtime(loss.at))} UTC: {loss.message}"
@@ -185,12 +187,6 @@ class Holds:
         out.append(f"left in place on {hosts}: whatever this run had changed there (its journal in "
                    "/var/db/ipsec-hil); the new holder's recovery restores it when it takes the host")
         return out
-
-    def page_section(self) -> str | None:
-        lines = self.summary_lines()
-        if not lines:
-            return None
-        return "## Lease lost: the run stopped\n\n" + "".join(f"- {line}\n" for line in lines)
 
     def reset(self) -> None:
         """Forget everything (tests running several scenarios in one process)."""
