@@ -169,6 +169,7 @@ BEFORE = {
     '("vmstat_m", vmstat_m.COMMAND, "vmstat -m")': "vmstat_m.TEXT",
     '_run(app.host, "swanctl --stats")': "command.SWANCTL_STATS",
     'Read("swanctl-list-conns", "swanctl --list-conns")': "command.SWANCTL_LIST_CONNS",
+    'argv("tcpdump", "--immediate-mode", "-n", "-U", "-s", str(snaplen), "-i", ifname)': "command.TCPDUMP_WRITE",
 }
 
 

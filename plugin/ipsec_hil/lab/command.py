@@ -20,7 +20,8 @@ import os
 import shlex
 
 __all__ = ["Command", "argv", "IP_ADDR", "IP_NETNS_EXEC", "IP_ROUTE", "IP_VERSION", "KLDLOAD", "KLDUNLOAD",
-           "REBOOT", "ROUTE", "SWANCTL_LIST_CONNS", "SWANCTL_REKEY", "SWANCTL_STATS", "SWANCTL_TERMINATE"]
+           "REBOOT", "ROUTE", "SWANCTL_LIST_CONNS", "SWANCTL_REKEY", "SWANCTL_STATS", "SWANCTL_TERMINATE",
+           "TCPDUMP_WRITE"]
 
 
 def argv(*args: str | os.PathLike[str] | int) -> str:
@@ -79,3 +80,8 @@ IP_ADDR = Command("ip", "-j", "addr", "show")
 IP_VERSION = Command("ip", "-V")
 #: ``IP_NETNS_EXEC(netns, *argv)``: a program inside a network namespace (remote.local)
 IP_NETNS_EXEC = Command("ip", "netns", "exec")
+
+#: a capture to a file, ``TCPDUMP_WRITE("-s", N, "-i", IF, "-w", PATH, *bpf)`` (traffic.capture:
+#: its status line is read there); every packet written at once (``-U``, ``--immediate-mode``:
+#: a SIGINT would lose libpcap's buffered last packets), no name lookups (``-n``)
+TCPDUMP_WRITE = Command("tcpdump", "--immediate-mode", "-n", "-U")

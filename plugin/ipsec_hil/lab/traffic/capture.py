@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ipsec_hil.lab.command import TCPDUMP_WRITE
 from ipsec_hil.lab.errors import InvariantError, LabError
-from ipsec_hil.lab.remote import argv
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,7 @@ class WireCapture:
         log_path = self.path + ".log"
         # --immediate-mode: without it libpcap's ring buffer keeps the last packets and a
         # SIGINT loses them ("6 received by filter, 0 captured"); FreeBSD's tcpdump has it too.
-        cmd = argv("tcpdump", "--immediate-mode", "-n", "-U", "-s", str(self.snaplen), "-i", self.ifname,
-                   "-w", self.path, *shlex.split(self.bpf))
+        cmd = TCPDUMP_WRITE("-s", str(self.snaplen), "-i", self.ifname, "-w", self.path, *shlex.split(self.bpf))
         s = "\n".join([
             f"nohup {cmd} > {shlex.quote(log_path)} 2>&1 < /dev/null &",
             "pid=$!",
