@@ -74,6 +74,17 @@ def pdr_goal(seconds: float) -> Goal:
     return Goal("PDR", PDR_LOSS, width=PDR_WIDTH, exceed_ratio=PDR_EXCEED, duration_sum=PDR_TRIALS_PER_LOAD * seconds)
 
 
+#: The trial length, warm-up and budget a decision of the CPU figure needs (issue 54), set from
+#: tools/decision-power on the default virtual lab with the pages' noise: the CPU figure's
+#: trial carries ~11.7 statclock ticks a second of up stream (jumbo frames), so a 2 s trial's
+#: floors alone spread it 2.5 % and 5 % took ~25 pairs; 8 s trials (~94 ticks, floors 0.6 %,
+#: the noise's 2 %/1 s draw 0.69 %) decide a 5 % costlier build in ~5-7 pairs of ~19 s and
+#: prove identical builds equal in ~7, so the 16-pair budget ends any decision within ~5 min.
+#: The warm-up after a swap is the driver re-attaching, not the trial: 2 s (identical builds
+#: read x1.00 with it). docs/DESIGN.md "The merge decision" has the table these come from.
+DEFAULT_SECONDS = 8.0
+DEFAULT_WARMUP_S = 2.0
+
 #: The configuration a comparison measures (the pages' rate configuration): one place for
 #: the plugin and tools/decision-power.
 RATE_CONFIGURATION = {"outer": "ipv4", "inner": "ipv4", "cipher": "aes-gcm-16", "children": "one"}
@@ -280,7 +291,8 @@ def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds:
     measured, and the phase ends when every figure is decided.
 
     ``figures``: names from :data:`KNOWN_FIGURES` (checked by :func:`check_figures`).
-    ``warmup``: seconds of the discarded stream after each swap (None: ``seconds``).
+    ``warmup``: seconds of the discarded stream after each swap (None: :data:`DEFAULT_WARMUP_S`,
+    at most ``seconds``).
     ``deployments``: the ``--driver`` deployments of the tunnel's appliances of this model
     (already deployed: their backup holds the appliance's own module). A trial that
     cannot be measured ends the phase with ``error`` set and no comparisons.
@@ -302,7 +314,7 @@ def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds:
                 # discarded: the first stream after a swap ran 10-40 % slow on the twin
                 # (the driver re-attaching re-offloads the SAs and resyncs routes); always a
                 # TCP stream, whatever the figures, so a PDR-only comparison does not pay a search
-                out.warmups.append(round(_measure(active, FIGURES[0], warmup or seconds), 3))
+                out.warmups.append(round(_measure(active, FIGURES[0], warmup or min(seconds, DEFAULT_WARMUP_S)), 3))
             started = time.monotonic() - t0
             wanted = [f for f in figures if f not in decided]
             extra = {"streams": cpu_streams(figures)} if CPU in wanted else {}

@@ -68,7 +68,8 @@ from ipsec_hil.lab.decision.compare import Rule, compare_trials
 from ipsec_hil.lab.decision.sequential import FIXED_PAIRS, SequentialRule
 from ipsec_hil.lab.driver import DriverDeployment
 from ipsec_hil.lab.live_lab import Lab
-from ipsec_hil.lab.comparing.build_comparison import (CPU, RATE_CONFIGURATION, Builds, compare_builds, direction_of,
+from ipsec_hil.lab.comparing.build_comparison import (CPU, DEFAULT_SECONDS, DEFAULT_WARMUP_S, RATE_CONFIGURATION,
+                                                      Builds, compare_builds, direction_of,
                                                       figure_name, unit_of)
 from ipsec_hil.lab.tunnel import bring_up
 from ipsec_hil.virtual_lab import VirtualLabError
@@ -404,10 +405,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5, help="decisions per regression scenario (default 5)")
     ap.add_argument("--identical-runs", type=int, default=20, help="decisions of identical builds (default 20)")
     ap.add_argument("--levels", type=_levels, default=list(LEVELS), help="fractions of the parent, comma-separated")
-    ap.add_argument("--seconds", type=float, default=2.0, help="seconds per trial (default 2: the gate's --compare-seconds)")
+    ap.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
+                    help=f"seconds per trial (default {DEFAULT_SECONDS:g}: build_comparison.DEFAULT_SECONDS)")
     ap.add_argument("--budget", type=int, default=SequentialRule().max_pairs, help="the sequential design's budget of pairs")
     ap.add_argument("--warmup", type=float, default=None, help="seconds of the discarded stream after each swap "
-                    "(default: --seconds)")
+                    f"(default {DEFAULT_WARMUP_S:g}, at most --seconds: build_comparison.DEFAULT_WARMUP_S)")
     ap.add_argument("--kinds", type=_kinds, default=[None, *FIGURES],
                     help="scenarios to run: identical,up,cpu (default all)")
     ap.add_argument("--out", type=Path, default=Path("reports/decision-power.jsonl"))
