@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from . import cputime, sysctl
 from ._base import ParseError, fail, numbered_lines
 
-COMMAND = "sysctl kern.clockrate hw.ncpu kern.cp_time ENCRYPTED... DECRYPTED..."
+COMMAND = cputime.COMMAND
+"""The line's fixed part (``sysctl kern.clockrate hw.ncpu kern.cp_time``); :func:`command` adds
+the counters' OIDs (ipsec_hil.lab.command: a Command called with more arguments)."""
 
 
 def command(encrypted: Sequence[str], decrypted: Sequence[str]) -> str:
     """The command line for these counters' OIDs."""
-    return " ".join(("sysctl", *cputime.NAMES, *encrypted, *decrypted))
+    return COMMAND(*encrypted, *decrypted)
 
 
 @dataclass(frozen=True)
