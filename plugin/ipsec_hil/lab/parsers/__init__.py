@@ -31,6 +31,7 @@ MODULES = (
     "boottime",
     "osversion",
     "cputime",
+    "cpu_window",
 )
 
 __all__ = ["ParseError", "MODULES"]
