@@ -12,6 +12,7 @@ from ipsec_hil.lab.decision.compare import (
     PARENT,
     RECOMMENDED_PAIRS,
     Direction,
+    FigureTrials,
     Rule,
     Verdict,
     compare,
@@ -118,7 +119,7 @@ def test_compare_trials_pairs_by_order_and_schedules():
     assert interleaved_schedule(2, "alternate") == (PARENT, CANDIDATE, PARENT, CANDIDATE)
     trials = list(zip(interleaved_schedule(3), [10.0, 8.0, 8.1, 10.1, 9.9, 7.9]))
     assert split_trials(trials) == ([10.0, 10.1, 9.9], [8.0, 8.1, 7.9])
-    assert compare_trials("x", trials).verdict is Verdict.REGRESSION
+    assert compare_trials(FigureTrials("x", trials)).verdict is Verdict.REGRESSION
 
 
 @pytest.mark.parametrize(

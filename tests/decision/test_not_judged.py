@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipsec_hil.lab.decision.compare import (CANDIDATE, PARENT, Verdict, compare_trials, interleaved_schedule,
+from ipsec_hil.lab.decision.compare import (CANDIDATE, PARENT, FigureTrials, Verdict, compare_trials, interleaved_schedule,
                                          same_build_noise)
 
 ORDER = interleaved_schedule(4)  # P C C P P C C P
@@ -28,13 +28,13 @@ DOWN = trials([50.0, 40.0, 47.0, 52.0, 44.0, 38.0, 45.0, 51.0])
 
 
 def test_a_change_larger_than_the_noise_is_judged():
-    c = compare_trials("1 TCP stream up, 2 s", UP, unit="Mbit/s")
+    c = compare_trials(FigureTrials("1 TCP stream up, 2 s", UP, unit="Mbit/s"))
     assert c.verdict is Verdict.REGRESSION and c.reason is None, c.summary()
     assert same_build_noise(UP) < 0.02 < abs(c.ratio - 1)
 
 
 def test_a_change_within_the_same_build_noise_is_not_judged_and_says_why():
-    c = compare_trials("1 TCP stream down, 2 s", DOWN, unit="Mbit/s")
+    c = compare_trials(FigureTrials("1 TCP stream down, 2 s", DOWN, unit="Mbit/s"))
     noise = same_build_noise(DOWN)
     assert c.ci_high < 1 - c.rule.threshold, "the interval alone reads a regression: the case this rule is for"
     assert c.verdict is Verdict.NOT_JUDGED, (
@@ -47,7 +47,7 @@ def test_the_runs_verdict_leaves_the_unjudged_figure_out(tmp_path):
     from ipsec_hil.lab.comparing.build_comparison import BuildComparison, Builds
 
     run = BuildComparison("xgs3300", "lab-v4in4-gcm", Builds("xgs3300", tmp_path / "p.ko", tmp_path / "c.ko"), 4, 2.0,
-                          comparisons=[compare_trials("up", UP), compare_trials("down", DOWN)])
+                          comparisons=[compare_trials(FigureTrials("up", UP)), compare_trials(FigureTrials("down", DOWN))])
     assert [c.figure for c in run.regressions] == ["up"], [c.summary() for c in run.comparisons]
 
 
@@ -57,11 +57,11 @@ def test_no_same_build_neighbours_no_noise_figure():
     alt = interleaved_schedule(4, "alternate")
     noisy = trials([50.0, 40.0, 52.0, 47.0, 44.0, 38.0, 51.0, 45.0], alt)
     assert same_build_noise(noisy) is None
-    assert compare_trials("down", noisy).verdict is Verdict.REGRESSION
+    assert compare_trials(FigureTrials("down", noisy)).verdict is Verdict.REGRESSION
 
 
 def test_progressions_within_the_noise_are_not_judged_either():
-    c = compare_trials("down", trials([40.0, 50.0, 44.0, 38.0, 45.0, 51.0, 45.0, 40.0]))
+    c = compare_trials(FigureTrials("down", trials([40.0, 50.0, 44.0, 38.0, 45.0, 51.0, 45.0, 40.0])))
     assert c.verdict is Verdict.NOT_JUDGED and "progression" in (c.reason or ""), c.summary()
 
 

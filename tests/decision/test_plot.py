@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ipsec_hil.lab.decision.bench import SEARCH_CASES, run_case
-from ipsec_hil.lab.decision.compare import compare_trials, interleaved_schedule
+from ipsec_hil.lab.decision.compare import FigureTrials, compare_trials, interleaved_schedule
 from ipsec_hil.lab.decision.errors import DecisionError
 from ipsec_hil.lab.decision.latency import ProbeSample, summarize
 from ipsec_hil.lab.decision.plot import plot_comparisons, plot_latency, plot_search
@@ -23,7 +23,7 @@ def _assert_png(data: bytes, path) -> None:
 def test_comparison_plot(tmp_path):
     rng = np.random.default_rng(0)
     comparisons = [
-        compare_trials(name, simulated_trials(rng, interleaved_schedule(6), candidate_ratio=r, drift=-0.1), unit="Mbit/s")
+        compare_trials(FigureTrials(name, simulated_trials(rng, interleaved_schedule(6), candidate_ratio=r, drift=-0.1), unit="Mbit/s"))
         for name, r in (("udp rate", 0.8), ("tcp rate", 1.0))
     ]
     path = tmp_path / "compare.png"

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ipsec_hil.lab.decision.compare import CANDIDATE, PARENT, Direction, Verdict, interleaved_schedule
+from ipsec_hil.lab.decision.compare import CANDIDATE, PARENT, Direction, FigureTrials, Verdict, interleaved_schedule
 from ipsec_hil.lab.decision.replay import decide_many, pair_log_ratios, replay, wilson
 from ipsec_hil.lab.decision.sequential import SequentialRule, sequential_look
 
@@ -32,7 +32,7 @@ def test_the_replayed_looks_decide_as_sequential_look_does(direction):
     got = decide_many(d, rule, direction)
     for row, verdict, pairs in zip(d, got.verdicts, got.pairs):
         for k in range(rule.min_pairs, rule.max_pairs + 1):
-            look = sequential_look("x", trials_of(list(row[:k])), direction=direction, unit="u", rule=rule)
+            look = sequential_look(FigureTrials("x", trials_of(list(row[:k])), direction=direction, unit="u"), rule=rule)
             if look.decided or k == rule.max_pairs:
                 assert (verdict, pairs) == (look.comparison.verdict.value, k), (list(row[:k]), look.reason)
                 break

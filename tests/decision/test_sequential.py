@@ -14,7 +14,7 @@ import math
 import pytest
 
 from ipsec_hil.lab.decision import sequential as seq
-from ipsec_hil.lab.decision.compare import CANDIDATE, PARENT, Direction, Rule, Verdict, interleaved_schedule
+from ipsec_hil.lab.decision.compare import CANDIDATE, PARENT, Direction, FigureTrials, Rule, Verdict, interleaved_schedule
 from ipsec_hil.lab.decision.errors import DecisionError
 from ipsec_hil.lab.decision.sequential import (
     SequentialLook,
@@ -113,7 +113,7 @@ SLOWER_SPREAD = [0.95, 0.93, 0.965, 0.945, 0.955, 0.95]  # 5 % slower, +-2 %: de
     (TIGHT_FASTER, Direction.LOWER_IS_BETTER, Verdict.REGRESSION, "wholly above 1.025 after 4 pairs: regression"),
 ])
 def test_interval_outside_the_margin_decides(ratios, direction, verdict, words):
-    look = sequential_look("up", _trials(ratios), direction=direction, unit="Mbit/s")
+    look = sequential_look(FigureTrials("up", _trials(ratios), direction=direction, unit="Mbit/s"))
     c = look.comparison
     assert look.decided and look.pairs == len(ratios) and c.verdict is verdict and not c.equivalence_proved
     assert words in look.reason and look.reason.startswith("99.64 % interval [")
@@ -124,27 +124,27 @@ def test_interval_outside_the_margin_decides(ratios, direction, verdict, words):
 
 @pytest.mark.parametrize("direction", list(Direction))
 def test_interval_inside_the_margin_proves_no_change(direction):
-    look = sequential_look("up", _trials(TIGHT_SAME), direction=direction)
+    look = sequential_look(FigureTrials("up", _trials(TIGHT_SAME), direction=direction))
     assert look.decided and look.comparison.verdict is Verdict.NO_CHANGE and look.comparison.equivalence_proved
     assert "wholly inside [0.975, 1.025] after 6 pairs: no change (equivalence proved)" in look.reason
 
 
 @pytest.mark.parametrize("direction", list(Direction))
 def test_interval_across_an_edge_continues(direction):
-    look = sequential_look("up", _trials(WIDE), direction=direction)
+    look = sequential_look(FigureTrials("up", _trials(WIDE), direction=direction))
     assert not look.decided and look.comparison.verdict is Verdict.UNRESOLVED
     assert not look.comparison.equivalence_proved
     assert "after 4 of at most 16 pairs: not decided, measure another pair" in look.reason
     # 5 % slower with a 2 % spread: 5 pairs leave the interval across 0.975, the 6th decides
-    early = sequential_look("up", _trials(SLOWER_SPREAD[:5]), direction=direction)
+    early = sequential_look(FigureTrials("up", _trials(SLOWER_SPREAD[:5]), direction=direction))
     assert not early.decided and early.comparison.ci_low < 0.975 < early.comparison.ci_high
-    assert sequential_look("up", _trials(SLOWER_SPREAD), direction=direction).decided
+    assert sequential_look(FigureTrials("up", _trials(SLOWER_SPREAD), direction=direction)).decided
 
 
 @pytest.mark.parametrize("direction", list(Direction))
 def test_budget_end_is_decided_unresolved(direction):
     rule = SequentialRule(max_pairs=4)
-    look = sequential_look("up", _trials(WIDE), direction=direction, rule=rule)
+    look = sequential_look(FigureTrials("up", _trials(WIDE), direction=direction), rule=rule)
     c = look.comparison
     assert look.decided and c.verdict is Verdict.UNRESOLVED and not c.equivalence_proved
     assert look.reason.startswith("budget of 4 pairs ended: unresolved, 97.5 % interval [")
@@ -154,7 +154,7 @@ def test_budget_end_is_decided_unresolved(direction):
 
 
 def test_comparison_carries_the_sequential_rule():
-    look = sequential_look("up", _trials(TIGHT_SLOWER))
+    look = sequential_look(FigureTrials("up", _trials(TIGHT_SLOWER)))
     c = look.comparison
     assert isinstance(look, SequentialLook)
     assert isinstance(c.rule, Rule) and c.rule.threshold == 0.025
@@ -165,10 +165,10 @@ def test_comparison_carries_the_sequential_rule():
 
 def test_replay_stops_at_the_first_decided_look():
     ratios = SLOWER_SPREAD + [1.2] * 6  # pairs after the stop must not count
-    look = replay_looks("up", _trials(ratios))
+    look = replay_looks(FigureTrials("up", _trials(ratios)))
     assert look.decided and look.pairs == 6 and look.comparison.verdict is Verdict.REGRESSION
     assert len(look.comparison.parent) == 6
-    undecided = replay_looks("up", _trials([0.94, 1.06, 0.95, 1.05] * 4))  # +-5 % spread: the budget ends
+    undecided = replay_looks(FigureTrials("up", _trials([0.94, 1.06, 0.95, 1.05] * 4)))  # +-5 % spread: the budget ends
     assert undecided.pairs == 16 and undecided.reason.startswith("budget of 16 pairs ended")
 
 
@@ -191,7 +191,8 @@ def test_replay_stops_at_the_first_decided_look():
 def test_bad_input_names_the_field(kwargs, message):
     call = {"figure": "up", "trials": _trials(TIGHT_SLOWER), **kwargs}
     with pytest.raises(DecisionError, match=message):
-        sequential_look(call.pop("figure"), call.pop("trials"), **call)
+        rule = call.pop("rule", None)
+        sequential_look(FigureTrials(**call), rule=rule)
 
 
 # --- error rates on simulated figures (simulate.py's noise model, drifting lab) ------------

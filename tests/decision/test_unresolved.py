@@ -22,7 +22,7 @@ import pytest
 
 from ipsec_hil import compare_plugin as cp
 from ipsec_hil.exitcodes import HilExitCode
-from ipsec_hil.lab.decision.compare import Direction, Verdict, compare_trials
+from ipsec_hil.lab.decision.compare import Direction, FigureTrials, Verdict, compare_trials
 from ipsec_hil.lab.decision.sequential import SequentialRule
 from ipsec_hil.lab.comparing import build_comparison as bc
 from ipsec_hil.lab.reporting.first_screen import verdict_lines
@@ -121,7 +121,7 @@ def test_the_fixed_rule_on_the_recorded_trials_is_unresolved_across_its_5_percen
     """The fixed design (95 % bootstrap, +-5 %) on the recording's first 4 pairs, as
     tools/decision-power judges it: [1.027, 1.071] excludes 1.00 and crosses 1.05."""
     trials = [(t["role"], t["value"]) for t in RECORDED["trials"] if t["figure"] == RECORDED_CPU][:8]
-    c = compare_trials(CPU, trials, direction=Direction.LOWER_IS_BETTER, unit="us/packet")
+    c = compare_trials(FigureTrials(CPU, trials, direction=Direction.LOWER_IS_BETTER, unit="us/packet"))
     assert c.rule.threshold == 0.05 and c.ci_low < 1.05 < c.ci_high and c.worse_than_parent
     assert c.verdict is Verdict.UNRESOLVED and c.answer() == "unresolved: candidate/parent between 1.027 and 1.071"
     assert c.to_dict()["verdict"] == "unresolved"

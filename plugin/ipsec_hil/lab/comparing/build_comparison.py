@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ipsec_hil.lab.decision.compare import (CANDIDATE, PARENT, Comparison, Direction, Rule, Verdict, compare_trials,
-                                         interleaved_schedule)
+from ipsec_hil.lab.decision.compare import (CANDIDATE, PARENT, Comparison, Direction, FigureTrials, Rule, Verdict,
+                                         compare_trials, interleaved_schedule)
 from ipsec_hil.lab.decision.sequential import SequentialRule, sequential_look
 from ipsec_hil.lab.driver import DriverDeployment, ModuleBuild, local_build
 from ipsec_hil.lab.errors import LabError
@@ -340,15 +340,16 @@ def compare_builds(active: Any, deployments: Sequence[DriverDeployment], builds:
     if out.error is None:
         for figure in figures:
             out.comparisons.append(decided[figure] if figure in decided else compare_trials(
-                figure_name(figure, seconds), _trials_of(out, figure, seconds), direction=direction_of(figure),
-                unit=unit_of(figure), rule=rule))
+                _measured(out, figure, seconds), rule=rule))
     out.pairs = max((t.index for t in out.trials), default=-1) // 2 + 1
     return out
 
 
-def _trials_of(out: BuildComparison, figure: str, seconds: float) -> list[tuple[str, float]]:
+def _measured(out: BuildComparison, figure: str, seconds: float) -> FigureTrials:
+    """The trials of ``figure`` measured so far, as the decision takes them."""
     name = figure_name(figure, seconds)
-    return [(t.role, t.value) for t in out.trials if t.figure == name]
+    return FigureTrials(name, [(t.role, t.value) for t in out.trials if t.figure == name],
+                        direction=direction_of(figure), unit=unit_of(figure))
 
 
 def _look(out: BuildComparison, figures: Sequence[str], seconds: float,
@@ -356,8 +357,7 @@ def _look(out: BuildComparison, figures: Sequence[str], seconds: float,
     """The figures a look after the last pair decided, with the look's reason on each."""
     done: dict[str, Comparison] = {}
     for figure in figures:
-        look = sequential_look(figure_name(figure, seconds), _trials_of(out, figure, seconds),
-                               direction=direction_of(figure), unit=unit_of(figure), rule=rule)
+        look = sequential_look(_measured(out, figure, seconds), rule=rule)
         if look.decided:
             done[figure] = replace(look.comparison, reason=look.reason)
     return done

@@ -64,7 +64,7 @@ from pathlib import Path
 from ipsec_hil.cli import ArgumentParser, InputError, load_lab_file, unreadable
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.cases import tunnel_cases
-from ipsec_hil.lab.decision.compare import Rule, compare_trials
+from ipsec_hil.lab.decision.compare import FigureTrials, Rule, compare_trials
 from ipsec_hil.lab.decision.sequential import FIXED_PAIRS, SequentialRule
 from ipsec_hil.lab.driver import DriverDeployment
 from ipsec_hil.lab.live_lab import Lab
@@ -160,8 +160,8 @@ def decide(active, dep: DriverDeployment, scenario: Scenario, workdir: Path, *, 
         trials = [(t.role, t.value) for t in r.trials if t.figure == name and t.index < 2 * FIXED_PAIRS]
         if len(trials) % 2:
             trials = trials[:-1]
-        d.fixed[figure] = _summary(compare_trials(name, trials, direction=direction_of(figure), unit=unit_of(figure),
-                                                  rule=Rule()))
+        d.fixed[figure] = _summary(compare_trials(
+            FigureTrials(name, trials, direction=direction_of(figure), unit=unit_of(figure)), rule=Rule()))
     return d
 
 

@@ -92,6 +92,21 @@ class Direction(str, Enum):
     LOWER_IS_BETTER = "lower is better"
 
 
+@dataclass(frozen=True)
+class FigureTrials:
+    """One figure's interleaved trials as every decision takes them: the figure's name, its
+    ``(role, value)`` pairs in measurement order, which way is better and its unit.
+
+    Why one object: :func:`compare_trials`, ``sequential.sequential_look`` and
+    ``sequential.replay_looks`` each took these four apart, with a copy of the same
+    signature; a figure's trials are one thing a run measures and hands on."""
+
+    figure: str
+    trials: Sequence[tuple[str, float]]
+    direction: Direction = Direction.HIGHER_IS_BETTER
+    unit: str = ""
+
+
 class Verdict(str, Enum):
     REGRESSION = "regression"
     PROGRESSION = "progression"
@@ -267,22 +282,15 @@ def split_trials(trials: Iterable[tuple[str, float]]) -> tuple[list[float], list
     return parent, candidate
 
 
-def compare_trials(
-    figure: str,
-    trials: Iterable[tuple[str, float]],
-    *,
-    direction: Direction = Direction.HIGHER_IS_BETTER,
-    unit: str = "",
-    rule: Rule | None = None,
-) -> Comparison:
-    """The paired verdict from ``[(role, value), ...]`` in measurement order.
+def compare_trials(measured: FigureTrials, *, rule: Rule | None = None) -> Comparison:
+    """The paired verdict from the figure's ``[(role, value), ...]`` in measurement order.
 
     A regression or progression no larger than :func:`same_build_noise` of the same trials
     is ``not judged``, with the reason (the module's docstring says why).
     """
-    trials = list(trials)
+    trials = list(measured.trials)
     parent, candidate = split_trials(trials)
-    result = compare(figure, parent, candidate, direction=direction, unit=unit, rule=rule)
+    result = compare(measured.figure, parent, candidate, direction=measured.direction, unit=measured.unit, rule=rule)
     if result.verdict not in (Verdict.REGRESSION, Verdict.PROGRESSION):
         return result
     noise = same_build_noise(trials)

@@ -60,11 +60,12 @@ same-build noise larger than the effect (compare.py's "not judged") is not scree
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable, Sequence
 
-from ipsec_hil.lab.decision.compare import Comparison, Direction, Rule, Verdict, interval_verdict, split_trials
+from ipsec_hil.lab.decision.compare import (Comparison, Direction, FigureTrials, Rule, Verdict, interval_verdict,
+                                             split_trials)
 from ipsec_hil.lab.decision.errors import bad
 
 
@@ -134,20 +135,14 @@ class SequentialLook:
     reason: str
 
 
-def sequential_look(
-    figure: str,
-    trials: Sequence[tuple[str, float]],
-    *,
-    direction: Direction = Direction.HIGHER_IS_BETTER,
-    unit: str = "",
-    rule: SequentialRule | None = None,
-) -> SequentialLook:
-    """The look after the last pair of ``trials`` (``(role, value)`` in measurement order, whole pairs).
+def sequential_look(measured: FigureTrials, *, rule: SequentialRule | None = None) -> SequentialLook:
+    """The look after the last pair of ``measured.trials`` (``(role, value)`` in measurement order, whole pairs).
 
     Call it after each pair from ``rule.min_pairs`` on and stop measuring once ``decided``.
     ``comparison.ci_low``/``ci_high`` are the per-look interval of the geometric mean ratio
     candidate/parent, ``comparison.ratio`` the ratio of means (the module's docstring says why).
     """
+    figure, trials, direction, unit = measured.figure, measured.trials, measured.direction, measured.unit
     rule = SequentialRule() if rule is None else rule
     if not isinstance(rule, SequentialRule):
         raise bad("rule", rule, "a decision.sequential.SequentialRule")
@@ -319,14 +314,7 @@ def _percent(x: float) -> str:
     return f"{100.0 * x:.2f}".rstrip("0").rstrip(".") + " %"
 
 
-def replay_looks(
-    figure: str,
-    trials: Sequence[tuple[str, float]],
-    *,
-    direction: Direction = Direction.HIGHER_IS_BETTER,
-    unit: str = "",
-    rule: SequentialRule | None = None,
-) -> SequentialLook:
+def replay_looks(measured: FigureTrials, *, rule: SequentialRule | None = None) -> SequentialLook:
     """The caller's loop over trials already measured: a look after each pair from
     ``min_pairs``; the first decided look (pairs after it unused), else the last look.
 
@@ -334,12 +322,13 @@ def replay_looks(
     figure's stop from the trials in its JSON.
     """
     rule = SequentialRule() if rule is None else rule
-    trials = list(trials)
+    trials = list(measured.trials)
     last = min(len(trials) // 2, rule.max_pairs)
     if last < rule.min_pairs:
-        raise bad(f"{figure}: trials", f"{len(trials)} trials", f">= {2 * rule.min_pairs} (SequentialRule.min_pairs pairs)")
+        raise bad(f"{measured.figure}: trials", f"{len(trials)} trials",
+                  f">= {2 * rule.min_pairs} (SequentialRule.min_pairs pairs)")
     for k in range(rule.min_pairs, last + 1):
-        look = sequential_look(figure, trials[: 2 * k], direction=direction, unit=unit, rule=rule)
+        look = sequential_look(replace(measured, trials=trials[: 2 * k]), rule=rule)
         if look.decided:
             break
     return look
@@ -423,9 +412,9 @@ def simulated_decisions(
                                   drift=drift_per_trial * (len(schedule) - 1), walk_sd=walk_sd)
         for design in designs:
             if design == "fixed":
-                outcomes[design].append((compare_trials("simulated", trials[: 2 * FIXED_PAIRS]), FIXED_PAIRS))
+                outcomes[design].append((compare_trials(FigureTrials("simulated", trials[: 2 * FIXED_PAIRS])), FIXED_PAIRS))
             else:
-                look = replay_looks("simulated", trials, rule=rule if design == "sequential" else peeking)
+                look = replay_looks(FigureTrials("simulated", trials), rule=rule if design == "sequential" else peeking)
                 outcomes[design].append((look.comparison, look.pairs))
     return {design: _rates(design, candidate_ratio, rel_sd, got) for design, got in outcomes.items()}
 
