@@ -100,7 +100,7 @@ def test_a_costlier_build_at_line_rate_is_a_cpu_regression_not_a_rate_change(lab
     assert cpu["verdict"] == "regression" and cpu["direction"] == "lower is better", cpu
     assert cpu["ci_low"] > 1.025 and 1.1 < cpu["ratio"] < 1.4, cpu
     assert up["verdict"] in ("no change", "unresolved"), up  # not a change (unresolved: not proved in 4 pairs)
-    assert re.search(r"REGRESSION in 1 figure\(s\): xgs3300 DUT kernel CPU per packet", out), out
+    assert re.search(r"REGRESSION in 1 figure\(s\): xgs3300 DUT kernel CPU per data frame", out), out
     print(f"\ncostly candidate: cpu x{cpu['ratio']:.3f} [{cpu['ci_low']:.3f}, {cpu['ci_high']:.3f}], parent "
           f"{cpu['parent']} candidate {cpu['candidate']} us/packet; up x{up['ratio']:.3f}; "
           f"phase {results[0]['wall_seconds']:.1f} s of {wall:.1f} s")
