@@ -24,36 +24,14 @@ COUNTERS = ("enc_fwd", "enc_own", "dec_v4", "dec_v6", "bad", "nosa", "nonhop", "
 #: What a copy of the suite needs to run an acceptance test as a checkout does.
 COPIED = ("plugin/ipsec_hil", "twin/ipsec_hil_twin", "tests_hil", "topologies", "conftest.py", "pytest.ini")
 
-REGISTRY_ENTRY = f'''    HardwareProfile(
-        model="{MODEL}",
-        driver="{DRIVER}",
-        module_file="/boot/modules/{DRIVER}.ko",
-        counters=default_oids("{DRIVER}", 0, {COUNTERS!r}),
-        roles=CounterRoles(encrypted=("enc_fwd", "enc_own"), decrypted=("dec_v4", "dec_v6"),
-                           errors=("bad", "nosa", "nonhop", "qdrop"),
-                           no_sa_drops=("nosa",), tx_drops=("qdrop",), replay_drops=("bad",),
-                           auth_drops=("bad",), malformed_drops=("bad",)),
-        marker="needs an XGS 999 (driver {DRIVER}) in the topology",
-    ),
-'''
+#: The two edits a person types, as text (new_model_edits/): the registry entry in
+#: plugin/ipsec_hil/lab/expectations/hardware.py and the twin's personality in
+#: twin/ipsec_hil_twin/personality.py, with the model's names filled in.
+EDITS = Path(__file__).with_name("new_model_edits")
+NAMES = {"MODEL": MODEL, "DRIVER": DRIVER, "COUNTERS": COUNTERS}
+REGISTRY_ENTRY = (EDITS / "hardware_entry.txt").read_text().format(**NAMES)
 
-PERSONALITY = f'''    "{MODEL}": Personality(
-        model="{MODEL}", driver="{DRIVER}",
-        hw_model="Intel(R) Atom(TM) CPU C3338R @ 1.80GHz",
-        driver_counters={COUNTERS!r},
-        cop_counters=(),
-        counting=Counting(
-            tx_forwarded=("enc_fwd",), tx_own=("enc_own",), tx_own_output_step=("enc_fwd",),
-            tx_fail="qdrop",
-            rx_frame=None, rx_no_sa="nosa",
-            rx_replay="bad", rx_bad="bad", rx_malformed="bad", rx_blocked="bad",
-            rx_inner_v6=None, rx_delivered_v4="dec_v4", rx_delivered_v6="dec_v6",
-            rx_refused=ENGINE_WRITE_FAIL),
-        footprint=KernelFootprint(sa_zone=("{DRIVER}_sa", 512), pkt_zone=("{DRIVER}_pkt", 256, 4096),
-                                  attach_malloc=("{DRIVER}", 6, 1030, (64, 1024, 65536)),
-                                  sa_malloc=("{DRIVER}_sa", 512)),
-    ),
-'''
+PERSONALITY = (EDITS / "personality_entry.txt").read_text().format(**NAMES)
 
 #: The topology block: two appliances of the model, their WAN link, one tunnel.
 HOSTS = {
