@@ -121,7 +121,9 @@ class Transport:
             _, ep = await loop.create_datagram_endpoint(lambda: Endpoint(self), sock=sock)
             self.listeners.append(ep)
         if self.state.port == IKE_PORT:
-            self.natt, self.natt_socks = natt.open_natt(self._natt_datagram, loop)
+            sender, self.natt_socks = natt.open_natt(self._natt_datagram, loop)
+            # no raw socket (no CAP_NET_RAW): nothing floats, as a charon without its 4500 socket
+            self.natt = sender if self.natt_socks else None
 
     @property
     def can_float(self) -> bool:
