@@ -232,7 +232,12 @@ def test_noise_and_cpus_reach_host_json_and_a_builds_factors_survive_a_boot(tmp_
     topo = load_lab_topology(HERE / "lab_cpu_noise.yaml")
     run = RunDir(tmp_path / "run")
     noisy, quiet, dut = (host_json(run, "twzz01", topo, h) for h in ("noisy136", "quiet136", "dut3300"))
-    assert noisy["noise"] == {"rate_sd": 0.05, "cpu_sd": 0.02, "epoch_s": 0.5, "seed": 0}
+    # every key filled in: the fast part as stated, drift and outliers off as stated, the rest
+    # the model's defaults (issue 54's parts: drift knots an hour apart, an outlier epoch at
+    # 0.8 of the rate and 1.25 of the CPU)
+    assert noisy["noise"] == {"rate_sd": 0.05, "cpu_sd": 0.02, "epoch_s": 0.5, "seed": 0,
+                              "drift_sd": 0.0, "drift_s": 3600.0,
+                              "outlier_share": 0.0, "outlier_rate": 0.8, "outlier_cpu": 1.25}
     assert quiet["noise"] is None and dut["noise"] is None
     assert (noisy["ncpu"], dut["ncpu"]) == (2, 8)
     hd = HostDir(tmp_path / "h")
