@@ -125,8 +125,12 @@ def _start_ping(appliance) -> subprocess.Popen:
     env.pop("PYTHONPATH", None)
     # -D: a stream with don't-fragment still runs iputils under the command (ipsec_hil_twin.fbsd.ping.own_loop),
     # the process these tests look for in the command's session
-    return subprocess.Popen(["nsenter", f"--net=/run/netns/{appliance.ns}", str(appliance.hd.bin / "ping"),
-                             "-c", "300", "-i", "0.2", "-D", "10.77.0.2"],
+    # SIGHUP at its default, as in a session sshd starts: a disposition inherited from whoever
+    # started pytest (nohup ignores SIGHUP, and exec keeps an ignored signal ignored) would
+    # let the client outlive the hang-up this test sends it (a CI run under nohup: the
+    # client still alive 5 s after SIGHUP)
+    return subprocess.Popen(["env", "--default-signal=HUP", "nsenter", f"--net=/run/netns/{appliance.ns}",
+                             str(appliance.hd.bin / "ping"), "-c", "300", "-i", "0.2", "-D", "10.77.0.2"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
