@@ -123,7 +123,8 @@ def _child(req: proto.Request, fds: list[int], received: list[int]) -> None:
     the program (a std fd the client closed closed here too). Never returns."""
     try:
         signal.set_wakeup_fd(-1)  # the server's SIGCHLD wakeup is not the program's
-        for name in ("SIGTERM", "SIGCHLD", "SIGPIPE", "SIGXFSZ"):  # default in a program (as Popen does)
+        # default in a program (as Popen does), and SIGHUP as in a session sshd starts
+        for name in ("SIGTERM", "SIGCHLD", "SIGPIPE", "SIGXFSZ", "SIGHUP"):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
         os.setsid()
         for target, fd in zip(fds, received):

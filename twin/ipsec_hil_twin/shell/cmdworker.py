@@ -171,7 +171,9 @@ def serve(sock: socket.socket, req: proto.Request, fds: list[int], received: lis
     code = 1
     try:
         signal.set_wakeup_fd(-1)  # the server's SIGCHLD wakeup is not the command's
-        for sig in (signal.SIGTERM, signal.SIGCHLD):  # nor are its handlers
+        # nor are its handlers; and SIGHUP at its default, as in a session FreeBSD's sshd
+        # starts, whatever the lab's starter ignored (nohup): a cut session hangs it up
+        for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         os.setsid()
         keep = sock.fileno()
