@@ -24,7 +24,7 @@ import socket
 import struct
 from typing import Callable
 
-NATT_PORT = 4500
+from .model import NATT_PORT
 MARKER = b"\x00\x00\x00\x00"
 """The non-ESP marker: an SPI of zero, which no ESP packet has (RFC 3948 2.2)."""
 

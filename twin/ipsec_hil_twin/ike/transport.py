@@ -13,7 +13,7 @@ import socket
 from typing import Any, Protocol
 
 from . import natt, proto
-from .model import IKE_PORT, IkeSA, Log
+from .model import IKE_PORT, NATT_PORT, IkeSA, Log
 from .state import IkeState
 
 
@@ -168,7 +168,7 @@ class Transport:
         self.pending[(sa.spi_i, mid)] = fut
         ep: Endpoint | NattReply = (NattReply(self.natt, sa.local) if sa.floated and self.natt is not None
                                     else await self._client(sa.local))
-        dest = (sa.remote, natt.NATT_PORT if isinstance(ep, NattReply) else sa.remote_port)
+        dest = (sa.remote, NATT_PORT if isinstance(ep, NattReply) else sa.remote_port)
         try:
             for k, wait in enumerate(self.timing.waits()):
                 if k:
