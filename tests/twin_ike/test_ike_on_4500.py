@@ -76,8 +76,12 @@ def test_after_ike_sa_init_every_exchange_travels_on_4500_behind_the_marker(pair
     grams, listed = _up(pair, family, None)
     on500 = [g for g in grams if g[:2] == (500, 500)]
     on4500 = [g for g in grams if g[:2] == (4500, 4500)]
-    assert len(on500) == 2, f"IKE_SA_INIT request and response only on 500, saw {[(s, d) for s, d, _ in grams]}"
-    assert all(b'"IKE_SA_INIT"' in g[2] for g in on500)
+    # IKE_SA_INIT, and nothing else, on 500: at least its request and response (more when a
+    # request was retransmitted -- the pair's 50 ms timer beats a first IPv6 neighbour
+    # resolution on a busy machine: 6 of each seen beside other tests)
+    assert len(on500) >= 2 and all(b'"IKE_SA_INIT"' in g[2] for g in on500), \
+        f"IKE_SA_INIT request and response only on 500, saw {[(s, d, g[:40]) for s, d, g in grams if (s, d) == (500, 500)]}"
+    assert not any(b'"IKE_SA_INIT"' in g[2] for g in on4500), "IKE_SA_INIT never floats"
     # IKE_AUTH + CREATE_CHILD_SA (rekey) + INFORMATIONAL (old child's delete): requests and responses
     assert len(on4500) >= 6, f"IKE_AUTH and later exchanges on 4500, saw {[(s, d) for s, d, _ in grams]}"
     assert all(g[2][:4] == b"\0\0\0\0" for g in on4500), "each datagram on 4500 carries the non-ESP marker"
