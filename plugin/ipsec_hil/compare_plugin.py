@@ -39,8 +39,8 @@ from ipsec_hil.driver_plugin import driver_run, parse_driver_options
 from ipsec_hil.exitcodes import HilExitCode
 from ipsec_hil.lab.reporting.allure_results import Attachment, write_result
 from ipsec_hil.lab.reporting.page import Bold, Bullets, Code, Image, Item, Paragraph, Section
-from ipsec_hil.lab.comparing.build_comparison import (FIGURES, KNOWN_FIGURES, RATE_CONFIGURATION, BuildComparison,
-                                                      Builds, check_figures, compare_builds)
+from ipsec_hil.lab.comparing.build_comparison import (DEFAULT_SECONDS, FIGURES, KNOWN_FIGURES, RATE_CONFIGURATION,
+                                                      BuildComparison, Builds, check_figures, compare_builds)
 from ipsec_hil.lab.cases import TunnelCase, tunnel_cases
 from ipsec_hil.lab.decision.compare import Comparison, Rule, Verdict
 from ipsec_hil.lab.decision.errors import DecisionError
@@ -124,11 +124,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--compare-pairs", type=int, default=None, metavar="N",
                     help=f"the budget of pairs per figure (sequential, default {SequentialRule().max_pairs}) or the "
                          f"pairs (fixed, default {FIXED_PAIRS}); the rules need >= 3")
-    group.addoption("--compare-seconds", type=float, default=2.0, metavar="S",
-                    help="seconds of traffic per comparison trial (default 2; a PDR search's final trials)")
+    group.addoption("--compare-seconds", type=float, default=DEFAULT_SECONDS, metavar="S",
+                    help=f"seconds of traffic per comparison trial (default {DEFAULT_SECONDS:g}, the length "
+                         "tools/decision-power measured the decision's power with; a PDR search's final trials)")
     group.addoption("--compare-figures", default=",".join(FIGURES), metavar="LIST",
                     help=f"figures each comparison trial measures, of {', '.join(KNOWN_FIGURES)} "
-                         f"(default {','.join(FIGURES)}; pdr runs one PDR search per trial, ~10x a stream)")
+                         f"(default {','.join(FIGURES)}: the rate and the CPU per data frame, as the decision's "
+                         "power was measured; down adds a stream per trial; pdr runs one PDR search per trial, "
+                         "~10x a stream)")
 
 
 def parent_run(config: pytest.Config) -> ParentRun | None:

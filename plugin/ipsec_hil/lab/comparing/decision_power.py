@@ -68,13 +68,12 @@ from ipsec_hil.lab.decision.compare import FigureTrials, Rule, compare_trials
 from ipsec_hil.lab.decision.sequential import FIXED_PAIRS, SequentialRule
 from ipsec_hil.lab.driver import DriverDeployment
 from ipsec_hil.lab.live_lab import Lab
-from ipsec_hil.lab.comparing.build_comparison import (CPU, DEFAULT_SECONDS, DEFAULT_WARMUP_S, RATE_CONFIGURATION,
-                                                      Builds, compare_builds, direction_of,
-                                                      figure_name, unit_of)
+from ipsec_hil.lab.comparing.build_comparison import (CPU, DEFAULT_SECONDS, DEFAULT_WARMUP_S, FIGURES,
+                                                      RATE_CONFIGURATION, Builds, compare_builds,
+                                                      direction_of, figure_name, unit_of)
 from ipsec_hil.lab.tunnel import bring_up
 from ipsec_hil.virtual_lab import VirtualLabError
 
-FIGURES = ("up", CPU)
 LEVELS = (0.98, 0.95, 0.90, 0.80)
 
 
@@ -306,7 +305,7 @@ def run(topology_path: Path, *, model: str, runs: int, identical_runs: int, leve
 
 
 def trial_spread(topology_path: Path, *, model: str, trials: int, seconds: float,
-                 figures: Sequence[str] = ("up", CPU)) -> list[dict]:
+                 figures: Sequence[str] = FIGURES) -> list[dict]:
     """The suite's own trials (build_comparison._measure_trial, the code a comparison runs)
     of one build, back to back on one tunnel of ``model`` in the rate configuration, after
     one discarded warm-up stream: per trial its figures' values, ``ticks`` (the CPU figure's
